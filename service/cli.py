@@ -1,0 +1,207 @@
+"""`tunefleet`: the command line. Settings are built once here and handed down."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+
+from service import logs
+from service.client import TunefleetClient
+from service.daemon import Daemon
+from service.errors import TunefleetError
+from service.render import case_view, results_table, status_table
+from service.schema import SCHEMAS, schemas
+from service.settings import CONFIG_ENV, FleetSettings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+T = TypeVar("T")
+
+
+def _settings(ctx: typer.Context) -> FleetSettings:
+    settings: FleetSettings = ctx.obj
+    return settings
+
+
+def _run(coro: Awaitable[T]) -> T:
+    """Run a coroutine; a TunefleetError becomes one red line and exit code 2."""
+    try:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    except TunefleetError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option(help="A YAML settings file (or $TUNEFLEET_CONFIG).")] = None,
+    store: Annotated[Path | None, typer.Option(help="The store folder (or $TUNEFLEET_STORE).")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="redis:// or rediss:// URL.")] = None,
+) -> None:
+    """Tune an agent's instructions against a data set on a fleet of workers."""
+    # Options travel as environment, so that worker processes started from here see them too.
+    if config is not None:
+        os.environ[CONFIG_ENV] = str(config.resolve())
+    if store is not None:
+        os.environ["TUNEFLEET_STORE"] = str(store.resolve())
+    if redis_url is not None:
+        os.environ["TUNEFLEET_REDIS_URL"] = redis_url
+    try:
+        settings = FleetSettings()
+    except ValueError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] settings: {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    logs.configure(settings.log_format, settings.log_level)
+    ctx.obj = settings
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[int | None, typer.Option(help="Cases this process runs at once.")] = None,
+    burst: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
+) -> None:
+    """Claim cases from the queue and run the loop on them until stopped (SIGTERM/SIGINT).
+
+    The worker is its own program (`python -m workers`); this command becomes it, so the
+    service package never imports the workers package.
+    """
+    argv = [sys.executable, "-m", "workers"]
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    if burst:
+        argv.append("--burst")
+    os.execv(sys.executable, argv)
+
+
+@app.command()
+def daemon(
+    ctx: typer.Context,
+    tunings: Annotated[list[Path], typer.Argument(help="Tuning files to register and enqueue.")],
+    once: Annotated[bool, typer.Option(help="Enqueue and reconcile once, then exit.")] = False,
+) -> None:
+    """Register tunings, enqueue their cases, re-enqueue failed ones, and keep Redis and the store agreed."""
+
+    async def go() -> None:
+        async with TunefleetClient(_settings(ctx)) as client:
+            d = Daemon(client)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, d.stopping.set)
+            await d.start(tunings)
+            if not once:
+                await d.run()
+
+    _run(go())
+
+
+@app.command()
+def submit(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="A case file or a folder of them.")],
+    tuning: Annotated[str, typer.Option(help="The tuning to submit into.")],
+) -> None:
+    """Validate case files and enqueue them; a bad file is refused by name, the rest go in."""
+
+    async def go() -> int:
+        async with TunefleetClient(_settings(ctx)) as client:
+            report = await client.submit_path(tuning, path)
+        console = Console()
+        for refusal in report.refused:
+            Console(stderr=True).print(f"[red]refused[/red] {refusal.error}", highlight=False, soft_wrap=True)
+        console.print(
+            f"enqueued {len(report.accepted)}, already known {len(report.duplicates)}, "
+            f"refused {len(report.refused)}"
+        )
+        return 1 if report.refused else 0
+
+    raise typer.Exit(_run(go()))
+
+
+@app.command()
+def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Queue depth, running cases, outcomes, tokens and cost, from the live counters."""
+
+    async def go() -> None:
+        async with TunefleetClient(_settings(ctx)) as client:
+            result = await client.status()
+        if as_json:
+            print(result.model_dump_json(indent=2))
+        else:
+            Console().print(status_table(result))
+
+    _run(go())
+
+
+@app.command()
+def results(
+    ctx: typer.Context, tuning: str, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """One row per case: case, rev, state, reason, tokens, cost (and the declared outcome, if any)."""
+    client = TunefleetClient(_settings(ctx))
+    try:
+        rows = client.results(tuning)
+    except TunefleetError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+    else:
+        Console().print(results_table(rows))
+
+
+@app.command()
+def show(
+    ctx: typer.Context, tuning: str, case: str, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
+    client = TunefleetClient(_settings(ctx))
+    try:
+        detail = client.show(tuning, case)
+    except TunefleetError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if as_json:
+        print(detail.model_dump_json(indent=2))
+    else:
+        Console().print(case_view(detail))
+
+
+@app.command()
+def schema(
+    names: Annotated[list[str] | None, typer.Argument(help=f"Any of: {', '.join(SCHEMAS)}")] = None,
+) -> None:
+    """Print the JSON Schemas of the files and payloads at every boundary (the adapter contract)."""
+    unknown = [n for n in names or [] if n not in SCHEMAS]
+    if unknown:
+        Console(stderr=True).print(
+            f"[red]error:[/red] unknown schema {unknown[0]!r}; known: {', '.join(SCHEMAS)}"
+        )
+        raise typer.Exit(2)
+    print(json.dumps(schemas(names), indent=2))
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    tuning_file: Annotated[Path, typer.Option("--tuning")] = Path("examples/demo/tuning.yaml"),
+    workers: Annotated[int, typer.Option(help="Worker processes to start.")] = 2,
+    timeout_s: Annotated[float, typer.Option(help="Give up after this long.")] = 600.0,
+) -> None:
+    """Run the demo tuning end to end: daemon, worker processes, live progress, the result table."""
+    from service.demo import run_demo
+
+    raise typer.Exit(_run(run_demo(_settings(ctx), tuning_file, workers, timeout_s)))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="tunefleet")

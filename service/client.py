@@ -1,0 +1,147 @@
+"""The Python client: submit cases, read status and results. Owns its Redis connection.
+
+async with TunefleetClient(settings) as client:
+    report = await client.submit_path("demo", Path("cases/"))
+    status = await client.status()
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from arq.connections import ArqRedis
+
+from service import keys
+from service.cases import case_files, load_case
+from service.connection import connect
+from service.errors import CaseFileError, TunefleetError, UnknownTuningError
+from service.events import EventSink
+from service.models.case import Case
+from service.models.jobs import CASE_FUNCTION, CaseJob
+from service.models.status import CaseDetail, FleetStatus, Refusal, ResultRow, SubmitReport
+from service.models.tuning import TuningConfig
+from service.queries import case_detail, fleet_status, results
+from service.settings import FleetSettings
+from service.store import Store, TuningStore
+from service.tunings import load_tuning_file, register
+
+
+class TunefleetClient:
+    """A connection to one fleet (its Redis and its store)."""
+
+    def __init__(self, settings: FleetSettings, redis: ArqRedis | None = None) -> None:
+        self.settings = settings
+        self.store = Store(settings.store)
+        self._redis = redis
+        self._owns_redis = redis is None
+
+    @property
+    def redis(self) -> ArqRedis:
+        if self._redis is None:
+            raise TunefleetError("the client is not open: use `async with TunefleetClient(...)`")
+        return self._redis
+
+    async def __aenter__(self) -> Self:
+        if self._redis is None:
+            self._redis = await connect(self.settings)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._redis is not None and self._owns_redis:
+            await self._redis.aclose()
+        self._redis = None
+
+    def _sink(self) -> EventSink:
+        return EventSink(self.redis, self.store, self.settings.events_max)
+
+    def tuning_store(self, name: str) -> TuningStore:
+        tuning = self.store.tuning(name)
+        if not tuning.exists():
+            known = ", ".join(self.store.tuning_names()) or "none"
+            raise UnknownTuningError(f"tuning {name!r} is not registered (known: {known})")
+        return tuning
+
+    async def register(self, tuning_file: Path) -> TuningConfig:
+        """Register (or update) a tuning from its file; its system is imported once."""
+        config = load_tuning_file(tuning_file)
+        version = await register(self.store.tuning(config.name), config)
+        await self.redis.sadd(keys.tunings(), config.name)  # type: ignore[misc]
+        await self.redis.set(keys.version(config.name), version, nx=True)
+        return config
+
+    async def submit(self, tuning: str, case: Case) -> bool:
+        """Submit one case; False when the same (tuning, case, rev) is already queued, running or done."""
+        store = self.tuning_store(tuning).case(case.id, case.rev)
+        existing = store.load_case()
+        if existing is None:
+            store.write_case(case)
+        done = store.result()
+        if done is not None and done.state != "failed":
+            return False
+        job = CaseJob(tuning=tuning, case=case.id, rev=case.rev)
+        enqueued = await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id)
+        if enqueued is None:
+            return False
+        await self._sink().emit("case_queued", tuning, case=case.id, rev=case.rev)
+        return True
+
+    async def submit_path(self, tuning: str, path: Path) -> SubmitReport:
+        """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest."""
+        self.tuning_store(tuning)
+        report = SubmitReport()
+        cases: list[Case] = []
+        for file in case_files(path):
+            try:
+                cases.append(load_case(file))
+            except CaseFileError as exc:
+                report.refused.append(Refusal(file=str(file), error=str(exc)))
+        for case in cases:
+            label = f"{case.id}@{case.rev}"
+            (report.accepted if await self.submit(tuning, case) else report.duplicates).append(label)
+        return report
+
+    async def requeue_failed(self, tuning: str) -> list[str]:
+        """Give every `failed` case another go (its failure is archived, its steps kept)."""
+        again = []
+        for case_store in self.tuning_store(tuning).latest_revs():
+            result = case_store.result()
+            if result is None or result.state != "failed":
+                continue
+            job = CaseJob(tuning=tuning, case=case_store.case_id, rev=case_store.rev)
+            case_store.archive_failure()
+            await self.redis.delete(keys.arq_result(job.job_id))
+            await self.redis.hincrby(keys.stats(tuning), "state:failed", -1)  # type: ignore[misc]
+            if await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
+                await self._sink().emit(
+                    "case_requeued",
+                    tuning,
+                    case=job.case,
+                    rev=job.rev,
+                    detail=f"failed before: {result.reason}",
+                )
+                again.append(job.case)
+        return again
+
+    async def running(self, tuning: str) -> dict[str, dict[str, object]]:
+        raw = await self.redis.hgetall(keys.running(tuning))  # type: ignore[misc]
+        return {k.decode(): json.loads(v) for k, v in raw.items()}
+
+    async def status(self) -> FleetStatus:
+        return await fleet_status(self.redis, self.settings.queue)
+
+    def results(self, tuning: str) -> list[ResultRow]:
+        return results(self.tuning_store(tuning))
+
+    def show(self, tuning: str, case: str) -> CaseDetail:
+        detail = case_detail(self.tuning_store(tuning), case)
+        if detail is None:
+            raise TunefleetError(f"tuning {tuning!r} has no case {case!r}")
+        return detail

@@ -1,0 +1,71 @@
+"""Connecting to Redis: URL, AUTH, TLS and Sentinel from the settings, with a retry policy."""
+
+from __future__ import annotations
+
+import structlog
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from service.errors import RedisUnavailableError
+from service.models.jobs import dump_job, load_job
+from service.settings import FleetSettings
+
+log = structlog.get_logger()
+
+
+def redis_settings(settings: FleetSettings) -> RedisSettings:
+    """arq's connection settings from ours (the password never leaves its SecretStr until here)."""
+    base = RedisSettings.from_dsn(settings.redis_url)
+    if settings.redis_password is not None:
+        base.password = settings.redis_password.get_secret_value()
+    if settings.redis_sentinels:
+        hosts = []
+        for entry in settings.redis_sentinels:
+            host, _, port = entry.rpartition(":")
+            hosts.append((host, int(port)))
+        base.host = hosts
+        base.sentinel = True
+        base.sentinel_master = settings.redis_sentinel_master
+    base.conn_timeout = int(settings.redis_connect_timeout_s)
+    base.conn_retries = 0
+    return base
+
+
+async def connect(settings: FleetSettings) -> ArqRedis:
+    """An arq pool, retried with jittered exponential backoff, or RedisUnavailableError."""
+    try:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(settings.redis_connect_attempts),
+            wait=wait_exponential_jitter(initial=0.2, max=5.0),
+            retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, OSError)),
+            reraise=True,
+        ):
+            with attempt:
+                n = attempt.retry_state.attempt_number
+                if n > 1:
+                    log.warning("redis_connect_retry", attempt=n)
+                return await create_pool(
+                    redis_settings(settings),
+                    retry=0,
+                    job_serializer=dump_job,
+                    job_deserializer=load_job,
+                    default_queue_name=settings.queue,
+                )
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise RedisUnavailableError(
+            f"Redis at {safe_url(settings.redis_url)} unreachable after "
+            f"{settings.redis_connect_attempts} attempts: {exc}"
+        ) from exc
+    raise AssertionError("unreachable")
+
+
+def safe_url(url: str) -> str:
+    """The URL with any password replaced, fit for logs and messages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}" if user else f"{scheme}{sep}***@{host}"

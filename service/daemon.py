@@ -1,0 +1,134 @@
+"""The daemon: registers tunings, enqueues their cases, and keeps Redis in agreement with the store.
+
+Reconciliation runs at start, every `reconcile_interval_s`, and at once when the daemon finds
+that Redis lost the fleet's state (the epoch key is gone): every unfinished case that has neither
+a queue entry nor a live lease is enqueued again, once; its recorded steps are kept in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import structlog
+from redis.exceptions import RedisError
+
+from service import keys
+from service.client import TunefleetClient
+from service.models.jobs import CASE_FUNCTION, CaseJob
+from service.models.status import SubmitReport
+from service.store import TuningStore
+
+log = structlog.get_logger()
+
+EPOCH_CHECK_S = 1.0
+
+
+class Daemon:
+    """One daemon per fleet (more are harmless: every action is idempotent)."""
+
+    def __init__(self, client: TunefleetClient) -> None:
+        self.client = client
+        self.settings = client.settings
+        self.stopping = asyncio.Event()
+
+    async def start(self, tuning_files: list[Path]) -> dict[str, SubmitReport]:
+        """Register the tunings, enqueue their cases, and give failed cases another go."""
+        reports = {}
+        for file in tuning_files:
+            config = await self.client.register(file)
+            reports[config.name] = await self.client.submit_path(config.name, config.cases)
+            again = await self.client.requeue_failed(config.name)
+            log.info(
+                "tuning_started",
+                tuning=config.name,
+                accepted=len(reports[config.name].accepted),
+                duplicates=len(reports[config.name].duplicates),
+                refused=len(reports[config.name].refused),
+                requeued_failed=len(again),
+            )
+            for refusal in reports[config.name].refused:
+                log.error("case_refused", tuning=config.name, file=refusal.file, error=refusal.error)
+        await self.client.redis.set(keys.epoch(), str(time.time()))
+        await self.reconcile()
+        return reports
+
+    async def reconcile(self) -> int:
+        """Enqueue every orphaned unfinished case; how many were enqueued."""
+        total = 0
+        for name in self.client.store.tuning_names():
+            total += await self._reconcile_tuning(self.client.store.tuning(name))
+        if total:
+            log.info("reconciled", requeued=total)
+        return total
+
+    async def _reconcile_tuning(self, tuning: TuningStore) -> int:
+        redis = self.client.redis
+        unfinished = [c for c in tuning.latest_revs() if not c.result_file.exists()]
+        jobs = [CaseJob(tuning=tuning.name, case=c.case_id, rev=c.rev) for c in unfinished]
+        async with redis.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                pipe.zscore(self.settings.queue, job.job_id)
+                pipe.exists(keys.lease(job.job_id))
+            replies = await pipe.execute()
+        enqueued = 0
+        for i, job in enumerate(jobs):
+            queued, leased = replies[2 * i], replies[2 * i + 1]
+            if queued is not None or leased:
+                continue
+            await redis.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
+            if await redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
+                enqueued += 1
+                await self.client._sink().emit(
+                    "case_requeued",
+                    tuning.name,
+                    case=job.case,
+                    rev=job.rev,
+                    detail="reconciled: no queue entry and no lease",
+                )
+        return enqueued
+
+    async def recover_if_lost(self) -> bool:
+        """If Redis lost the fleet's state, restore what the store knows; True when it did."""
+        redis = self.client.redis
+        if await redis.exists(keys.epoch()):
+            return False
+        log.warning("redis_state_lost", action="restoring from the store")
+        for name in self.client.store.tuning_names():
+            await self._restore_tuning(self.client.store.tuning(name))
+        await redis.set(keys.epoch(), str(time.time()))
+        await self.reconcile()
+        return True
+
+    async def _restore_tuning(self, tuning: TuningStore) -> None:
+        redis = self.client.redis
+        counts: dict[str, int] = {"queued": 0}
+        for case in tuning.latest_revs():
+            counts["queued"] += 1
+            result = case.result()
+            if result is not None:
+                counts[f"state:{result.state}"] = counts.get(f"state:{result.state}", 0) + 1
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(keys.tunings(), tuning.name)
+            pipe.delete(keys.stats(tuning.name))
+            pipe.hset(keys.stats(tuning.name), mapping=counts)
+            await pipe.execute()
+
+    async def run(self) -> None:
+        """Watch for Redis loss every second and reconcile periodically, until `stopping` is set."""
+        last = time.monotonic()
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), EPOCH_CHECK_S)
+            if self.stopping.is_set():
+                break
+            try:
+                if await self.recover_if_lost():
+                    last = time.monotonic()
+                elif time.monotonic() - last >= self.settings.reconcile_interval_s:
+                    await self.reconcile()
+                    last = time.monotonic()
+            except (OSError, RedisError) as exc:
+                log.warning("daemon_tick_failed", error=str(exc))

@@ -1,0 +1,117 @@
+"""`tunefleet demo`: the demo tuning end to end with live progress, then the result table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from service import keys
+from service.client import TunefleetClient
+from service.daemon import Daemon
+from service.models.status import ResultRow
+from service.render import results_table, status_table
+from service.settings import FleetSettings
+
+REFRESH_S = 0.5
+EVENT_ROWS = 12
+
+
+async def recent_events(client: TunefleetClient, count: int) -> Table:
+    table = Table("event", "case", "try", "detail", title="latest events", title_justify="left")
+    entries = await client.redis.xrevrange(keys.events(), count=count)
+    for _, fields in reversed(entries):
+        event = json.loads(fields[b"event"])
+        where = f"{event.get('phase', '')}/{event.get('attempt', '')}" if event.get("phase") else ""
+        table.add_row(event["kind"], event.get("case", ""), where, (event.get("detail") or "")[:70])
+    return table
+
+
+async def start_workers(count: int) -> list[asyncio.subprocess.Process]:
+    return [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "workers",
+            env={**os.environ, "TUNEFLEET_LOG_FORMAT": "json"},
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        for _ in range(count)
+    ]
+
+
+async def stop_workers(processes: list[asyncio.subprocess.Process], grace_s: float) -> None:
+    for proc in processes:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in processes:
+        try:
+            await asyncio.wait_for(proc.wait(), grace_s + 5)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def run_demo(settings: FleetSettings, tuning_file: Path, workers: int, timeout_s: float) -> int:
+    """0 when every demo case reached the outcome it declares."""
+    console = Console()
+    async with TunefleetClient(settings) as client:
+        daemon = Daemon(client)
+        reports = await daemon.start([tuning_file])
+        name = next(iter(reports))
+        total = len(list(client.tuning_store(name).latest_revs()))
+        processes = await start_workers(workers)
+        watcher = asyncio.create_task(daemon.run())
+        try:
+            await _follow(client, name, total, timeout_s, console)
+        finally:
+            daemon.stopping.set()
+            await watcher
+            await stop_workers(processes, settings.stop_grace_s)
+        rows = client.results(name)
+    console.print(results_table(rows))
+    return _summary(console, rows)
+
+
+async def _follow(client: TunefleetClient, name: str, total: int, timeout_s: float, console: Console) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        while True:
+            status = await client.status()
+            tuning = next((t for t in status.tunings if t.name == name), None)
+            finished = (tuning.completed + tuning.difficult + tuning.failed) if tuning else 0
+            live.update(
+                Group(
+                    status_table(status),
+                    await recent_events(client, EVENT_ROWS),
+                    f"{finished}/{total} cases finished",
+                )
+            )
+            if finished >= total or loop.time() > deadline:
+                return
+            await asyncio.sleep(REFRESH_S)
+
+
+def _summary(console: Console, rows: list[ResultRow]) -> int:
+    missed = [r for r in rows if r.expected is not None and not r.met]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    console.print(", ".join(f"{state} {n}" for state, n in sorted(counts.items())))
+    if missed:
+        console.print(
+            f"[red]{len(missed)} case(s) did not reach their declared outcome:[/red] "
+            + ", ".join(r.case for r in missed)
+        )
+        return 1
+    console.print(f"[green]all {len(rows)} cases reached their declared outcome[/green]")
+    return 0

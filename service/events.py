@@ -1,0 +1,69 @@
+"""Emitting events: one line in the tuning's `events.jsonl`, one entry in the Redis stream, and the
+live counters the event moves, in one round trip."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from redis.asyncio import Redis
+
+from service import keys
+from service.models.events import Event
+from service.store import Store
+
+log = structlog.get_logger()
+
+COST_SCALE = 1_000_000
+"""Cost is counted in micro-dollars so that Redis can add it atomically as an integer."""
+
+
+def counter_moves(event: Event) -> dict[str, int]:
+    """The live counters of a tuning that an event changes, and by how much."""
+    moves: dict[str, int] = {}
+    if event.kind in ("case_completed", "case_difficult", "case_failed", "case_cancelled"):
+        moves["state:" + event.kind.removeprefix("case_")] = 1
+    elif event.kind == "case_queued":
+        moves["queued"] = 1
+    elif event.kind == "case_requeued":
+        moves["requeued"] = 1
+    elif event.kind == "step_finished" and event.step is not None:
+        outcome = event.data.get("outcome", "ok")
+        moves[f"steps:{event.step}"] = 1
+        if event.step == "run":
+            moves[f"runs:{outcome}"] = 1
+    if event.tokens:
+        moves["tokens"] = event.tokens
+    if event.cost_usd:
+        moves["cost_usd_micros"] = round(event.cost_usd * COST_SCALE)
+    return moves
+
+
+class EventSink:
+    """Where every process of the fleet sends its events."""
+
+    def __init__(self, redis: Redis, store: Store, events_max: int, worker: str | None = None) -> None:
+        self.redis = redis
+        self._store = store
+        self._events_max = events_max
+        self._worker = worker
+
+    async def emit(self, kind: str, tuning: str, **fields: Any) -> Event:
+        data = fields.pop("data", {})
+        event = Event(
+            at=datetime.now(UTC), kind=kind, tuning=tuning, worker=self._worker, data=data, **fields
+        )
+        self._store.tuning(tuning).append_event(event)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xadd(
+                keys.events(),
+                {"event": event.model_dump_json(exclude_defaults=True)},
+                maxlen=self._events_max,
+                approximate=True,
+            )
+            for field, amount in counter_moves(event).items():
+                pipe.hincrby(keys.stats(tuning), field, amount)
+            await pipe.execute()
+        log.info(kind, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
+        return event

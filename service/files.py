@@ -1,0 +1,71 @@
+"""Atomic file writes and validated reads: the only way tunefleet touches its JSON files."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from service.errors import StoreError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_model(path: Path, model: BaseModel) -> None:
+    write_atomic(path, (model.model_dump_json(indent=2) + "\n").encode())
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode())
+
+
+def describe_validation(error: ValidationError) -> str:
+    """One line per problem: `field.path: what was expected`."""
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        parts.append(f"field {where!r}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def read_model(path: Path, model: type[M]) -> M | None:
+    """The validated model in `path`, None if the file does not exist; StoreError if it is invalid."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {exc}") from exc
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise StoreError(f"{path}: {describe_validation(exc)}") from exc
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line with a single write on an O_APPEND descriptor (whole lines, never interleaved)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line.rstrip("\n") + "\n").encode())
+    finally:
+        os.close(fd)

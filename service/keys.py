@@ -1,0 +1,121 @@
+"""Every Redis key tunefleet uses, built in one place (arq's own keys come from arq.constants).
+
+Ownership is documented in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from arq.constants import (
+    abort_jobs_ss,
+    in_progress_key_prefix,
+    job_key_prefix,
+    result_key_prefix,
+    retry_key_prefix,
+)
+
+PREFIX = "tf"
+
+
+def lease(job_id: str) -> str:
+    """STRING, PX: the fencing token of the worker running the case."""
+    return f"{PREFIX}:lease:{job_id}"
+
+
+def holder(job_id: str) -> str:
+    """STRING: the last token granted for the case; deleted on a clean release (lease-loss detection)."""
+    return f"{PREFIX}:holder:{job_id}"
+
+
+def losses(job_id: str) -> str:
+    """STRING counter: how often the case's lease expired under a worker."""
+    return f"{PREFIX}:losses:{job_id}"
+
+
+def fence() -> str:
+    """STRING counter: the fleet-wide source of fencing tokens (case leases and the lock)."""
+    return f"{PREFIX}:fence"
+
+
+def lock(tuning: str) -> str:
+    """STRING, PX: the improvements lock of a tuning; holds the holder's fencing token."""
+    return f"{PREFIX}:lock:{tuning}"
+
+
+def lock_pending(tuning: str) -> str:
+    """STRING, PX: set while an apply waits for or holds the lock; run starts may wait on it."""
+    return f"{PREFIX}:lock-pending:{tuning}"
+
+
+def version(tuning: str) -> str:
+    """STRING: the current system version (commit) of a tuning; set only by a fenced publish."""
+    return f"{PREFIX}:version:{tuning}"
+
+
+def breaker() -> str:
+    """HASH: the fleet-wide sandbox circuit breaker."""
+    return f"{PREFIX}:breaker"
+
+
+def events() -> str:
+    """STREAM: every tuning's events, capped."""
+    return f"{PREFIX}:events"
+
+
+def stats(tuning: str) -> str:
+    """HASH: live counters of a tuning (states, runs by outcome, tokens, cost)."""
+    return f"{PREFIX}:stats:{tuning}"
+
+
+def running(tuning: str) -> str:
+    """HASH: job id -> JSON of the running case (worker, step, since)."""
+    return f"{PREFIX}:running:{tuning}"
+
+
+def workers() -> str:
+    """ZSET: worker name -> last heartbeat (ms)."""
+    return f"{PREFIX}:workers"
+
+
+def worker(name: str) -> str:
+    """STRING, PX: JSON of a worker's slots and cases."""
+    return f"{PREFIX}:worker:{name}"
+
+
+def tunings() -> str:
+    """SET: the names of the tunings the fleet knows."""
+    return f"{PREFIX}:tunings"
+
+
+def paused() -> str:
+    """STRING: present while the fleet is paused (no run starts)."""
+    return f"{PREFIX}:paused"
+
+
+def cancelled(tuning: str) -> str:
+    """SET: case ids of a tuning that are cancelled ("*" for the whole tuning)."""
+    return f"{PREFIX}:cancelled:{tuning}"
+
+
+def arq_in_progress(job_id: str) -> str:
+    return in_progress_key_prefix + job_id
+
+
+def arq_job(job_id: str) -> str:
+    return job_key_prefix + job_id
+
+
+def arq_result(job_id: str) -> str:
+    return result_key_prefix + job_id
+
+
+def arq_retry(job_id: str) -> str:
+    return retry_key_prefix + job_id
+
+
+def arq_abort() -> str:
+    return abort_jobs_ss
+
+
+def epoch() -> str:
+    """STRING: set by the daemon; its absence means Redis lost the fleet's state."""
+    return f"{PREFIX}:epoch"

@@ -1,0 +1,31 @@
+"""Events: one per step and per change of state, kept in the store and streamed through Redis."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.models.records import Phase, StepName
+
+
+class Event(BaseModel):
+    """One thing that happened in a tuning; `kind` is a snake_case name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    tuning: str
+    case: str | None = None
+    rev: int | None = None
+    phase: Phase | None = None
+    attempt: int | None = None
+    step: StepName | None = None
+    worker: str | None = None
+    detail: str | None = None
+    duration_ms: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    data: dict[str, Any] = Field(default_factory=dict)

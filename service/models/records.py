@@ -1,0 +1,157 @@
+"""What each step leaves in an attempt's folder, and what a finished case leaves in its own.
+
+The command adapters write `run.json`, `feedback.json` and `apply.json` themselves; their JSON
+Schemas (`tunefleet schema`) are the adapter contract.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.models.case import Slug, State
+
+Phase = Literal["nomem", "mem"]
+Verdict = Literal["pass", "fail", "void"]
+StepName = Literal["run", "analyze", "apply"]
+
+
+class Usage(BaseModel):
+    """Tokens and money one step spent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cost_usd: float = Field(default=0.0, ge=0)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=round(self.cost_usd + other.cost_usd, 6),
+        )
+
+
+class RunOutput(BaseModel):
+    """What a runner writes to its `output` file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer: str = Field(default="", description="The agent's final answer.")
+    turns: int = Field(default=0, ge=0)
+    skills_loaded: list[str] = Field(default_factory=list, description="Skills the agent loaded.")
+    error: str | None = Field(default=None, description="Set when the agent itself failed.")
+    usage: Usage = Field(default_factory=Usage)
+
+
+class RunRecord(BaseModel):
+    """`run.json`: one run of the agent on a case."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(description="The system commit the run worked on.")
+    work: str = Field(description="The run's own folder in the attempt (memory, workspace, log).")
+    started_at: datetime
+    duration_ms: int = Field(ge=0)
+    exit_code: int
+    void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
+    output: RunOutput = Field(default_factory=RunOutput)
+    missed_skills: list[str] = Field(default_factory=list)
+    memory_in: bool = Field(default=False, description="The run started from a copy of a memory.")
+
+
+class Improvement(BaseModel):
+    """One change an analysis proposes: to the prose (the system) or to the dataset (the case)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: Literal["prose", "dataset"]
+    change: str = Field(min_length=1, description="What to change; its first line is the lead.")
+
+    @property
+    def lead(self) -> str:
+        return self.change.strip().splitlines()[0].strip()
+
+
+class Feedback(BaseModel):
+    """`feedback.json`: the meta agent's grading of one run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Verdict
+    done: bool = Field(description="The case passed: no further try in this phase.")
+    rubric: dict[str, float] = Field(default_factory=dict, description="Rubric item id -> score in 0..1.")
+    improvements: list[Improvement] = Field(default_factory=list)
+    summary: str = ""
+    infra: str | None = Field(default=None, description="With verdict void: what broke.")
+    usage: Usage = Field(default_factory=Usage)
+
+    def dataset_only(self) -> str | None:
+        """The `specification: ...` reason when every finding targets the case and none the prose."""
+        dataset = [i for i in self.improvements if i.target == "dataset"]
+        if not dataset or any(i.target == "prose" for i in self.improvements):
+            return None
+        return "specification: " + "; ".join(i.lead for i in dataset)
+
+    def prose(self) -> list[Improvement]:
+        return [i for i in self.improvements if i.target == "prose"]
+
+
+class ApplyOutput(BaseModel):
+    """What an applier writes to its `output` file after editing the worktree."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    structural: str | None = Field(default=None, description="A change it must not make by itself.")
+    skills: list[str] = Field(default_factory=list, description="Skills the next run should load.")
+    summary: str = ""
+    usage: Usage = Field(default_factory=Usage)
+
+
+class ApplyRecord(BaseModel):
+    """`apply.json`: the result of applying one analysis's prose improvements."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_version: str
+    version: str | None = Field(description="The published commit, or None when nothing changed.")
+    output: ApplyOutput
+    fence: int = Field(description="The improvements lock's fencing token the apply held.")
+
+
+class CaseResult(BaseModel):
+    """`result.json`: how a case ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case: Slug
+    rev: int
+    state: State
+    phase: Phase | None = None
+    reason: str | None = None
+    at: datetime
+    usage: Usage = Field(default_factory=Usage)
+    steps: int = Field(default=0, ge=0, description="Recorded steps (runs, analyses, applies).")
+
+
+class Note(BaseModel):
+    """A line of a case's `notes.jsonl`: a grading or a difficulty worth keeping with the case."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+    kind: Literal["graded", "difficult", "failed"]
+    rev: int
+    phase: Phase | None = None
+    attempt: int | None = None
+    verdict: Verdict | None = None
+    rubric: dict[str, float] = Field(default_factory=dict)
+    text: str
+    worker: str | None = None

@@ -1,0 +1,152 @@
+"""The read side: fleet status from the live counters (no scans), results and case detail from the store."""
+
+from __future__ import annotations
+
+import json
+
+from redis.asyncio import Redis
+
+from service import keys
+from service.events import COST_SCALE
+from service.files import read_model
+from service.models.records import ApplyRecord, Feedback, RunRecord
+from service.models.status import (
+    AttemptView,
+    CaseDetail,
+    FleetStatus,
+    ResultRow,
+    TuningStatus,
+    WorkerStatus,
+)
+from service.store import TuningStore
+
+
+def _tuning_status(
+    name: str, stats: dict[bytes, bytes], running: dict[bytes, bytes], version: bytes | None
+) -> TuningStatus:
+    counts = {k.decode(): int(v) for k, v in stats.items()}
+    by_step: dict[str, int] = {}
+    for raw in running.values():
+        step = json.loads(raw).get("step", "?")
+        by_step[step] = by_step.get(step, 0) + 1
+    finished = sum(counts.get(f"state:{s}", 0) for s in ("completed", "difficult", "failed", "cancelled"))
+    submitted = counts.get("queued", 0)
+    return TuningStatus(
+        name=name,
+        submitted=submitted,
+        running=len(running),
+        running_by_step=by_step,
+        waiting=max(0, submitted - finished - len(running)),
+        completed=counts.get("state:completed", 0),
+        difficult=counts.get("state:difficult", 0),
+        failed=counts.get("state:failed", 0),
+        cancelled=counts.get("state:cancelled", 0),
+        runs_by_outcome={k.removeprefix("runs:"): v for k, v in counts.items() if k.startswith("runs:")},
+        tokens=counts.get("tokens", 0),
+        cost_usd=counts.get("cost_usd_micros", 0) / COST_SCALE,
+        version=version.decode() if version else None,
+    )
+
+
+async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
+    """Everything `tunefleet status` shows, in two round trips whatever the number of cases."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.smembers(keys.tunings())
+        pipe.zcard(queue)
+        pipe.hgetall(keys.breaker())
+        pipe.exists(keys.paused())
+        pipe.zrange(keys.workers(), 0, -1, withscores=True)
+        names_raw, depth, breaker, paused, workers_raw = await pipe.execute()
+    names = sorted(n.decode() for n in names_raw)
+    worker_names = [w.decode() for w, _ in workers_raw]
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.hgetall(keys.stats(name))
+            pipe.hgetall(keys.running(name))
+            pipe.get(keys.version(name))
+        for worker in worker_names:
+            pipe.get(keys.worker(worker))
+        replies = await pipe.execute()
+    tunings = [_tuning_status(n, *replies[i * 3 : i * 3 + 3]) for i, n in enumerate(names)]
+    workers = []
+    for (name, seen), raw in zip(workers_raw, replies[len(names) * 3 :], strict=True):
+        if raw is None:
+            continue
+        info = json.loads(raw)
+        workers.append(
+            WorkerStatus(name=name.decode(), slots=info["slots"], cases=info["cases"], last_seen_ms=int(seen))
+        )
+    running = sum(t.running for t in tunings)
+    return FleetStatus(
+        queue_depth=max(0, int(depth) - running),
+        in_progress=running,
+        breaker={k.decode(): v.decode() for k, v in breaker.items()},
+        paused=bool(paused),
+        workers=workers,
+        tunings=tunings,
+    )
+
+
+def results(store: TuningStore) -> list[ResultRow]:
+    """One row per case (its newest rev), finished or not."""
+    rows = []
+    for case_store in store.latest_revs():
+        case = case_store.load_case()
+        result = case_store.result()
+        expected = None
+        met = None
+        if case is not None and case.expect is not None:
+            expected = case.expect.state + (f": {case.expect.reason}" if case.expect.reason else "")
+            if result is not None:
+                met = result.state == case.expect.state and (
+                    case.expect.reason is None or (result.reason or "").startswith(case.expect.reason)
+                )
+        rows.append(
+            ResultRow(
+                case=case_store.case_id,
+                rev=case_store.rev,
+                state=result.state if result else "unfinished",
+                reason=result.reason if result else None,
+                tokens=result.usage.tokens if result else 0,
+                cost_usd=result.usage.cost_usd if result else 0.0,
+                expected=expected,
+                met=met,
+            )
+        )
+    return rows
+
+
+def case_detail(store: TuningStore, case_id: str) -> CaseDetail | None:
+    """Every attempt of a case's newest rev, void tries included, in loop order."""
+    revs = [c for c in store.case_revs() if c.case_id == case_id]
+    if not revs:
+        return None
+    case_store = revs[-1]
+    attempts = []
+    for phase in ("nomem", "mem"):
+        folder = case_store.root / phase
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir(), key=lambda p: (int(p.name.split(".")[0]), p.name)):
+            if not path.is_dir():
+                continue
+            analysis = path / "analysis.md"
+            attempts.append(
+                AttemptView(
+                    phase=phase,  # type: ignore[arg-type]
+                    attempt=int(path.name.split(".")[0]),
+                    folder=path.name,
+                    run=read_model(path / "run.json", RunRecord),
+                    feedback=read_model(path / "feedback.json", Feedback),
+                    apply=read_model(path / "apply.json", ApplyRecord),
+                    analysis=analysis.read_text() if analysis.exists() else None,
+                )
+            )
+    result = case_store.result()
+    return CaseDetail(
+        tuning=store.name,
+        case=case_id,
+        rev=case_store.rev,
+        result=result.model_dump(mode="json") if result else None,
+        attempts=attempts,
+    )

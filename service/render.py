@@ -1,0 +1,106 @@
+"""Rich renderings shared by the CLI commands: status, results, one case."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from service.models.status import CaseDetail, FleetStatus, ResultRow
+
+STATE_STYLE = {"completed": "green", "difficult": "yellow", "failed": "red", "cancelled": "magenta"}
+
+
+def status_table(status: FleetStatus) -> Group:
+    breaker = status.breaker.get("state", "closed")
+    head = Text.assemble(
+        ("queue ", "bold"),
+        str(status.queue_depth),
+        "  ",
+        ("running ", "bold"),
+        str(status.in_progress),
+        "  ",
+        ("workers ", "bold"),
+        str(len(status.workers)),
+        "  ",
+        ("breaker ", "bold"),
+        (breaker, "red" if breaker == "open" else "green"),
+        ("  PAUSED" if status.paused else "", "bold red"),
+    )
+    table = Table(
+        "tuning",
+        "submitted",
+        "waiting",
+        "running",
+        "completed",
+        "difficult",
+        "failed",
+        "tokens",
+        "cost $",
+        title=None,
+    )
+    for t in status.tunings:
+        steps = ", ".join(f"{k} {v}" for k, v in sorted(t.running_by_step.items()))
+        table.add_row(
+            t.name,
+            str(t.submitted),
+            str(t.waiting),
+            f"{t.running} {steps}".strip(),
+            str(t.completed),
+            str(t.difficult),
+            str(t.failed),
+            f"{t.tokens:,}",
+            f"{t.cost_usd:.4f}",
+        )
+    return Group(head, table)
+
+
+def results_table(rows: list[ResultRow]) -> Table:
+    show_expected = any(r.expected for r in rows)
+    columns = ["case", "rev", "state", "reason", "tokens", "cost $"]
+    if show_expected:
+        columns += ["declared", "met"]
+    table = Table(*columns)
+    for r in rows:
+        cells = [
+            r.case,
+            str(r.rev),
+            Text(r.state, STATE_STYLE.get(r.state, "")),
+            r.reason or "",
+            f"{r.tokens:,}",
+            f"{r.cost_usd:.4f}",
+        ]
+        if show_expected:
+            met = "" if r.met is None else ("yes" if r.met else "NO")
+            cells += [r.expected or "", Text(met, "green" if r.met else "bold red")]
+        table.add_row(*cells)
+    return table
+
+
+def case_view(detail: CaseDetail) -> Group:
+    parts: list[Table | Text] = [Text(f"{detail.tuning} / {detail.case} r{detail.rev}", style="bold")]
+    if detail.result:
+        parts.append(Text(f"result: {detail.result['state']} {detail.result.get('reason') or ''}"))
+    table = Table("try", "version", "verdict", "rubric", "summary", "improvements", "apply")
+    for a in detail.attempts:
+        fb = a.feedback
+        rubric = " ".join(f"{k}={v:g}" for k, v in fb.rubric.items()) if fb else ""
+        improvements = "\n".join(f"[{i.target}] {i.lead}" for i in fb.improvements) if fb else ""
+        applied = ""
+        if a.apply:
+            applied = (
+                f"structural: {a.apply.output.structural}"
+                if a.apply.output.structural
+                else ((a.apply.version or "no change")[:10])
+            )
+        table.add_row(
+            f"{a.phase}/{a.folder}",
+            a.run.version[:10] if a.run else "",
+            fb.verdict if fb else "",
+            rubric,
+            fb.summary if fb else "",
+            improvements,
+            applied,
+        )
+    parts.append(table)
+    return Group(*parts)

@@ -1,0 +1,32 @@
+"""The JSON Schemas of every file and payload at a boundary (`tunefleet schema`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from service.models.case import Case
+from service.models.events import Event
+from service.models.jobs import CaseJob
+from service.models.records import ApplyOutput, ApplyRecord, CaseResult, Feedback, Note, RunOutput, RunRecord
+from service.models.tuning import TuningConfig
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "case": Case,
+    "tuning": TuningConfig,
+    "run-output": RunOutput,
+    "run-record": RunRecord,
+    "feedback": Feedback,
+    "apply-output": ApplyOutput,
+    "apply-record": ApplyRecord,
+    "case-result": CaseResult,
+    "note": Note,
+    "event": Event,
+    "case-job": CaseJob,
+}
+
+
+def schemas(names: list[str] | None = None) -> dict[str, Any]:
+    chosen = names or list(SCHEMAS)
+    return {name: SCHEMAS[name].model_json_schema() for name in chosen}

@@ -1,0 +1,74 @@
+"""Fleet-wide settings: environment (`TUNEFLEET_*`), an optional YAML file, then defaults.
+
+Built once at an entry point (CLI command, worker, daemon) and passed down explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+CONFIG_ENV = "TUNEFLEET_CONFIG"
+
+
+class FleetSettings(BaseSettings):
+    """Everything a fleet process needs to find Redis and the store, and how it paces itself."""
+
+    model_config = SettingsConfigDict(env_prefix="TUNEFLEET_", extra="forbid")
+
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="redis:// or rediss:// (TLS).")
+    redis_password: SecretStr | None = None
+    redis_sentinels: list[str] = Field(default_factory=list, description="host:port of Sentinels.")
+    redis_sentinel_master: str = "mymaster"
+    redis_connect_timeout_s: float = Field(default=5.0, gt=0)
+    redis_connect_attempts: int = Field(default=10, ge=1)
+
+    store: Path = Field(default=Path(".store"), description="The shared store folder.")
+    queue: str = Field(default="tf:queue", description="The arq queue's sorted set.")
+
+    concurrency: int = Field(default=10, ge=1, description="Cases one worker process runs at once.")
+    poll_delay_s: float = Field(default=0.2, gt=0)
+    lease_s: float = Field(default=10.0, gt=0, description="A running case's lease; renewed every third.")
+    stop_grace_s: float = Field(default=10.0, gt=0, description="TERM-to-KILL wait for agent processes.")
+    max_lease_losses: int = Field(default=5, ge=1, description="Lost leases before a case ends failed.")
+
+    lock_lease_s: float = Field(default=30.0, gt=0, description="The improvements lock's lease.")
+    wait_for_apply: bool = Field(default=True, description="Run starts wait for a pending apply.")
+    wait_for_apply_max_s: float = Field(default=300.0, ge=0)
+
+    breaker_probe_base_s: float = Field(default=2.0, gt=0)
+    breaker_probe_max_s: float = Field(default=60.0, gt=0)
+
+    reconcile_interval_s: float = Field(default=30.0, gt=0)
+    events_max: int = Field(default=100_000, ge=100, description="Events kept in the Redis stream.")
+
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8321, ge=0, le=65535)
+    api_token: SecretStr | None = Field(default=None, description="Bearer token for case submission.")
+
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(CONFIG_ENV)
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=Path(config_file)))
+        return tuple(sources)

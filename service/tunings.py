@@ -1,0 +1,51 @@
+"""Reading a tuning file and registering the tuning in the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from service.errors import ConfigError
+from service.files import describe_validation
+from service.models.tuning import CommandAdapter, DemoAdapter, TuningConfig
+from service.store import TuningStore
+from service.system import SystemRepo
+
+
+def load_tuning_file(path: Path) -> TuningConfig:
+    """The tuning in `path`, relative paths resolved against the file's folder."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with name, system and cases")
+    try:
+        config = TuningConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {describe_validation(exc)}") from exc
+    base = path.parent.resolve()
+    updates: dict[str, object] = {"system": base / config.system, "cases": base / config.cases}
+    for role in ("runner", "analyzer", "applier"):
+        adapter = getattr(config, role)
+        if isinstance(adapter, DemoAdapter) and adapter.outage_file is not None:
+            updates[role] = adapter.model_copy(update={"outage_file": base / adapter.outage_file})
+        elif isinstance(adapter, CommandAdapter) and adapter.cwd is not None:
+            updates[role] = adapter.model_copy(update={"cwd": base / adapter.cwd})
+        elif isinstance(adapter, CommandAdapter):
+            updates[role] = adapter.model_copy(update={"cwd": base})
+    if not Path(str(updates["system"])).is_dir():
+        raise ConfigError(f"{path}: field 'system': folder {updates['system']} does not exist")
+    return config.model_copy(update=updates)
+
+
+async def register(store: TuningStore, config: TuningConfig) -> str:
+    """Write the tuning's config into the store and import its system (once); the first version."""
+    store.root.mkdir(parents=True, exist_ok=True)
+    store.write_config(config)
+    repo = SystemRepo(store.repo, store.snapshots, store.worktrees)
+    return await repo.init_from(config.system)

@@ -1,0 +1,268 @@
+"""The command adapters against a real script agent: exit codes, timeouts, cancellation, sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.models.case import Case, RubricItem
+from service.models.records import ApplyOutput, Feedback, RunRecord
+from service.models.tuning import CommandAdapter, SandboxConfig
+from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunRequest
+from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner, PlaceholderError
+from workers.adapters.sandbox import SandboxMounts, SandboxProber, wrap_argv
+
+AGENT = str(Path(__file__).parent / "agents" / "contract_agent.py")
+CASE = Case(id="c1", input="say hello", rubric=[RubricItem(id="r1", text="says hello")])
+GRACE_S = 5.0
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _agent(mode: str, *step: str, pid_file: str = "{attempt_dir}/agent.pid") -> list[str]:
+    return [sys.executable, AGENT, "--mode", mode, "--pid-file", pid_file, *step]
+
+
+def _runner_argv(mode: str, pid_file: str = "{attempt_dir}/agent.pid") -> list[str]:
+    return _agent(
+        mode, "run", "--input", "{input}", "--output", "{output}", "--memory", "{memory}", pid_file=pid_file
+    )
+
+
+def _run_request(tmp_path: Path) -> RunRequest:
+    attempt_dir = tmp_path / "attempt"
+    for folder in ("attempt", "system", "memory", "workspace"):
+        (tmp_path / folder).mkdir()
+    case_file = tmp_path / "case.json"
+    case_file.write_text(CASE.model_dump_json())
+    input_file = attempt_dir / "input.json"
+    input_file.write_text(json.dumps({"input": CASE.input, "case": CASE.id, "rev": CASE.rev}))
+    return RunRequest(
+        tuning="t1",
+        case=CASE,
+        phase="nomem",
+        attempt=1,
+        case_file=case_file,
+        attempt_dir=attempt_dir,
+        log_file=attempt_dir / "run.log",
+        run_index=1,
+        version="abc123",
+        system_dir=tmp_path / "system",
+        memory_dir=tmp_path / "memory",
+        workspace_dir=tmp_path / "workspace",
+        input_file=input_file,
+        output_file=attempt_dir / "output.json",
+    )
+
+
+def _analyze_request(tmp_path: Path) -> AnalyzeRequest:
+    base = _run_request(tmp_path)
+    run = RunRecord(version="abc123", work="run-1", started_at=datetime.now(UTC), duration_ms=5, exit_code=0)
+    run_file = base.attempt_dir / "run.json"
+    run_file.write_text(run.model_dump_json())
+    return AnalyzeRequest(
+        **base.model_dump(include={"tuning", "case", "phase", "attempt", "case_file", "attempt_dir"}),
+        log_file=base.attempt_dir / "analyze.log",
+        run=run,
+        run_file=run_file,
+        system_dir=base.system_dir,
+        memory_dir=base.memory_dir,
+        workspace_dir=base.workspace_dir,
+        brief_file=base.attempt_dir / "brief.json",
+        feedback_file=base.attempt_dir / "feedback.json",
+        analysis_file=base.attempt_dir / "analysis.md",
+    )
+
+
+def _pids(pid_file: Path) -> list[int]:
+    return [int(line) for line in pid_file.read_text().split()]
+
+
+def _is_gone(pid: int) -> bool:
+    """Gone, or a zombie waiting for a reaper that is not us (it runs nothing any more)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+async def test_normal_run_writes_valid_output(tmp_path: Path) -> None:
+    """A run exiting 0 with a valid output file yields that output; its stdout and stderr are logged."""
+    request = _run_request(tmp_path)
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv("normal")), GRACE_S).run(request)
+    assert outcome.exit_code == 0 and outcome.void is None and outcome.sandbox_down is None
+    assert outcome.output is not None and outcome.output.answer == "done: say hello"
+    log_text = request.log_file.read_text()
+    assert "working on case c1" in log_text and "a warning on stderr" in log_text
+    assert (request.memory_dir / "memory.md").exists()
+
+
+async def test_hung_runner_is_killed_at_timeout(tmp_path: Path) -> None:
+    """A runner that hangs is killed at its timeout, its process is gone, and the run is void."""
+    request = _run_request(tmp_path)
+    config = CommandAdapter(argv=_runner_argv("hang"), timeout_s=1.0)
+    outcome = await CommandRunner(config, GRACE_S).run(request)
+    assert outcome.void == "timed out after 1 s" and outcome.output is None
+    [pid] = _pids(request.attempt_dir / "agent.pid")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
+    """A timeout ends the agent's children too, not only the agent."""
+    request = _run_request(tmp_path)
+    config = CommandAdapter(argv=_runner_argv("fork"), timeout_s=1.0)
+    outcome = await CommandRunner(config, GRACE_S).run(request)
+    assert outcome.void is not None
+    pids = _pids(request.attempt_dir / "agent.pid")
+    assert len(pids) == 2 and all(_is_gone(pid) for pid in pids)
+
+
+async def test_sandbox_exit_code_is_sandbox_down(tmp_path: Path) -> None:
+    """The configured sandbox exit code means the sandbox is down, quoting the runner's last log line."""
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv("sandbox")), GRACE_S).run(
+        _run_request(tmp_path)
+    )
+    assert outcome.sandbox_down == "runner exited 75: bwrap: cannot create the namespace"
+    assert outcome.void is None and outcome.output is None
+
+
+@pytest.mark.parametrize("mode", ["oom", "sigkill"])
+async def test_memory_kill_is_void(tmp_path: Path, mode: str) -> None:
+    """Exit 137 or death by SIGKILL makes the run void: killed for memory."""
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv(mode)), GRACE_S).run(
+        _run_request(tmp_path)
+    )
+    assert outcome.exit_code in (137, -9)
+    assert outcome.void == "killed for memory (exit 137)" and outcome.output is None
+
+
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [("crash", "runner exited 3 without writing output.json"), ("bad-json", "invalid RunOutput")],
+)
+async def test_failed_run_is_still_a_run(tmp_path: Path, mode: str, error: str) -> None:
+    """A runner that fails or writes a broken output file still made a run, whose output carries the error."""
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv(mode)), GRACE_S).run(
+        _run_request(tmp_path)
+    )
+    assert outcome.void is None and outcome.sandbox_down is None
+    assert outcome.output is not None and error in (outcome.output.error or "")
+
+
+@pytest.mark.parametrize(("mode", "grace_s"), [("hang", 30.0), ("stubborn", 0.5)])
+async def test_cancel_ends_the_agent_within_grace(tmp_path: Path, mode: str, grace_s: float) -> None:
+    """Cancelling a run ends the agent (by TERM, or by KILL once the grace period is over) and re-raises."""
+    request = _run_request(tmp_path)
+    fifo = tmp_path / "pid.fifo"
+    os.mkfifo(fifo)
+    runner = CommandRunner(CommandAdapter(argv=_runner_argv(mode, pid_file=str(fifo))), grace_s)
+    task = asyncio.create_task(runner.run(request))
+    [pid] = [int(line) for line in (await asyncio.to_thread(fifo.read_text)).split()]
+    cancelled_at = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - cancelled_at < grace_s + 2.0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_unknown_placeholder_is_a_config_error() -> None:
+    """An argv template naming a placeholder the step lacks is refused when the adapter is built."""
+    with pytest.raises(PlaceholderError, match=r"argv\[2\].*unknown placeholder \{worktree\}"):
+        CommandRunner(CommandAdapter(argv=["agent", "run", "{worktree}"]), GRACE_S)
+
+
+async def test_analyzer_writes_valid_feedback(tmp_path: Path) -> None:
+    """An analyzer that exits 0 leaves feedback that validates, and a clean StepExit."""
+    request = _analyze_request(tmp_path)
+    argv = _agent(
+        "normal", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}"
+    )
+    step = await CommandAnalyzer(CommandAdapter(argv=argv), GRACE_S).analyze(request)
+    assert step.exit_code == 0 and step.error is None and not step.timed_out
+    assert Feedback.model_validate_json(request.feedback_file.read_text()).verdict == "pass"
+
+
+async def test_analyzer_invalid_feedback_is_left_for_the_caller(tmp_path: Path) -> None:
+    """Invalid feedback still exits 0; the file is there and its validation names the bad field."""
+    request = _analyze_request(tmp_path)
+    argv = _agent(
+        "bad-json", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}"
+    )
+    step = await CommandAnalyzer(CommandAdapter(argv=argv), GRACE_S).analyze(request)
+    assert step.exit_code == 0 and step.error is None
+    with pytest.raises(ValidationError) as caught:
+        Feedback.model_validate_json(request.feedback_file.read_text())
+    assert ("verdict",) in [error["loc"] for error in caught.value.errors()]
+
+
+async def test_hung_analyzer_times_out(tmp_path: Path) -> None:
+    """An analyzer that hangs is ended at its timeout and says so in its StepExit."""
+    request = _analyze_request(tmp_path)
+    argv = _agent("hang", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}")
+    step = await CommandAnalyzer(CommandAdapter(argv=argv, timeout_s=1.0), GRACE_S).analyze(request)
+    assert step.timed_out and step.error == "timed out after 1 s"
+    assert _is_gone(_pids(request.attempt_dir / "agent.pid")[0])
+
+
+async def test_applier_edits_worktree(tmp_path: Path) -> None:
+    """An applier edits its worktree and writes a valid ApplyOutput."""
+    base = _run_request(tmp_path)
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    request = ApplyRequest(
+        **base.model_dump(include={"tuning", "case", "phase", "attempt", "case_file", "attempt_dir"}),
+        log_file=base.attempt_dir / "apply.log",
+        feedback=Feedback(verdict="fail", done=False),
+        feedback_file=base.attempt_dir / "feedback.json",
+        worktree_dir=worktree,
+        output_file=base.attempt_dir / "apply-output.json",
+    )
+    argv = _agent("normal", "apply", "--worktree", "{worktree}", "--output", "{output}")
+    step = await CommandApplier(CommandAdapter(argv=argv), GRACE_S).apply(request)
+    assert step.exit_code == 0
+    assert ApplyOutput.model_validate_json(request.output_file.read_text()).summary == "added a rule"
+    assert (worktree / "rules.md").read_text() == "- rule: be-brief\n"
+
+
+@needs_bwrap
+async def test_bubblewrap_run_sees_only_its_writable_dirs(tmp_path: Path) -> None:
+    """Under bubblewrap the agent runs and writes its output, while the system snapshot stays read-only."""
+    request = _run_request(tmp_path)
+    config = CommandAdapter(argv=_runner_argv("normal"), sandbox=SandboxConfig(kind="bubblewrap"))
+    outcome = await CommandRunner(config, GRACE_S).run(request)
+    assert outcome.output is not None and outcome.output.error is None
+    probe = CommandAdapter(argv=["touch", "{system}/x"], sandbox=SandboxConfig(kind="bubblewrap"))
+    denied = await CommandRunner(probe, GRACE_S).run(request)
+    assert denied.exit_code != 0 and not (request.system_dir / "x").exists()
+
+
+def test_container_wrap_mounts_paths_and_passes_env_by_name() -> None:
+    """A container mounts inputs read-only, writable dirs read-write, and passes env by name only."""
+    mounts = SandboxMounts(
+        writable=[Path("/s/ws")], readonly=[Path("/s/sys")], cwd=Path("/s/ws"), env_names=["KEY"]
+    )
+    argv = wrap_argv(["agent", "go"], SandboxConfig(kind="docker", image="img:1"), mounts)
+    assert argv[:4] == ["docker", "run", "--rm", "-i"] and argv[-3:] == ["img:1", "agent", "go"]
+    assert "/s/sys:/s/sys:ro" in argv and "/s/ws:/s/ws" in argv and argv[argv.index("-e") + 1] == "KEY"
+
+
+async def test_prober_reports_why_the_sandbox_is_down() -> None:
+    """The prober says nothing without a sandbox, and a reason when the probe command fails."""
+    assert await SandboxProber(SandboxConfig(kind="none")).probe() is None
+    failing = SandboxConfig(kind="bubblewrap", probe_argv=[sys.executable, "-c", "raise SystemExit('no ns')"])
+    assert await SandboxProber(failing).probe() == "sandbox probe exited 1: no ns"
+    if shutil.which("bwrap"):
+        assert await SandboxProber(SandboxConfig(kind="bubblewrap")).probe() is None

@@ -1,0 +1,162 @@
+"""Run one agent process: argv (never a shell), its own process group, a timeout, clean cancellation.
+
+The child's stdout and stderr go straight to the log file, opened for appending, so a line reaches
+the log as soon as the child writes it and a straggler holding the file open can never block us.
+Whatever way the process ends (exit, timeout, cancellation), its whole group is signalled
+(TERM, then KILL once the group has had `grace_s` to exit) so nothing it started outlives it.
+Processes it killed but nobody reaped (orphans under an init that does not reap) are zombies:
+they run nothing and are not waited for; run workers under a reaping init (tini, `--init`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger()
+
+TAIL_BYTES = 4096
+"""How much of the end of the log is read to find the process's last line."""
+GROUP_POLL_S = 0.05
+"""How often a terminating group is checked for processes still running."""
+PROC_DIR = Path("/proc")
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """What to run and how long to let it run."""
+
+    argv: Sequence[str]
+    log_file: Path
+    timeout_s: float
+    grace_s: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """How the process ended; `exit_code` is negative for a signal (-9: SIGKILL)."""
+
+    exit_code: int
+    duration_ms: int
+    timed_out: bool = False
+    start_error: str | None = None
+    last_line: str = ""
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of the group still runs (a zombie waiting for its reaper does not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not PROC_DIR.is_dir():
+        return True
+    for stat_file in PROC_DIR.glob("[0-9]*/stat"):
+        try:
+            state, _ppid, pgrp = stat_file.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if pgrp == str(pgid) and state not in ("Z", "X"):
+            return True
+    return False
+
+
+async def _end_group(pgid: int, waiter: asyncio.Future[int], grace_s: float) -> None:
+    """TERM the group, give it up to `grace_s` to exit (leader and children), then KILL what is left."""
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    try:
+        await asyncio.wait({waiter}, timeout=grace_s)
+        # No event tells when a process group empties: poll, bounded by the deadline.
+        while _group_running(pgid) and time.monotonic() < deadline:
+            await asyncio.sleep(GROUP_POLL_S)
+    finally:
+        # Always reached, even if this wait is itself cancelled: stragglers get no second chance.
+        _signal_group(pgid, signal.SIGKILL)
+    await asyncio.wait({waiter})
+
+
+def _last_line(log_file: Path, start_offset: int) -> str:
+    """The last non-empty line the process wrote to the log (bytes before `start_offset` are not its)."""
+    try:
+        with log_file.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(start_offset, size - TAIL_BYTES))
+            tail = handle.read()
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.decode("utf-8", errors="replace").splitlines()]
+    return next((line for line in reversed(lines) if line), "")
+
+
+def _elapsed_ms(started: float) -> int:
+    return max(0, int((time.monotonic() - started) * 1000))
+
+
+async def run_process(spec: ProcessSpec) -> ProcessResult:
+    """Run `spec.argv` to its end, its timeout, or the caller's cancellation (which is re-raised)."""
+    spec.log_file.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with spec.log_file.open("ab") as log_handle:
+        start_offset = log_handle.tell()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *spec.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_handle,
+                stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, **spec.env},
+                cwd=spec.cwd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
+            log_handle.write(f"tunefleet: {error}\n".encode())
+            log.warning("agent_process_start_failed", argv0=spec.argv[0], error=error)
+            return ProcessResult(exit_code=127, duration_ms=_elapsed_ms(started), start_error=error)
+    log.info(
+        "agent_process_started",
+        pid=proc.pid,
+        argv=list(spec.argv),
+        cwd=str(spec.cwd) if spec.cwd else None,
+        env_keys=sorted(spec.env),
+        timeout_s=spec.timeout_s,
+    )
+    waiter: asyncio.Future[int] = asyncio.ensure_future(proc.wait())
+    try:
+        done, _ = await asyncio.wait({waiter}, timeout=spec.timeout_s)
+    except asyncio.CancelledError:
+        log.info("agent_process_cancelled", pid=proc.pid, grace_s=spec.grace_s)
+        await _end_group(proc.pid, waiter, spec.grace_s)
+        raise
+    timed_out = not done
+    if timed_out:
+        log.warning("agent_process_timed_out", pid=proc.pid, timeout_s=spec.timeout_s)
+    duration_ms = _elapsed_ms(started)
+    # Also after a normal exit: whatever the leader left running in its group goes with it.
+    await _end_group(proc.pid, waiter, spec.grace_s)
+    exit_code = waiter.result()
+    log.info("agent_process_ended", pid=proc.pid, exit_code=exit_code, duration_ms=duration_ms)
+    return ProcessResult(
+        exit_code=exit_code,
+        duration_ms=duration_ms,
+        timed_out=timed_out,
+        last_line=_last_line(spec.log_file, start_offset),
+    )

@@ -1,0 +1,83 @@
+"""The context one running case carries through the loop: where it is, what it holds, how it reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import BaseModel
+
+from service import keys
+from service.events import EventSink
+from service.files import write_atomic, write_model
+from service.models.case import Case
+from service.models.records import Phase, StepName
+from service.settings import FleetSettings
+from service.store import CaseStore
+from workers.breaker import BreakerGate
+from workers.lease import CaseLease
+from workers.tuning import TuningRuntime
+
+
+class CaseRun:
+    """One case being run by this worker under one lease."""
+
+    def __init__(
+        self,
+        *,
+        settings: FleetSettings,
+        tuning: TuningRuntime,
+        case: Case,
+        store: CaseStore,
+        lease: CaseLease,
+        sink: EventSink,
+        gate: BreakerGate,
+        worker: str,
+    ) -> None:
+        self.settings = settings
+        self.tuning = tuning
+        self.case = case
+        self.store = store
+        self.lease = lease
+        self.sink = sink
+        self.gate = gate
+        self.worker = worker
+        self.log = structlog.get_logger().bind(tuning=tuning.name, case=case.id, rev=case.rev, worker=worker)
+
+    @property
+    def job_id(self) -> str:
+        return self.lease.job_id
+
+    def work_name(self, step: StepName) -> str:
+        """This lease's private folder name for a step, so a stale holder's agents never collide."""
+        return f"{step}-{self.lease.token}"
+
+    async def write(self, path: Path, model: BaseModel) -> None:
+        """A fenced write: refused (LeaseLost) once the lease has moved on."""
+        await self.lease.check()
+        write_model(path, model)
+
+    async def write_bytes(self, path: Path, data: bytes) -> None:
+        await self.lease.check()
+        write_atomic(path, data)
+
+    async def emit(self, kind: str, **fields: Any) -> None:
+        await self.sink.emit(kind, self.tuning.name, case=self.case.id, rev=self.case.rev, **fields)
+
+    async def at(self, step: StepName | None, phase: Phase | None = None, attempt: int | None = None) -> None:
+        """Record where the case is now, for status and the dashboard (None: it left the fleet)."""
+        redis = self.sink.redis
+        if step is None:
+            await redis.hdel(keys.running(self.tuning.name), self.job_id)  # type: ignore[misc]
+            return
+        state = {
+            "case": self.case.id,
+            "rev": self.case.rev,
+            "worker": self.worker,
+            "step": step,
+            "phase": phase,
+            "attempt": attempt,
+        }
+        await redis.hset(keys.running(self.tuning.name), self.job_id, json.dumps(state))  # type: ignore[misc]

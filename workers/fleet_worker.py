@@ -1,0 +1,135 @@
+"""arq's Worker, made fit for hours-long cases on a fleet.
+
+- Claims set arq's in-progress key for one lease, not the job timeout; the case's heartbeat
+  renews it (workers.lease), so a dead worker's case is claimable again within a lease.
+- `finish_job` acts only while the lease is still this process's token, in one script: a worker
+  that wakes after losing its lease cannot touch the new owner's keys.
+- SIGTERM/SIGINT: stop claiming at once, cancel the running cases (their agents get the grace
+  period), let each give its case back to the queue, exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Any
+
+import structlog
+from arq import Worker, func
+
+from service import keys
+from service.models.jobs import CASE_FUNCTION, dump_job, load_job
+from workers.jobs import run_case
+from workers.runtime import WorkerRuntime
+
+log = structlog.get_logger()
+
+CASE_TIMEOUT_S = 30 * 24 * 3600
+"""A case may run for days; leases, not arq's timeout, bound a dead worker's hold."""
+MAX_TRIES = 1_000_000
+"""Infrastructure interruptions never use up a case's tries; lease losses are counted instead."""
+KEEP_RESULT_S = 24 * 3600
+
+FINISH = """
+-- KEYS: lease holder losses in_progress retry job abort queue result
+-- ARGV: token finish result result_ms incr job_id
+local cur = redis.call('GET', KEYS[1])
+if ARGV[1] == '' then
+  if cur then return 0 end
+elseif cur ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
+if ARGV[2] == '1' then
+  if ARGV[3] ~= '' then
+    if tonumber(ARGV[4]) > 0 then
+      redis.call('SET', KEYS[9], ARGV[3], 'PX', ARGV[4])
+    else
+      redis.call('SET', KEYS[9], ARGV[3])
+    end
+  end
+  redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
+  redis.call('ZREM', KEYS[7], ARGV[6])
+  redis.call('ZREM', KEYS[8], ARGV[6])
+elseif tonumber(ARGV[5]) > 0 then
+  redis.call('ZINCRBY', KEYS[8], ARGV[5], ARGV[6])
+end
+return 1
+"""
+
+
+class FleetWorker(Worker):
+    """An arq worker whose jobs are leased cases."""
+
+    def __init__(self, runtime: WorkerRuntime, *, burst: bool = False) -> None:
+        settings = runtime.settings
+        super().__init__(
+            functions=[func(run_case, name=CASE_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES)],
+            redis_pool=runtime.redis,
+            ctx={"runtime": runtime},
+            queue_name=settings.queue,
+            max_jobs=settings.concurrency,
+            poll_delay=settings.poll_delay_s,
+            keep_result=KEEP_RESULT_S,
+            job_serializer=dump_job,
+            job_deserializer=load_job,
+            health_check_interval=60,
+            burst=burst,
+        )
+        self.runtime = runtime
+        self.in_progress_timeout_s = settings.lease_s
+        self._stopping = False
+
+    async def finish_job(
+        self,
+        job_id: str,
+        finish: bool,
+        result_data: bytes | None,
+        result_timeout_s: float | None,
+        keep_result_forever: bool,
+        incr_score: int | None,
+        keep_in_progress: float | None,
+    ) -> None:
+        token = self.runtime.leases.pop(job_id, None)
+        result_ms = 0 if keep_result_forever or not result_timeout_s else int(result_timeout_s * 1000)
+        done = await self.pool.eval(  # type: ignore[misc]
+            FINISH,
+            9,
+            keys.lease(job_id),
+            keys.holder(job_id),
+            keys.losses(job_id),
+            keys.arq_in_progress(job_id),
+            keys.arq_retry(job_id),
+            keys.arq_job(job_id),
+            keys.arq_abort(),
+            self.queue_name,
+            keys.arq_result(job_id),
+            "" if token is None else str(token),
+            "1" if finish else "0",
+            result_data or b"",
+            result_ms,
+            incr_score or 0,
+            job_id,
+        )
+        if not done:
+            log.info("finish_skipped_not_owner", job_id=job_id, token=token)
+
+    def handle_sig(self, signum: Any) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self.allow_pick_jobs = False
+        log.info("worker_stopping", signal=signal.Signals(signum).name, running=len(self.job_tasks))
+        for task in list(self.job_tasks.values()):
+            task.cancel()
+        self.loop.create_task(self._stop_when_released())
+
+    async def _stop_when_released(self) -> None:
+        pending = [t for t in self.tasks.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.runtime.settings.stop_grace_s + 5)
+        for task in self.tasks.values():
+            if not task.done():
+                task.cancel()
+        if self.main_task is not None:
+            self.main_task.cancel()

@@ -1,0 +1,73 @@
+"""The arq job function: one case, under a lease, to its end or until the worker lets it go."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from arq import Retry
+from redis.exceptions import RedisError
+
+from service.errors import CaseFileError
+from service.models.jobs import CaseJob
+from service.models.records import CaseResult
+from workers.case import CaseRun
+from workers.errors import LeaseLost
+from workers.loop import finish, run_loop
+from workers.runtime import WorkerRuntime
+from workers.tasks import watched
+
+log = structlog.get_logger()
+
+
+async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """Run one case; the returned dict is arq's job result (JSON)."""
+    runtime: WorkerRuntime = ctx["runtime"]
+    job = CaseJob.model_validate(payload)
+    lease, lost = await runtime.acquire(job)
+    structlog.contextvars.bind_contextvars(tuning=job.tuning, case=job.case, rev=job.rev, worker=runtime.name)
+    try:
+        cr = runtime.case_run(job, lease)
+    except CaseFileError as exc:
+        log.error("case_unreadable", error=str(exc))
+        return {"error": str(exc)}
+    try:
+        if lost > runtime.settings.max_lease_losses:
+            result = await finish(cr, "failed", None, f"poison: the case lost its lease {lost} times")
+        else:
+            result = await supervised(cr)
+    except LeaseLost as exc:
+        log.warning("lease_lost", error=str(exc))
+        await _quietly(cr.emit("lease_lost", detail=str(exc)))
+        return {"lease_lost": lease.token}
+    except RedisError as exc:
+        log.warning("redis_lost_mid_case", error=str(exc))
+        await _quietly(lease.requeue())
+        raise Retry(defer=runtime.settings.poll_delay_s) from None
+    except asyncio.CancelledError:
+        await asyncio.shield(_let_go(cr))
+        raise
+    await _quietly(cr.at(None))
+    return {"state": result.state, "reason": result.reason, "steps": result.steps}
+
+
+async def supervised(cr: CaseRun) -> CaseResult:
+    """The loop, with the lease's heartbeat beside it: a lost lease stops the loop at once."""
+    async with watched(cr.lease.heartbeat()):
+        return await run_loop(cr)
+
+
+async def _let_go(cr: CaseRun) -> None:
+    """The worker is stopping: give the case back to the queue so another worker resumes it."""
+    if await _quietly(cr.lease.requeue()):
+        await _quietly(cr.emit("case_requeued", detail="the worker stopped"))
+    await _quietly(cr.at(None))
+
+
+async def _quietly(awaitable: Any) -> Any:
+    try:
+        return await awaitable
+    except (RedisError, OSError, LeaseLost) as exc:
+        log.warning("bookkeeping_failed", error=str(exc))
+        return None

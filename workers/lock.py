@@ -1,0 +1,158 @@
+"""The improvements lock: one apply at a time per tuning, fleet-wide, with fencing.
+
+Each grant takes a fresh token from the fleet's fence counter. The holder renews its lease while
+it works; a new system version becomes current only through PUBLISH, which checks in one atomic
+step that the token still holds the lock. An applier that was paused past its lease is refused.
+A pending-apply set lets run starts wait for applies under way (`wait_for_apply`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service import keys
+from workers.errors import LockLost
+from workers.tasks import watched
+
+log = structlog.get_logger()
+
+_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
+
+ACQUIRE = """
+-- KEYS: lock fence ; ARGV: lease_ms
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
+return token
+"""
+
+RENEW = """
+-- KEYS: lock ; ARGV: token lease_ms
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+RELEASE = """
+-- KEYS: lock ; ARGV: token
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
+PUBLISH = """
+-- KEYS: lock version ; ARGV: token new_version
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"""
+
+MARK_PENDING = f"""
+-- KEYS: pending ; ARGV: member ttl_ms (ttl_ms 0 removes)
+{_NOW_MS}
+if tonumber(ARGV[2]) == 0 then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+"""
+
+COUNT_PENDING = f"""
+-- KEYS: pending
+{_NOW_MS}
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+"""
+
+
+class LockHold:
+    """A granted improvements lock: its token, and whether it was lost."""
+
+    def __init__(self, redis: Redis, tuning: str, token: int, lease_ms: int) -> None:
+        self._redis = redis
+        self.tuning = tuning
+        self.token = token
+        self.lease_ms = lease_ms
+        self.lost = False
+
+    async def renew(self) -> None:
+        ok = await self._redis.eval(RENEW, 1, keys.lock(self.tuning), self.token, self.lease_ms)  # type: ignore[misc]
+        if not ok:
+            self.lost = True
+            raise LockLost(f"tuning {self.tuning}: improvements lock {self.token} lost")
+
+    async def publish(self, version: str) -> None:
+        """Make `version` current, only if this token still holds the lock; else LockLost."""
+        ok = await self._redis.eval(  # type: ignore[misc]
+            PUBLISH, 2, keys.lock(self.tuning), keys.version(self.tuning), self.token, version
+        )
+        if not ok:
+            self.lost = True
+            raise LockLost(f"tuning {self.tuning}: publish of {version[:12]} refused, lock {self.token} lost")
+
+    async def keep_alive(self) -> None:
+        """Renew every third of the lease until cancelled; raises LockLost when refused."""
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            try:
+                await self.renew()
+            except RedisError as exc:
+                log.warning("lock_renew_failed", tuning=self.tuning, error=str(exc))
+
+
+class ImprovementsLock:
+    """The fleet-wide lock of one tuning's system."""
+
+    def __init__(self, redis: Redis, tuning: str, lease_s: float, poll_s: float = 0.05) -> None:
+        self._redis = redis
+        self.tuning = tuning
+        self.lease_ms = int(lease_s * 1000)
+        self._poll_s = poll_s
+
+    async def try_acquire(self) -> LockHold | None:
+        token = await self._redis.eval(ACQUIRE, 2, keys.lock(self.tuning), keys.fence(), self.lease_ms)  # type: ignore[misc]
+        return LockHold(self._redis, self.tuning, int(token), self.lease_ms) if int(token) else None
+
+    async def release(self, hold: LockHold) -> bool:
+        return bool(await self._redis.eval(RELEASE, 1, keys.lock(self.tuning), hold.token))  # type: ignore[misc]
+
+    @asynccontextmanager
+    async def held(self, member: str) -> AsyncIterator[LockHold]:
+        """Wait for the lock (marked pending meanwhile), hold it with a renewing lease, release it."""
+        pending_ttl_ms = self.lease_ms * 4
+        await self._mark_pending(member, pending_ttl_ms)
+        try:
+            hold = await self._wait()
+            try:
+                async with watched(hold.keep_alive()):
+                    yield hold
+            finally:
+                await asyncio.shield(self.release(hold))
+        finally:
+            await asyncio.shield(self._mark_pending(member, 0))
+
+    async def _wait(self) -> LockHold:
+        while True:
+            hold = await self.try_acquire()
+            if hold is not None:
+                return hold
+            await asyncio.sleep(self._poll_s * (0.5 + random.random()))
+
+    async def _mark_pending(self, member: str, ttl_ms: int) -> None:
+        await self._redis.eval(MARK_PENDING, 1, keys.lock_pending(self.tuning), member, ttl_ms)  # type: ignore[misc]
+
+    async def pending(self) -> int:
+        """How many applies are waiting for or holding the lock."""
+        return int(await self._redis.eval(COUNT_PENDING, 1, keys.lock_pending(self.tuning)))  # type: ignore[misc]
+
+    async def wait_idle(self, max_wait_s: float, poll_s: float) -> float:
+        """Wait (at most `max_wait_s`) until no apply is pending; the seconds waited."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        while await self.pending() and loop.time() - began < max_wait_s:
+            await asyncio.sleep(poll_s)
+        return loop.time() - began

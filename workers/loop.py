@@ -1,0 +1,183 @@
+"""The case loop of SPEC.md, top to bottom.
+
+Phase `nomem`: tries without memory until one passes; phase `mem`: tries again from the memory
+the passing run wrote. Every step is skipped when its result is already in the attempt's folder,
+so calling `run_loop` again after any interruption carries on at the first missing step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from service.files import read_model, write_json
+from service.models.records import (
+    ApplyRecord,
+    CaseResult,
+    Feedback,
+    Note,
+    Phase,
+    RunRecord,
+    Usage,
+)
+from workers.case import CaseRun
+from workers.errors import CaseFault, VoidsExhausted
+from workers.steps.analyze import analyze_step
+from workers.steps.apply import apply_step
+from workers.steps.run import run_step
+
+
+@dataclass(frozen=True)
+class Passed:
+    """A phase ended with a passing try."""
+
+    attempt: int
+    memory: Path
+
+
+@dataclass(frozen=True)
+class Difficult:
+    """A phase ended without a pass that further tries could bring."""
+
+    phase: Phase
+    reason: str
+
+
+async def run_loop(cr: CaseRun) -> CaseResult:
+    """Run the case to its end (or return the result it already has)."""
+    done = cr.store.result()
+    if done is not None:
+        return done
+    try:
+        nomem = await run_phase(cr, "nomem", cr.tuning.config.tries, None, out_of_tries="wrong")
+        if isinstance(nomem, Difficult):
+            return await finish(cr, "difficult", nomem.phase, nomem.reason)
+        mem = await run_phase(cr, "mem", cr.tuning.config.mem_tries, nomem.memory, out_of_tries="memory")
+        if isinstance(mem, Difficult):
+            return await finish(cr, "difficult", mem.phase, mem.reason)
+        await cr.lease.check()
+        kept = cr.tuning.store.submit_memory(cr.case.id, cr.case.rev, mem.memory)
+        await cr.emit("memory_submitted", phase="mem", attempt=mem.attempt, detail=str(kept))
+        return await finish(cr, "completed", "mem", None)
+    except CaseFault as fault:
+        return await finish(cr, "failed", None, str(fault))
+
+
+async def run_phase(
+    cr: CaseRun, phase: Phase, tries: int, memory: Path | None, out_of_tries: str
+) -> Passed | Difficult:
+    for attempt in range(1, tries + 1):
+        run, feedback = await try_once(cr, phase, attempt, memory)
+        if feedback.done:
+            return Passed(attempt, cr.store.attempt(phase, attempt).root / run.work / "memory")
+        reason = feedback.dataset_only()
+        if reason is not None:
+            return Difficult(phase, reason)
+        if attempt < tries:
+            applied = await apply_step(cr, phase, attempt, feedback)
+            if applied.output.structural is not None:
+                return Difficult(phase, f"structural: {applied.output.structural}")
+    return Difficult(phase, out_of_tries)
+
+
+async def try_once(
+    cr: CaseRun, phase: Phase, attempt: int, memory: Path | None
+) -> tuple[RunRecord, Feedback]:
+    """Run and analyze; a void run is set aside and the try runs again, up to `max_voids` in a row."""
+    while True:
+        run = await run_step(cr, phase, attempt, memory)
+        feedback = await analyze_step(cr, phase, attempt, run)
+        if feedback.verdict != "void":
+            return run, feedback
+        await cr.lease.check()
+        aside = cr.store.set_aside(phase, attempt)
+        await cr.emit(
+            "attempt_set_aside",
+            phase=phase,
+            attempt=attempt,
+            detail=f"void: {feedback.infra}",
+            data={"folder": aside.name},
+        )
+        in_a_row = voids_in_a_row(cr, phase, attempt)
+        if in_a_row >= cr.tuning.config.max_voids:
+            await mark_voids_seen(cr, phase, attempt)
+            raise VoidsExhausted(f"{in_a_row} void runs in a row, the last: {feedback.infra}")
+
+
+def voids_in_a_row(cr: CaseRun, phase: Phase, attempt: int) -> int:
+    """Voids of this try since the case last ended failed for voids (those were counted then)."""
+    seen = _void_baseline(cr).get(f"{phase}-{attempt}", 0)
+    return len(cr.store.voids(phase, attempt)) - seen
+
+
+def _void_baseline(cr: CaseRun) -> dict[str, int]:
+    try:
+        data = json.loads(cr.store.voids_file.read_text())
+    except FileNotFoundError:
+        return {}
+    return {str(k): int(v) for k, v in data.items()}
+
+
+async def mark_voids_seen(cr: CaseRun, phase: Phase, attempt: int) -> None:
+    baseline = _void_baseline(cr)
+    baseline[f"{phase}-{attempt}"] = len(cr.store.voids(phase, attempt))
+    await cr.lease.check()
+    write_json(cr.store.voids_file, baseline)
+
+
+def case_usage(cr: CaseRun) -> tuple[Usage, int]:
+    """Tokens and cost of every recorded step (void tries included), and how many steps there were."""
+    total = Usage()
+    steps = 0
+    for phase in ("nomem", "mem"):
+        folder = cr.store.root / phase
+        if not folder.is_dir():
+            continue
+        for attempt_dir in folder.iterdir():
+            run = read_model(attempt_dir / "run.json", RunRecord)
+            feedback = read_model(attempt_dir / "feedback.json", Feedback)
+            applied = read_model(attempt_dir / "apply.json", ApplyRecord)
+            for usage in (
+                run.output.usage if run else None,
+                feedback.usage if feedback and not (run and run.void) else None,
+                applied.output.usage if applied else None,
+            ):
+                if usage is not None:
+                    total += usage
+                    steps += 1
+    return total, steps
+
+
+async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | None) -> CaseResult:
+    usage, steps = case_usage(cr)
+    result = CaseResult.model_validate(
+        {
+            "case": cr.case.id,
+            "rev": cr.case.rev,
+            "state": state,
+            "phase": phase,
+            "reason": reason,
+            "at": datetime.now(UTC),
+            "usage": usage.model_dump(),
+            "steps": steps,
+        }
+    )
+    await cr.write(cr.store.result_file, result)
+    if state in ("difficult", "failed"):
+        where = {"nomem": "without memory: ", "mem": "with memory: ", None: ""}[phase]
+        cr.store.add_note(
+            Note(
+                at=result.at,
+                kind="difficult" if state == "difficult" else "failed",
+                rev=cr.case.rev,
+                phase=phase,
+                text=f"{where}{reason}",
+                worker=cr.worker,
+            )
+        )
+    await cr.emit(
+        f"case_{state}", phase=phase, detail=reason, data={"steps": steps}, tokens=None, cost_usd=None
+    )
+    return result

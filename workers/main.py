@@ -1,0 +1,63 @@
+"""The worker process: `tunefleet worker` lands here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service import keys
+from service.connection import connect
+from service.settings import FleetSettings
+from workers.fleet_worker import FleetWorker
+from workers.runtime import WorkerRuntime
+
+log = structlog.get_logger()
+
+PRESENCE_INTERVAL_S = 2.0
+
+
+async def announce(redis: Redis, runtime: WorkerRuntime) -> None:
+    """Keep the worker's presence and slots visible to status, until cancelled."""
+    while True:
+        try:
+            async with redis.pipeline(transaction=False) as pipe:
+                pipe.set(
+                    keys.worker(runtime.name),
+                    json.dumps(runtime.describe()),
+                    px=int(PRESENCE_INTERVAL_S * 3000),
+                )
+                pipe.zadd(keys.workers(), {runtime.name: int(time.time() * 1000)})
+                await pipe.execute()
+        except RedisError as exc:
+            log.warning("presence_failed", error=str(exc))
+        await asyncio.sleep(PRESENCE_INTERVAL_S)
+
+
+async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
+    """Claim and run cases until stopped (or, with burst, until the queue is empty)."""
+    redis = await connect(settings)
+    runtime = WorkerRuntime(settings, redis)
+    worker = FleetWorker(runtime, burst=burst)
+    log.info("worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue)
+    try:
+        async with asyncio.TaskGroup() as group:
+            helpers = [group.create_task(runtime.gate.watch()), group.create_task(announce(redis, runtime))]
+            try:
+                await worker.async_run()
+            except asyncio.CancelledError:
+                pass
+            finally:
+                for task in helpers:
+                    task.cancel()
+    finally:
+        await redis.zrem(keys.workers(), runtime.name)
+        await redis.delete(keys.worker(runtime.name))
+        await redis.aclose()
+        log.info(
+            "worker_stopped", worker=runtime.name, complete=worker.jobs_complete, retried=worker.jobs_retried
+        )

@@ -1,0 +1,89 @@
+"""Everything one worker process shares between its cases: settings, Redis, store, breaker, tunings."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import structlog
+from arq import Retry
+from redis.asyncio import Redis
+
+from service.errors import CaseFileError
+from service.events import EventSink
+from service.models.jobs import CaseJob
+from service.settings import FleetSettings
+from service.store import Store
+from workers.adapters.base import Prober
+from workers.breaker import Breaker, BreakerGate
+from workers.case import CaseRun
+from workers.lease import CaseLease
+from workers.tuning import TuningRuntime
+
+log = structlog.get_logger()
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class WorkerRuntime:
+    """The process-wide state of a worker, built once in `main` and handed to every job."""
+
+    def __init__(self, settings: FleetSettings, redis: Redis, name: str | None = None) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.store = Store(settings.store)
+        self.name = name or worker_name()
+        self.sink = EventSink(redis, self.store, settings.events_max, worker=self.name)
+        self.breaker = Breaker(redis, settings.breaker_probe_base_s, settings.breaker_probe_max_s)
+        self.gate = BreakerGate(self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0)
+        self._tunings: dict[str, TuningRuntime] = {}
+        self.leases: dict[str, int] = {}
+        """job id -> the lease token this process holds for it (read by the worker's finish_job)."""
+
+    def tuning(self, name: str) -> TuningRuntime:
+        current = self._tunings.get(name)
+        if current is None or current.is_stale():
+            current = TuningRuntime(
+                self.redis, self.store.tuning(name), self.settings.lock_lease_s, self.settings.stop_grace_s
+            )
+            self._tunings[name] = current
+        return current
+
+    async def _prober_for(self, tuning: str) -> Prober:
+        return self.tuning(tuning).prober
+
+    async def acquire(self, job: CaseJob) -> tuple[CaseLease, int]:
+        """The case's lease, or Retry when another worker still holds it."""
+        lease, lost = await CaseLease.acquire(
+            self.redis, self.settings.queue, job.job_id, self.settings.lease_s
+        )
+        if lease is None:
+            log.info("case_held_elsewhere", job_id=job.job_id)
+            raise Retry(defer=self.settings.lease_s)
+        self.leases[job.job_id] = lease.token
+        return lease, lost
+
+    def case_run(self, job: CaseJob, lease: CaseLease) -> CaseRun:
+        tuning = self.tuning(job.tuning)
+        store = tuning.store.case(job.case, job.rev)
+        case = store.load_case()
+        if case is None:
+            raise CaseFileError(
+                str(store.case_file), "(file)", "the submitted case is missing from the store"
+            )
+        return CaseRun(
+            settings=self.settings,
+            tuning=tuning,
+            case=case,
+            store=store,
+            lease=lease,
+            sink=self.sink,
+            gate=self.gate,
+            worker=self.name,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"worker": self.name, "slots": self.settings.concurrency, "cases": sorted(self.leases)}

@@ -1,0 +1,171 @@
+"""The analyze step: the meta agent grades a run against the case's rubric.
+
+The analyzer works on a private copy of the run's system version; if it edits that copy the edit
+is reported as an event and discarded. Its feedback is validated (schema and rubric ids); an
+analyzer that writes invalid feedback gets one more chance, then the case ends failed naming
+the file and the field.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from service.files import describe_validation, read_model, write_json
+from service.models.case import Case
+from service.models.records import Feedback, Note, Phase, RunRecord
+from service.system import tree_digest
+from workers.adapters.base import AnalyzeRequest
+from workers.case import CaseRun
+from workers.errors import CaseFault
+
+ANALYZER_ROUNDS = 2
+
+
+class FeedbackInvalid(Exception):
+    """Feedback that does not follow the schema or names rubric items the case lacks."""
+
+
+def read_feedback(path_text: str, raw: bytes | None, case: Case) -> Feedback:
+    if raw is None:
+        raise FeedbackInvalid(f"{path_text}: missing (the analyzer wrote no feedback)")
+    try:
+        feedback = Feedback.model_validate_json(raw)
+    except ValidationError as exc:
+        raise FeedbackInvalid(f"{path_text}: {describe_validation(exc)}") from exc
+    unknown = sorted(set(feedback.rubric) - set(case.rubric_ids))
+    if unknown:
+        raise FeedbackInvalid(
+            f"{path_text}: field 'rubric.{unknown[0]}': not a rubric id of case {case.id} "
+            f"(expected one of {', '.join(case.rubric_ids)})"
+        )
+    return feedback
+
+
+def earlier_tries(cr: CaseRun, phase: Phase, attempt: int) -> list[dict[str, object]]:
+    """What the analyzer is told of the case's earlier tries."""
+    earlier: list[dict[str, object]] = []
+    for p, n, paths in cr.store.attempts():
+        if (p, n) == (phase, attempt):
+            break
+        feedback = read_model(paths.feedback, Feedback)
+        if feedback is not None:
+            earlier.append(
+                {
+                    "phase": p,
+                    "attempt": n,
+                    "verdict": feedback.verdict,
+                    "rubric": feedback.rubric,
+                    "summary": feedback.summary,
+                }
+            )
+    return earlier
+
+
+async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) -> Feedback:
+    """The attempt's feedback, running the analyzer only if no valid feedback is recorded yet."""
+    paths = cr.store.attempt(phase, attempt)
+    if run.void is not None:
+        feedback = Feedback(verdict="void", done=False, infra=run.void, summary=run.void)
+        await cr.write(paths.feedback, feedback)
+        return feedback
+    existing = paths.feedback.read_bytes() if paths.feedback.exists() else None
+    if existing is not None:
+        try:
+            return read_feedback(str(paths.feedback), existing, cr.case)
+        except FeedbackInvalid:
+            cr.log.warning("feedback_invalid_rerun", file=str(paths.feedback))
+    work = paths.root / cr.work_name("analyze")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    system = await cr.tuning.repo.private_copy(run.version, work / "system")
+    before = tree_digest(system)
+    run_work = paths.root / run.work
+    write_json(
+        work / "brief.json",
+        {
+            "case": cr.case.model_dump(mode="json"),
+            "phase": phase,
+            "attempt": attempt,
+            "run": run.model_dump(mode="json"),
+            "missed_skills": run.missed_skills,
+            "earlier": earlier_tries(cr, phase, attempt),
+        },
+    )
+    request = AnalyzeRequest(
+        tuning=cr.tuning.name,
+        case=cr.case,
+        phase=phase,
+        attempt=attempt,
+        case_file=cr.store.case_file,
+        attempt_dir=paths.root,
+        log_file=work / "analyze.log",
+        run=run,
+        run_file=paths.run,
+        system_dir=system,
+        memory_dir=run_work / "memory",
+        workspace_dir=run_work / "workspace",
+        brief_file=work / "brief.json",
+        feedback_file=work / "feedback.json",
+        analysis_file=work / "analysis.md",
+    )
+    await cr.at("analyze", phase, attempt)
+    await cr.emit("step_started", step="analyze", phase=phase, attempt=attempt)
+    began = datetime.now(UTC)
+    feedback = await _analyze(cr, request)
+    if tree_digest(system) != before:
+        await cr.emit(
+            "analysis_edited_system",
+            phase=phase,
+            attempt=attempt,
+            detail="the analyzer edited its copy of the system; the edit was discarded",
+        )
+    shutil.rmtree(system, ignore_errors=True)
+    if request.analysis_file.exists():
+        await cr.write_bytes(paths.analysis, request.analysis_file.read_bytes())
+    await cr.write(paths.feedback, feedback)
+    cr.store.add_note(
+        Note(
+            at=datetime.now(UTC),
+            kind="graded",
+            rev=cr.case.rev,
+            phase=phase,
+            attempt=attempt,
+            verdict=feedback.verdict,
+            rubric=feedback.rubric,
+            worker=cr.worker,
+            text=f"void: {feedback.infra}"
+            if feedback.verdict == "void"
+            else (feedback.summary or feedback.verdict),
+        )
+    )
+    await cr.emit(
+        "step_finished",
+        step="analyze",
+        phase=phase,
+        attempt=attempt,
+        duration_ms=int((datetime.now(UTC) - began).total_seconds() * 1000),
+        tokens=feedback.usage.tokens,
+        cost_usd=feedback.usage.cost_usd,
+        detail=f"{feedback.verdict}{', done' if feedback.done else ''}",
+        data={"outcome": feedback.verdict},
+    )
+    return feedback
+
+
+async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> Feedback:
+    problem = ""
+    for _ in range(ANALYZER_ROUNDS):
+        request.feedback_file.unlink(missing_ok=True)
+        exit_ = await cr.tuning.analyzer.analyze(request)
+        raw = request.feedback_file.read_bytes() if request.feedback_file.exists() else None
+        try:
+            return read_feedback(str(request.feedback_file), raw, cr.case)
+        except FeedbackInvalid as exc:
+            problem = str(exc)
+            if exit_.timed_out:
+                problem += " (the analyzer timed out)"
+            cr.log.warning("feedback_invalid", problem=problem, exit_code=exit_.exit_code)
+    raise CaseFault(f"analysis wrote no usable feedback: {problem}")

@@ -1,0 +1,122 @@
+"""The apply step: the applier edits the system under the fleet-wide improvements lock.
+
+It works in a private worktree of the current version and commits there; the commit becomes
+current only through the fenced publish. The commit message carries the attempt's trailer, so an
+apply whose worker died after publishing is found again instead of being paid for twice.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import ValidationError
+
+from service.files import describe_validation, read_model
+from service.models.records import ApplyOutput, ApplyRecord, Feedback, Phase
+from workers.adapters.base import ApplyRequest
+from workers.case import CaseRun
+from workers.errors import CaseFault, LockLost
+from workers.lock import LockHold
+
+TRAILER = "Tunefleet-Attempt"
+OUTPUT_TRAILER = "Tunefleet-Output"
+
+
+def attempt_tag(cr: CaseRun, phase: Phase, attempt: int) -> str:
+    return f"{TRAILER}: {cr.tuning.name}/{cr.case.id}/r{cr.case.rev}/{phase}/{attempt}"
+
+
+async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback) -> ApplyRecord:
+    """The attempt's apply record, running the applier only if this apply was never published."""
+    paths = cr.store.attempt(phase, attempt)
+    while True:
+        recorded = read_model(paths.apply, ApplyRecord)
+        if recorded is not None:
+            return recorded
+        await cr.at("apply", phase, attempt)
+        try:
+            async with cr.tuning.lock.held(cr.job_id) as hold:
+                record = await _apply_holding(cr, phase, attempt, feedback, hold)
+        except LockLost as exc:
+            await cr.emit("apply_abandoned", phase=phase, attempt=attempt, detail=str(exc))
+            continue
+        await cr.write(paths.apply, record)
+        return record
+
+
+async def _apply_holding(
+    cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback, hold: LockHold
+) -> ApplyRecord:
+    paths = cr.store.attempt(phase, attempt)
+    tag = attempt_tag(cr, phase, attempt)
+    current = await cr.tuning.current_version()
+    published = await cr.tuning.repo.find_published(tag, current)
+    if published is not None:
+        output = await _output_of(cr, published)
+        await cr.emit("apply_recovered", phase=phase, attempt=attempt, detail=published[:12])
+        return ApplyRecord(base_version=current, version=published, output=output, fence=hold.token)
+    work = paths.root / cr.work_name("apply")
+    work.mkdir(parents=True, exist_ok=True)
+    await cr.emit("step_started", step="apply", phase=phase, attempt=attempt, data={"fence": hold.token})
+    began = time.monotonic()
+    async with cr.tuning.repo.worktree(current, f"{cr.case.id}-{hold.token}") as tree:
+        request = ApplyRequest(
+            tuning=cr.tuning.name,
+            case=cr.case,
+            phase=phase,
+            attempt=attempt,
+            case_file=cr.store.case_file,
+            attempt_dir=paths.root,
+            log_file=work / "apply.log",
+            feedback=feedback,
+            feedback_file=paths.feedback,
+            worktree_dir=tree,
+            output_file=work / "output.json",
+        )
+        exit_ = await cr.tuning.applier.apply(request)
+        output = _read_output(request, exit_.timed_out)
+        version = None
+        if output.structural is None:
+            message = (
+                f"tunefleet: apply {cr.case.id} {phase}/{attempt}\n\n{output.summary}\n\n"
+                f"{tag}\n{OUTPUT_TRAILER}: {output.model_dump_json()}\n"
+            )
+            version = await cr.tuning.repo.commit(tree, message)
+        if version is not None:
+            await hold.publish(version)
+            await cr.tuning.repo.update_main(version)
+    await cr.emit(
+        "step_finished",
+        step="apply",
+        phase=phase,
+        attempt=attempt,
+        duration_ms=int((time.monotonic() - began) * 1000),
+        tokens=output.usage.tokens,
+        cost_usd=output.usage.cost_usd,
+        detail=f"structural: {output.structural}" if output.structural else (version or "no change")[:12],
+        data={
+            "outcome": "structural" if output.structural else "published" if version else "unchanged",
+            "version": version,
+            "fence": hold.token,
+        },
+    )
+    return ApplyRecord(base_version=current, version=version, output=output, fence=hold.token)
+
+
+def _read_output(request: ApplyRequest, timed_out: bool) -> ApplyOutput:
+    path = request.output_file
+    if not path.exists():
+        why = "timed out" if timed_out else "wrote no output"
+        raise CaseFault(f"{path}: missing (the applier {why})")
+    try:
+        return ApplyOutput.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise CaseFault(f"{path}: {describe_validation(exc)}") from exc
+
+
+async def _output_of(cr: CaseRun, version: str) -> ApplyOutput:
+    message = await cr.tuning.repo.message(version)
+    for line in message.splitlines():
+        if line.startswith(f"{OUTPUT_TRAILER}: "):
+            return ApplyOutput.model_validate_json(line.removeprefix(f"{OUTPUT_TRAILER}: "))
+    return ApplyOutput(summary="recovered from the published commit")

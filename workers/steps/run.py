@@ -1,0 +1,116 @@
+"""The run step: the agent executes the case on a read-only snapshot of the current version."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from service.files import read_model, write_json
+from service.models.records import ApplyRecord, Phase, RunOutput, RunRecord
+from workers.adapters.base import RunRequest
+from workers.case import CaseRun
+
+
+def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
+    """The skills the apply after the previous try made: this run should load them."""
+    if attempt == 1:
+        return []
+    applied = read_model(cr.store.attempt(phase, attempt - 1).apply, ApplyRecord)
+    return list(applied.output.skills) if applied else []
+
+
+async def wait_until_runnable(cr: CaseRun) -> None:
+    """Hold the run start while the sandbox breaker is open or (if configured) an apply is pending."""
+    if cr.gate.is_open:
+        await cr.emit("run_waits_for_sandbox")
+        await cr.gate.wait_closed()
+    if cr.settings.wait_for_apply:
+        await cr.tuning.lock.wait_idle(cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s)
+
+
+async def run_step(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None) -> RunRecord:
+    """The attempt's run record, running the agent only if none is recorded yet."""
+    paths = cr.store.attempt(phase, attempt)
+    while True:
+        recorded = read_model(paths.run, RunRecord)
+        if recorded is not None:
+            return recorded
+        await wait_until_runnable(cr)
+        record = await _run_once(cr, phase, attempt, memory_from)
+        if record is not None:
+            await cr.write(paths.run, record)
+            return record
+
+
+async def _run_once(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None) -> RunRecord | None:
+    """One run of the agent; None when the sandbox was down (the breaker is open, nothing recorded)."""
+    paths = cr.store.attempt(phase, attempt)
+    work = paths.root / cr.work_name("run")
+    shutil.rmtree(work, ignore_errors=True)
+    memory = work / "memory"
+    if memory_from is not None and memory_from.is_dir():
+        shutil.copytree(memory_from, memory)
+    memory.mkdir(parents=True, exist_ok=True)
+    (work / "workspace").mkdir()
+    input_file = work / "input.json"
+    write_json(input_file, {"input": cr.case.input, "case": cr.case.id, "rev": cr.case.rev})
+    version = await cr.tuning.current_version()
+    expected = expected_skills(cr, phase, attempt)
+    request = RunRequest(
+        tuning=cr.tuning.name,
+        case=cr.case,
+        phase=phase,
+        attempt=attempt,
+        case_file=cr.store.case_file,
+        attempt_dir=paths.root,
+        log_file=work / "run.log",
+        run_index=len(cr.store.voids(phase, attempt)) + 1,
+        version=version,
+        system_dir=await cr.tuning.repo.snapshot(version),
+        memory_dir=memory,
+        workspace_dir=work / "workspace",
+        input_file=input_file,
+        output_file=work / "output.json",
+        expected_skills=expected,
+    )
+    await cr.at("run", phase, attempt)
+    await cr.emit("step_started", step="run", phase=phase, attempt=attempt, data={"version": version})
+    started_at = datetime.now(UTC)
+    began = time.monotonic()
+    outcome = await cr.tuning.runner.run(request)
+    if outcome.sandbox_down is not None:
+        await cr.emit("run_sandbox_down", phase=phase, attempt=attempt, detail=outcome.sandbox_down)
+        await cr.gate.report_down(cr.tuning.name, outcome.sandbox_down)
+        return None
+    output = outcome.output
+    loaded = set(output.skills_loaded) if output else set()
+    record = RunRecord(
+        version=version,
+        work=work.name,
+        started_at=started_at,
+        duration_ms=int((time.monotonic() - began) * 1000),
+        exit_code=outcome.exit_code,
+        void=outcome.void,
+        output=output or request_output_missing(outcome.void),
+        missed_skills=[s for s in expected if s not in loaded],
+        memory_in=memory_from is not None,
+    )
+    usage = record.output.usage
+    await cr.emit(
+        "step_finished",
+        step="run",
+        phase=phase,
+        attempt=attempt,
+        duration_ms=record.duration_ms,
+        tokens=usage.tokens,
+        cost_usd=usage.cost_usd,
+        detail=record.void or record.output.error or f"{record.output.turns} turns",
+        data={"outcome": "void" if record.void else "ran", "missed_skills": record.missed_skills},
+    )
+    return record
+
+
+def request_output_missing(void: str | None) -> RunOutput:
+    return RunOutput(error=void or "the runner wrote no output")
