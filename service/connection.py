@@ -6,7 +6,7 @@ import structlog
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from service.errors import RedisUnavailableError
 from service.models.jobs import dump_job, load_job
@@ -38,7 +38,7 @@ async def connect(settings: FleetSettings) -> ArqRedis:
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(settings.redis_connect_attempts),
-            wait=wait_exponential_jitter(initial=0.2, max=5.0),
+            wait=wait_random_exponential(multiplier=0.2, max=5.0),
             retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, OSError)),
             reraise=True,
         ):

@@ -133,7 +133,7 @@ def case_detail(store: TuningStore, case_id: str) -> CaseDetail | None:
             analysis = path / "analysis.md"
             attempts.append(
                 AttemptView(
-                    phase=phase,  # type: ignore[arg-type]
+                    phase=phase,
                     attempt=int(path.name.split(".")[0]),
                     folder=path.name,
                     run=read_model(path / "run.json", RunRecord),

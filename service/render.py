@@ -62,7 +62,7 @@ def results_table(rows: list[ResultRow]) -> Table:
         columns += ["declared", "met"]
     table = Table(*columns)
     for r in rows:
-        cells = [
+        cells: list[str | Text] = [
             r.case,
             str(r.rev),
             Text(r.state, STATE_STYLE.get(r.state, "")),

@@ -69,6 +69,9 @@ class Breaker:
 
     def __init__(self, redis: Redis, base_s: float, max_s: float) -> None:
         self._redis = redis
+        self._trip = redis.register_script(TRIP)
+        self._claim = redis.register_script(CLAIM_PROBE)
+        self._result = redis.register_script(PROBE_RESULT)
         self.base_ms = int(base_s * 1000)
         self.max_ms = int(max_s * 1000)
 
@@ -78,7 +81,7 @@ class Breaker:
 
     async def trip(self, reason: str, tuning: str) -> bool:
         """Open the breaker; True if this call opened it."""
-        opened = await self._redis.eval(TRIP, 1, keys.breaker(), reason, self.base_ms, tuning)  # type: ignore[misc]
+        opened = await self._trip([keys.breaker()], [reason, self.base_ms, tuning])
         return bool(opened)
 
     async def tuning(self) -> str | None:
@@ -87,15 +90,13 @@ class Breaker:
         return value.decode() if value else None
 
     async def claim_probe(self, probe_timeout_s: float) -> int:
-        return int(await self._redis.eval(CLAIM_PROBE, 1, keys.breaker(), int(probe_timeout_s * 1000)))  # type: ignore[misc]
+        return int(await self._claim([keys.breaker()], [int(probe_timeout_s * 1000)]))
 
     async def probe_result(self, reason: str | None) -> bool:
         """Record a probe's outcome; True if the breaker is closed now."""
         jitter_ms = random.randint(0, max(1, self.base_ms // 2))
         ok = "1" if reason is None else "0"
-        closed = await self._redis.eval(  # type: ignore[misc]
-            PROBE_RESULT, 1, keys.breaker(), ok, self.max_ms, jitter_ms, reason or ""
-        )
+        closed = await self._result([keys.breaker()], [ok, self.max_ms, jitter_ms, reason or ""])
         return bool(closed)
 
 

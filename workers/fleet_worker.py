@@ -77,6 +77,7 @@ class FleetWorker(Worker):
             burst=burst,
         )
         self.runtime = runtime
+        self._finish = runtime.redis.register_script(FINISH)
         self.in_progress_timeout_s = settings.lease_s
         self._stopping = False
 
@@ -92,24 +93,26 @@ class FleetWorker(Worker):
     ) -> None:
         token = self.runtime.leases.pop(job_id, None)
         result_ms = 0 if keep_result_forever or not result_timeout_s else int(result_timeout_s * 1000)
-        done = await self.pool.eval(  # type: ignore[misc]
-            FINISH,
-            9,
-            keys.lease(job_id),
-            keys.holder(job_id),
-            keys.losses(job_id),
-            keys.arq_in_progress(job_id),
-            keys.arq_retry(job_id),
-            keys.arq_job(job_id),
-            keys.arq_abort(),
-            self.queue_name,
-            keys.arq_result(job_id),
-            "" if token is None else str(token),
-            "1" if finish else "0",
-            result_data or b"",
-            result_ms,
-            incr_score or 0,
-            job_id,
+        done = await self._finish(
+            [
+                keys.lease(job_id),
+                keys.holder(job_id),
+                keys.losses(job_id),
+                keys.arq_in_progress(job_id),
+                keys.arq_retry(job_id),
+                keys.arq_job(job_id),
+                keys.arq_abort(),
+                self.queue_name,
+                keys.arq_result(job_id),
+            ],
+            [
+                "" if token is None else str(token),
+                "1" if finish else "0",
+                result_data or b"",
+                result_ms,
+                incr_score or 0,
+                job_id,
+            ],
         )
         if not done:
             log.info("finish_skipped_not_owner", job_id=job_id, token=token)

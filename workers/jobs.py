@@ -9,7 +9,7 @@ import structlog
 from arq import Retry
 from redis.exceptions import RedisError
 
-from service.errors import CaseFileError
+from service.errors import TunefleetError
 from service.models.jobs import CaseJob
 from service.models.records import CaseResult
 from workers.case import CaseRun
@@ -29,11 +29,11 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     structlog.contextvars.bind_contextvars(tuning=job.tuning, case=job.case, rev=job.rev, worker=runtime.name)
     try:
         cr = runtime.case_run(job, lease)
-    except CaseFileError as exc:
+    except TunefleetError as exc:
         log.error("case_unreadable", error=str(exc))
         return {"error": str(exc)}
     try:
-        if lost > runtime.settings.max_lease_losses:
+        if lost >= runtime.settings.max_lease_losses:
             result = await finish(cr, "failed", None, f"poison: the case lost its lease {lost} times")
         else:
             result = await supervised(cr)
@@ -48,6 +48,10 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     except asyncio.CancelledError:
         await asyncio.shield(_let_go(cr))
         raise
+    except Exception as exc:
+        # A defect or a broken environment, not the prose: visible as failed, run again on the next start.
+        log.exception("case_crashed")
+        result = await finish(cr, "failed", None, f"internal error: {type(exc).__name__}: {exc}")
     await _quietly(cr.at(None))
     return {"state": result.state, "reason": result.reason, "steps": result.steps}
 

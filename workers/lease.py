@@ -66,7 +66,9 @@ class CaseLease:
     """The lease one worker holds on one running case."""
 
     def __init__(self, redis: Redis, queue: str, job_id: str, lease_s: float, token: int) -> None:
-        self._redis = redis
+        self._renew = redis.register_script(RENEW)
+        self._check = redis.register_script(CHECK)
+        self._requeue = redis.register_script(REQUEUE)
         self._queue = queue
         self.job_id = job_id
         self.lease_ms = int(lease_s * 1000)
@@ -78,32 +80,23 @@ class CaseLease:
         cls, redis: Redis, queue: str, job_id: str, lease_s: float
     ) -> tuple[CaseLease | None, int]:
         """The lease and how many leases the case lost before; (None, 0) if another worker holds it."""
-        token, lost = await redis.eval(  # type: ignore[misc]
-            ACQUIRE,
-            6,
+        keys_ = [
             keys.lease(job_id),
             keys.holder(job_id),
             keys.losses(job_id),
             keys.fence(),
             keys.arq_in_progress(job_id),
             queue,
-            int(lease_s * 1000),
-            job_id,
-        )
+        ]
+        token, lost = await redis.register_script(ACQUIRE)(keys_, [int(lease_s * 1000), job_id])
         if int(token) == 0:
             return None, 0
         return cls(redis, queue, job_id, lease_s, int(token)), int(lost)
 
     async def renew(self) -> None:
-        ok = await self._redis.eval(  # type: ignore[misc]
-            RENEW,
-            3,
-            keys.lease(self.job_id),
-            keys.arq_in_progress(self.job_id),
-            self._queue,
-            self.token,
-            self.lease_ms,
-            self.job_id,
+        ok = await self._renew(
+            [keys.lease(self.job_id), keys.arq_in_progress(self.job_id), self._queue],
+            [self.token, self.lease_ms, self.job_id],
         )
         if not ok:
             self.lost = True
@@ -113,22 +106,21 @@ class CaseLease:
         """Raise LeaseLost unless the lease is still this token's (call before every write)."""
         if self.lost:
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
-        ok = await self._redis.eval(CHECK, 1, keys.lease(self.job_id), self.token)  # type: ignore[misc]
+        ok = await self._check([keys.lease(self.job_id)], [self.token])
         if not ok:
             self.lost = True
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
 
     async def requeue(self) -> bool:
         """Give the case back to the queue at once (a clean stop): any worker may take it now."""
-        ok = await self._redis.eval(  # type: ignore[misc]
-            REQUEUE,
-            4,
-            keys.lease(self.job_id),
-            keys.holder(self.job_id),
-            keys.arq_in_progress(self.job_id),
-            self._queue,
-            self.token,
-            self.job_id,
+        ok = await self._requeue(
+            [
+                keys.lease(self.job_id),
+                keys.holder(self.job_id),
+                keys.arq_in_progress(self.job_id),
+                self._queue,
+            ],
+            [self.token, self.job_id],
         )
         return bool(ok)
 

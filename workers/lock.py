@@ -73,23 +73,22 @@ class LockHold:
     """A granted improvements lock: its token, and whether it was lost."""
 
     def __init__(self, redis: Redis, tuning: str, token: int, lease_ms: int) -> None:
-        self._redis = redis
+        self._renew = redis.register_script(RENEW)
+        self._publish = redis.register_script(PUBLISH)
         self.tuning = tuning
         self.token = token
         self.lease_ms = lease_ms
         self.lost = False
 
     async def renew(self) -> None:
-        ok = await self._redis.eval(RENEW, 1, keys.lock(self.tuning), self.token, self.lease_ms)  # type: ignore[misc]
+        ok = await self._renew([keys.lock(self.tuning)], [self.token, self.lease_ms])
         if not ok:
             self.lost = True
             raise LockLost(f"tuning {self.tuning}: improvements lock {self.token} lost")
 
     async def publish(self, version: str) -> None:
         """Make `version` current, only if this token still holds the lock; else LockLost."""
-        ok = await self._redis.eval(  # type: ignore[misc]
-            PUBLISH, 2, keys.lock(self.tuning), keys.version(self.tuning), self.token, version
-        )
+        ok = await self._publish([keys.lock(self.tuning), keys.version(self.tuning)], [self.token, version])
         if not ok:
             self.lost = True
             raise LockLost(f"tuning {self.tuning}: publish of {version[:12]} refused, lock {self.token} lost")
@@ -109,16 +108,20 @@ class ImprovementsLock:
 
     def __init__(self, redis: Redis, tuning: str, lease_s: float, poll_s: float = 0.05) -> None:
         self._redis = redis
+        self._acquire = redis.register_script(ACQUIRE)
+        self._release = redis.register_script(RELEASE)
+        self._mark = redis.register_script(MARK_PENDING)
+        self._count = redis.register_script(COUNT_PENDING)
         self.tuning = tuning
         self.lease_ms = int(lease_s * 1000)
         self._poll_s = poll_s
 
     async def try_acquire(self) -> LockHold | None:
-        token = await self._redis.eval(ACQUIRE, 2, keys.lock(self.tuning), keys.fence(), self.lease_ms)  # type: ignore[misc]
+        token = await self._acquire([keys.lock(self.tuning), keys.fence()], [self.lease_ms])
         return LockHold(self._redis, self.tuning, int(token), self.lease_ms) if int(token) else None
 
     async def release(self, hold: LockHold) -> bool:
-        return bool(await self._redis.eval(RELEASE, 1, keys.lock(self.tuning), hold.token))  # type: ignore[misc]
+        return bool(await self._release([keys.lock(self.tuning)], [hold.token]))
 
     @asynccontextmanager
     async def held(self, member: str) -> AsyncIterator[LockHold]:
@@ -143,11 +146,11 @@ class ImprovementsLock:
             await asyncio.sleep(self._poll_s * (0.5 + random.random()))
 
     async def _mark_pending(self, member: str, ttl_ms: int) -> None:
-        await self._redis.eval(MARK_PENDING, 1, keys.lock_pending(self.tuning), member, ttl_ms)  # type: ignore[misc]
+        await self._mark([keys.lock_pending(self.tuning)], [member, ttl_ms])
 
     async def pending(self) -> int:
         """How many applies are waiting for or holding the lock."""
-        return int(await self._redis.eval(COUNT_PENDING, 1, keys.lock_pending(self.tuning)))  # type: ignore[misc]
+        return int(await self._count([keys.lock_pending(self.tuning)]))
 
     async def wait_idle(self, max_wait_s: float, poll_s: float) -> float:
         """Wait (at most `max_wait_s`) until no apply is pending; the seconds waited."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import structlog
 from arq import Retry
-from redis.asyncio import Redis
+from arq.connections import ArqRedis
 
 from service.errors import CaseFileError
 from service.events import EventSink
@@ -31,7 +31,7 @@ def worker_name() -> str:
 class WorkerRuntime:
     """The process-wide state of a worker, built once in `main` and handed to every job."""
 
-    def __init__(self, settings: FleetSettings, redis: Redis, name: str | None = None) -> None:
+    def __init__(self, settings: FleetSettings, redis: ArqRedis, name: str | None = None) -> None:
         self.settings = settings
         self.redis = redis
         self.store = Store(settings.store)

@@ -2,12 +2,48 @@
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.models.case import Slug
+
+PLACEHOLDERS: dict[str, frozenset[str]] = {
+    "runner": frozenset(
+        {
+            "case",
+            "input",
+            "system",
+            "memory",
+            "workspace",
+            "output",
+            "attempt_dir",
+            "version",
+            "phase",
+            "attempt",
+            "expected_skills",
+        }
+    ),
+    "analyzer": frozenset(
+        {
+            "case",
+            "run",
+            "system",
+            "memory",
+            "workspace",
+            "brief",
+            "feedback",
+            "analysis",
+            "attempt_dir",
+            "phase",
+            "attempt",
+        }
+    ),
+    "applier": frozenset({"case", "feedback", "worktree", "output", "attempt_dir", "phase", "attempt"}),
+}
+"""The `{name}` placeholders each role's argv may use (a literal brace is written `{{` or `}}`)."""
 
 SANDBOX_UNAVAILABLE_EXIT = 75
 """The default exit code with which a runner says the sandbox is unavailable (EX_TEMPFAIL)."""
@@ -91,3 +127,24 @@ class TuningConfig(BaseModel):
     applier: Adapter = Field(default_factory=DemoAdapter)
     remote: str | None = Field(default=None, description="A git remote to mirror published versions to.")
     remote_branch: str = "tunefleet"
+
+    @model_validator(mode="after")
+    def _known_placeholders(self) -> TuningConfig:
+        for role, names in PLACEHOLDERS.items():
+            adapter = getattr(self, role)
+            if not isinstance(adapter, CommandAdapter):
+                continue
+            for index, element in enumerate(adapter.argv):
+                try:
+                    fields = [f for _, f, _, _ in string.Formatter().parse(element) if f is not None]
+                except ValueError as exc:
+                    raise ValueError(
+                        f"{role}.argv[{index}]: {exc} (write a literal brace as {{{{ or }}}})"
+                    ) from exc
+                unknown = sorted(set(fields) - names)
+                if unknown:
+                    known = ", ".join(sorted(names))
+                    raise ValueError(
+                        f"{role}.argv[{index}]: unknown placeholder {{{unknown[0]}}}; known: {known}"
+                    )
+        return self

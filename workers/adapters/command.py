@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from service.errors import ConfigError
 from service.models.records import RunOutput
-from service.models.tuning import CommandAdapter
+from service.models.tuning import PLACEHOLDERS, CommandAdapter
 from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunOutcome, RunRequest, StepExit
 from workers.adapters.process import ProcessResult, ProcessSpec, run_process
 from workers.adapters.sandbox import SandboxMounts, check_sandbox, is_sandbox_setup_failure, wrap_argv
@@ -23,15 +23,9 @@ from workers.adapters.sandbox import SandboxMounts, check_sandbox, is_sandbox_se
 MEMORY_KILL_EXITS = (137, -9)
 """128 + SIGKILL as a shell or container reports it, and SIGKILL as Python reports it."""
 
-RUN_PLACEHOLDERS = frozenset(
-    {"case", "input", "system", "memory", "workspace", "output", "attempt_dir", "version", "phase"}
-    | {"attempt", "expected_skills"}
-)
-ANALYZE_PLACEHOLDERS = frozenset(
-    {"case", "run", "system", "memory", "workspace", "brief", "feedback", "analysis", "attempt_dir"}
-    | {"phase", "attempt"}
-)
-APPLY_PLACEHOLDERS = frozenset({"case", "feedback", "worktree", "output", "attempt_dir", "phase", "attempt"})
+RUN_PLACEHOLDERS = PLACEHOLDERS["runner"]
+ANALYZE_PLACEHOLDERS = PLACEHOLDERS["analyzer"]
+APPLY_PLACEHOLDERS = PLACEHOLDERS["applier"]
 
 
 class PlaceholderError(ConfigError):

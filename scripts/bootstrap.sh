@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Make this machine ready for tunefleet: system packages (git, redis-server), then a virtualenv
+# with the project and its dev tools. Idempotent; safe to run on every `make` target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v git >/dev/null 2>&1 || need+=(git)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "bootstrap: installing ${need[*]} with apt-get" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then
+    echo "bootstrap: installing ${need[*]} with sudo apt-get" >&2
+    sudo apt-get update -qq >/dev/null
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "bootstrap: missing ${need[*]}: install them with your package manager (Debian: apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+fi
+
+python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || {
+  echo "bootstrap: tunefleet needs Python 3.11 or newer; python3 is $(python3 --version)" >&2
+  exit 1
+}
+
+stamp=.venv/.installed
+if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt "$stamp" ]; then
+  python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi

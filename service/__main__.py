@@ -1,0 +1,5 @@
+"""`python -m service`: the tunefleet CLI."""
+
+from service.cli import main
+
+main()

@@ -1,0 +1,169 @@
+"""Real fleets for the tests: tunings on disk, worker processes, the daemon, and ways to watch them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from service.client import TunefleetClient
+from service.daemon import Daemon
+from service.models.status import ResultRow
+from service.settings import FleetSettings
+
+RUBRIC = [
+    {"id": "correct", "text": "The answer is correct."},
+    {"id": "brief", "text": "The answer is brief."},
+]
+
+
+def case(case_id: str, **demo: Any) -> dict[str, Any]:
+    """A case file's content with the given demo knobs."""
+    return {"id": case_id, "rev": 1, "input": f"Question {case_id}", "rubric": RUBRIC, "demo": demo}
+
+
+def demo_adapter(run_ms: int = 0, analyze_ms: int = 0, apply_ms: int = 0, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "demo",
+        "seed": 1,
+        "latency": {"run_ms": run_ms, "analyze_ms": analyze_ms, "apply_ms": apply_ms},
+        **extra,
+    }
+
+
+def write_tuning(root: Path, cases: list[dict[str, Any]], name: str = "t1", **config: Any) -> Path:
+    """A tuning folder (system, cases, tuning.yaml) below `root`; returns the tuning file."""
+    (root / "system").mkdir(parents=True, exist_ok=True)
+    (root / "system" / "rules.md").write_text("# Rules\n\n- rule: base\n")
+    (root / "cases").mkdir(exist_ok=True)
+    for item in cases:
+        (root / "cases" / f"{item['id']}.yaml").write_text(yaml.safe_dump(item))
+    adapter = config.pop("adapter", demo_adapter())
+    body = {
+        "name": name,
+        "system": "system",
+        "cases": "cases",
+        "tries": 3,
+        "mem_tries": 2,
+        "runner": adapter,
+        "analyzer": adapter,
+        "applier": adapter,
+        **config,
+    }
+    path = root / "tuning.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def settings_env(settings: FleetSettings) -> dict[str, str]:
+    """The settings as TUNEFLEET_* variables, for processes started by the tests."""
+    env = {}
+    for field, value in settings.model_dump(mode="json").items():
+        if value is None:
+            continue
+        env[f"TUNEFLEET_{field.upper()}"] = (
+            json.dumps(value) if isinstance(value, list | dict) else str(value)
+        )
+    if settings.redis_password is not None:
+        env["TUNEFLEET_REDIS_PASSWORD"] = settings.redis_password.get_secret_value()
+    return env
+
+
+class Fleet:
+    """Worker processes of one test; whatever is left running is killed at teardown."""
+
+    def __init__(self, settings: FleetSettings, logs: Path) -> None:
+        self.settings = settings
+        self.logs = logs
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def start_worker(self, concurrency: int = 10, **env: str) -> subprocess.Popen[bytes]:
+        n = len(self.workers)
+        log = (self.logs / f"worker-{n}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workers", "--concurrency", str(concurrency)],
+            env={**os.environ, **settings_env(self.settings), "TUNEFLEET_LOG_FORMAT": "json", **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.workers.append(proc)
+        return proc
+
+    def log_of(self, n: int) -> str:
+        return (self.logs / f"worker-{n}.log").read_text()
+
+    def teardown(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+
+    def client(self) -> TunefleetClient:
+        return TunefleetClient(self.settings)
+
+    async def start_tuning(self, tuning_file: Path) -> str:
+        async with self.client() as client:
+            reports = await Daemon(client).start([tuning_file])
+        return next(iter(reports))
+
+    def events(self, tuning: str = "t1") -> list[dict[str, Any]]:
+        path = self.settings.store / "tunings" / tuning / "events.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    def results(self, tuning: str = "t1") -> dict[str, ResultRow]:
+        return {row.case: row for row in self.client().results(tuning)}
+
+    async def wait_finished(
+        self, count: int, tuning: str = "t1", timeout_s: float = 60.0
+    ) -> dict[str, ResultRow]:
+        """Wait until `count` cases have results (polling the store); the rows."""
+        await wait_until(
+            lambda: sum(r.state != "unfinished" for r in self.results(tuning).values()) >= count,
+            timeout_s,
+            f"{count} cases finished",
+        )
+        return self.results(tuning)
+
+
+async def wait_until(
+    predicate: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05
+) -> float:
+    """Poll a condition on real state until it holds; the seconds it took. Fails the test on timeout."""
+    began = time.monotonic()
+    while not predicate():
+        if time.monotonic() - began > timeout_s:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(interval_s)
+    return time.monotonic() - began
+
+
+def step_starts(events: list[dict[str, Any]], case_id: str) -> dict[tuple[str, int, str], int]:
+    """How often each (phase, attempt, step) of a case was started."""
+    counts: dict[tuple[str, int, str], int] = {}
+    for event in events:
+        if event.get("case") == case_id and event["kind"] == "step_started":
+            key = (event["phase"], event["attempt"], event["step"])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def step_finishes(events: list[dict[str, Any]], case_id: str) -> dict[tuple[str, int, str], int]:
+    counts: dict[tuple[str, int, str], int] = {}
+    for event in events:
+        if event.get("case") == case_id and event["kind"] == "step_finished":
+            key = (event["phase"], event["attempt"], event["step"])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
