@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import structlog
 from arq.connections import ArqRedis, RedisSettings, create_pool
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
@@ -13,6 +15,8 @@ from service.models.jobs import dump_job, load_job
 from service.settings import FleetSettings
 
 log = structlog.get_logger()
+
+COMMAND_RETRIES = 3
 
 
 def redis_settings(settings: FleetSettings) -> RedisSettings:
@@ -30,6 +34,9 @@ def redis_settings(settings: FleetSettings) -> RedisSettings:
         base.sentinel_master = settings.redis_sentinel_master
     base.conn_timeout = int(settings.redis_connect_timeout_s)
     base.conn_retries = 0
+    # A command that meets a dropped connection (Redis restarted) is tried again on a new one.
+    base.retry_on_error = [RedisConnectionError]
+    base.retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), COMMAND_RETRIES)
     return base
 
 

@@ -37,6 +37,11 @@ class FleetSettings(BaseSettings):
 
     concurrency: int = Field(default=10, ge=1, description="Cases one worker process runs at once.")
     poll_delay_s: float = Field(default=0.2, gt=0)
+    queue_read_limit: int | None = Field(
+        default=None,
+        ge=1,
+        description="Queue entries one poll reads (arq's default: max(5 x concurrency, 100)).",
+    )
     lease_s: float = Field(default=10.0, gt=0, description="A running case's lease; renewed every third.")
     stop_grace_s: float = Field(default=10.0, gt=0, description="TERM-to-KILL wait for agent processes.")
     max_lease_losses: int = Field(default=5, ge=1, description="Lost leases before a case ends failed.")

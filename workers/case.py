@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,5 +80,6 @@ class CaseRun:
             "step": step,
             "phase": phase,
             "attempt": attempt,
+            "since_ms": int(time.time() * 1000),
         }
         await redis.hset(keys.running(self.tuning.name), self.job_id, json.dumps(state))  # type: ignore[misc]

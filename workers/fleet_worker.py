@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 from arq import Worker, func
+from redis.exceptions import RedisError
 
 from service import keys
 from service.models.jobs import CASE_FUNCTION, dump_job, load_job
@@ -74,6 +75,7 @@ class FleetWorker(Worker):
             job_serializer=dump_job,
             job_deserializer=load_job,
             health_check_interval=60,
+            queue_read_limit=settings.queue_read_limit,
             burst=burst,
         )
         self.runtime = runtime
@@ -116,6 +118,13 @@ class FleetWorker(Worker):
         )
         if not done:
             log.info("finish_skipped_not_owner", job_id=job_id, token=token)
+
+    async def _poll_iteration(self) -> None:
+        """arq's poll, surviving Redis outages: a failed poll is logged and tried again next time."""
+        try:
+            await super()._poll_iteration()
+        except RedisError as exc:
+            log.warning("poll_failed", error=str(exc))
 
     def handle_sig(self, signum: Any) -> None:
         if self._stopping:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -79,6 +80,8 @@ class LockHold:
         self.token = token
         self.lease_ms = lease_ms
         self.lost = False
+        self.wait_ms = 0
+        """How long the holder waited for the lock."""
 
     async def renew(self) -> None:
         ok = await self._renew([keys.lock(self.tuning)], [self.token, self.lease_ms])
@@ -139,9 +142,11 @@ class ImprovementsLock:
             await asyncio.shield(self._mark_pending(member, 0))
 
     async def _wait(self) -> LockHold:
+        began = time.monotonic()
         while True:
             hold = await self.try_acquire()
             if hold is not None:
+                hold.wait_ms = int((time.monotonic() - began) * 1000)
                 return hold
             await asyncio.sleep(self._poll_s * (0.5 + random.random()))
 

@@ -47,6 +47,9 @@ class DemoKnobs(BaseModel):
         default_factory=dict,
         description="`<phase>-<attempt>` -> how many runs of that try are killed for memory (exit 137).",
     )
+    kills_worker: int = Field(
+        default=0, ge=0, description="How many runs of the case SIGKILL their whole worker process (poison)."
+    )
     latency_ms: int | None = Field(default=None, ge=0, description="Overrides the tuning's demo latency.")
     tokens: int = Field(default=1200, ge=0, description="Tokens one step reports.")
 

@@ -124,6 +124,7 @@ class ApplyRecord(BaseModel):
     version: str | None = Field(description="The published commit, or None when nothing changed.")
     output: ApplyOutput
     fence: int = Field(description="The improvements lock's fencing token the apply held.")
+    duration_ms: int = Field(default=0, ge=0)
 
 
 class CaseResult(BaseModel):

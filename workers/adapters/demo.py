@@ -8,7 +8,9 @@ file `skills/<name>.md`. A case's `demo` knobs say which rules it needs and whic
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -78,6 +80,16 @@ class _DemoStep:
         return Usage(input_tokens=input_tokens, output_tokens=tokens - input_tokens, cost_usd=cost_usd)
 
 
+def _maybe_kill_worker(request: RunRequest) -> None:
+    """The `kills_worker` fault: the run takes its whole worker process down (SIGKILL), as a poison case
+    does. Marker files in the attempt folder count how often it already did, across processes."""
+    done = len(list(request.attempt_dir.glob("worker-killed-*")))
+    if done < request.case.demo.kills_worker:
+        (request.attempt_dir / f"worker-killed-{done + 1}").touch()
+        _say(request.log_file, "run", "taking the worker down")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class DemoRunner(_DemoStep):
     """Passes when the prose holds all the case's rules (and, in phase mem, memory helps)."""
 
@@ -93,6 +105,7 @@ class DemoRunner(_DemoStep):
         _say(request.log_file, "run", f"case {request.case.id} {request.phase} try {request.attempt}")
         await self._pause(request, self._config.latency.run_ms, rng)
         key = f"{request.phase}-{request.attempt}"
+        _maybe_kill_worker(request)
         kills = knobs.kills.get(key, 0)
         if request.run_index <= kills:
             _say(request.log_file, "run", "Killed")

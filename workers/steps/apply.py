@@ -41,7 +41,26 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
             await cr.emit("apply_abandoned", phase=phase, attempt=attempt, detail=str(exc))
             continue
         await cr.write(paths.apply, record)
+        await _finished(cr, phase, attempt, record)
         return record
+
+
+async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord) -> None:
+    output = record.output
+    outcome = "structural" if output.structural else "published" if record.version else "unchanged"
+    await cr.emit(
+        "step_finished",
+        step="apply",
+        phase=phase,
+        attempt=attempt,
+        duration_ms=record.duration_ms,
+        tokens=output.usage.tokens,
+        cost_usd=output.usage.cost_usd,
+        detail=f"structural: {output.structural}"
+        if output.structural
+        else (record.version or "no change")[:12],
+        data={"outcome": outcome, "version": record.version, "fence": record.fence},
+    )
 
 
 async def _apply_holding(
@@ -54,10 +73,18 @@ async def _apply_holding(
     if published is not None:
         output = await _output_of(cr, published)
         await cr.emit("apply_recovered", phase=phase, attempt=attempt, detail=published[:12])
-        return ApplyRecord(base_version=current, version=published, output=output, fence=hold.token)
+        return ApplyRecord(
+            base_version=current, version=published, output=output, fence=hold.token, duration_ms=0
+        )
     work = paths.root / cr.work_name("apply")
     work.mkdir(parents=True, exist_ok=True)
-    await cr.emit("step_started", step="apply", phase=phase, attempt=attempt, data={"fence": hold.token})
+    await cr.emit(
+        "step_started",
+        step="apply",
+        phase=phase,
+        attempt=attempt,
+        data={"fence": hold.token, "lock_wait_ms": hold.wait_ms},
+    )
     began = time.monotonic()
     async with cr.tuning.repo.worktree(current, f"{cr.case.id}-{hold.token}") as tree:
         request = ApplyRequest(
@@ -85,22 +112,10 @@ async def _apply_holding(
         if version is not None:
             await hold.publish(version)
             await cr.tuning.repo.update_main(version)
-    await cr.emit(
-        "step_finished",
-        step="apply",
-        phase=phase,
-        attempt=attempt,
-        duration_ms=int((time.monotonic() - began) * 1000),
-        tokens=output.usage.tokens,
-        cost_usd=output.usage.cost_usd,
-        detail=f"structural: {output.structural}" if output.structural else (version or "no change")[:12],
-        data={
-            "outcome": "structural" if output.structural else "published" if version else "unchanged",
-            "version": version,
-            "fence": hold.token,
-        },
+    duration_ms = int((time.monotonic() - began) * 1000)
+    return ApplyRecord(
+        base_version=current, version=version, output=output, fence=hold.token, duration_ms=duration_ms
     )
-    return ApplyRecord(base_version=current, version=version, output=output, fence=hold.token)
 
 
 def _read_output(request: ApplyRequest, timed_out: bool) -> ApplyOutput:

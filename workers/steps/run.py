@@ -41,7 +41,23 @@ async def run_step(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | 
         record = await _run_once(cr, phase, attempt, memory_from)
         if record is not None:
             await cr.write(paths.run, record)
+            await _finished(cr, phase, attempt, record)
             return record
+
+
+async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
+    usage = record.output.usage
+    await cr.emit(
+        "step_finished",
+        step="run",
+        phase=phase,
+        attempt=attempt,
+        duration_ms=record.duration_ms,
+        tokens=usage.tokens,
+        cost_usd=usage.cost_usd,
+        detail=record.void or record.output.error or f"{record.output.turns} turns",
+        data={"outcome": "void" if record.void else "ran", "missed_skills": record.missed_skills},
+    )
 
 
 async def _run_once(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None) -> RunRecord | None:
@@ -96,18 +112,6 @@ async def _run_once(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path |
         output=output or request_output_missing(outcome.void),
         missed_skills=[s for s in expected if s not in loaded],
         memory_in=memory_from is not None,
-    )
-    usage = record.output.usage
-    await cr.emit(
-        "step_finished",
-        step="run",
-        phase=phase,
-        attempt=attempt,
-        duration_ms=record.duration_ms,
-        tokens=usage.tokens,
-        cost_usd=usage.cost_usd,
-        detail=record.void or record.output.error or f"{record.output.turns} turns",
-        data={"outcome": "void" if record.void else "ran", "missed_skills": record.missed_skills},
     )
     return record
 
