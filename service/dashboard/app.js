@@ -1,0 +1,383 @@
+// tunefleet dashboard: plain DOM, no build step, no external resources.
+// Every value from the API is put into the page as text (never as HTML).
+"use strict";
+
+const SAMPLE_MS = 1000;
+const CASES_MS = 3000;
+const CASE_MS = 2000;
+const SERIES_MAX = 300;
+const EVENTS_MAX = 60;
+const STATES = ["completed", "difficult", "failed", "cancelled"];
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+const state = {
+  series: [],
+  events: [],
+  lastEventId: null,
+  tunings: [],
+  casesTimer: null,
+  caseTimer: null,
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (key === "class") node.className = value;
+    else if (key === "href") node.setAttribute("href", value);
+    else if (key.startsWith("data-")) node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  return node;
+}
+
+async function getJSON(path) {
+  const response = await fetch(path, { headers: { Accept: "application/json" } });
+  if (!response.ok) {
+    let message = response.statusText;
+    try { message = (await response.json()).error || message; } catch (_) { /* not JSON */ }
+    throw new Error(`${response.status} ${message}`);
+  }
+  return response.json();
+}
+
+const fmtInt = (n) => Number(n || 0).toLocaleString("en-US");
+const fmtUsd = (n) => Number(n || 0).toFixed(4);
+const short = (v) => (v ? String(v).slice(0, 10) : "–");
+const caseHref = (tuning, id) => `#/case/${encodeURIComponent(tuning)}/${encodeURIComponent(id)}`;
+
+function setConnection(ok, text) {
+  const badge = $("connection");
+  badge.textContent = text;
+  badge.className = "badge " + (ok ? "good" : "bad");
+}
+
+function fillBody(table, rows) {
+  const body = table.tBodies[0];
+  body.replaceChildren(...rows);
+}
+
+// ---- the fleet view -------------------------------------------------------------------------
+
+async function sampleStatus() {
+  let status;
+  try {
+    status = await getJSON("api/status");
+  } catch (err) {
+    setConnection(false, `unreachable: ${err.message}`);
+    return;
+  }
+  setConnection(true, "live");
+  state.series.push({ t: Date.now(), queue: status.queue_depth, running: status.in_progress });
+  if (state.series.length > SERIES_MAX) state.series.shift();
+  renderTiles(status);
+  renderChart();
+  renderTunings(status);
+  renderWorkers(status);
+  syncTuningChoice(status.tunings.map((t) => t.name));
+}
+
+function renderTiles(status) {
+  $("queue-depth").textContent = fmtInt(status.queue_depth);
+  $("in-progress").textContent = fmtInt(status.in_progress);
+  $("workers-alive").textContent = fmtInt(status.workers.length);
+  const slots = status.workers.reduce((n, w) => n + w.slots, 0);
+  const held = status.workers.reduce((n, w) => n + w.cases.length, 0);
+  $("slots").textContent = `${held} of ${slots} slots busy`;
+  const open = status.breaker.state === "open";
+  const breaker = $("breaker");
+  breaker.textContent = open ? "open" : "closed";
+  breaker.className = "value " + (open ? "bad" : "good");
+  const trips = status.breaker.trips || "0";
+  $("breaker-detail").textContent = open
+    ? `${status.breaker.reason || ""} · probes every ${(status.breaker.interval_ms || 0) / 1000} s`
+    : `${trips} trips`;
+  const locks = status.locks || [];
+  const holding = locks.filter((l) => l.held);
+  const pending = locks.reduce((n, l) => n + l.pending, 0);
+  const lock = $("lock");
+  lock.textContent = holding.length ? "held" : "free";
+  lock.className = "value " + (holding.length ? "warn" : "good");
+  $("lock-detail").textContent = holding.length
+    ? holding.map((l) => `${l.tuning} #${l.fence}`).join(", ") + ` · ${pending} pending`
+    : `${pending} pending`;
+  const tokens = status.tunings.reduce((n, t) => n + t.tokens, 0);
+  const cost = status.tunings.reduce((n, t) => n + t.cost_usd, 0);
+  $("tokens").textContent = fmtInt(tokens);
+  $("cost").textContent = "$" + fmtUsd(cost);
+  $("paused").hidden = !status.paused;
+}
+
+function renderChart() {
+  const chart = $("queue-chart");
+  const width = 800;
+  const height = 180;
+  const pad = 4;
+  const points = state.series;
+  const top = Math.max(1, ...points.map((p) => Math.max(p.queue, p.running)));
+  const x = (i) => (points.length < 2 ? width : (i / (SERIES_MAX - 1)) * width);
+  const y = (v) => height - pad - (v / top) * (height - 2 * pad);
+  const nodes = [];
+  for (const frac of [0, 0.5, 1]) {
+    nodes.push(svg("line", { x1: 0, x2: width, y1: y(top * frac), y2: y(top * frac), class: "grid" }));
+  }
+  nodes.push(svg("text", { x: 4, y: 14, class: "axis" }));
+  nodes[nodes.length - 1].textContent = String(top);
+  for (const key of ["running", "queue"]) {
+    const line = points.map((p, i) => `${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ");
+    nodes.push(svg("polyline", { points: line, class: `series ${key}`, "data-points": points.length }));
+  }
+  chart.replaceChildren(...nodes);
+  const seconds = points.length ? Math.round((Date.now() - points[0].t) / 1000) : 0;
+  $("chart-span").textContent = `last ${seconds} s, max ${top}`;
+}
+
+function outcomeBar(t) {
+  const parts = [
+    ["completed", t.completed], ["difficult", t.difficult], ["failed", t.failed],
+    ["cancelled", t.cancelled], ["running", t.running], ["waiting", t.waiting],
+  ];
+  const total = Math.max(1, parts.reduce((n, [, v]) => n + v, 0));
+  const bar = svg("svg", { viewBox: "0 0 100 10", preserveAspectRatio: "none", class: "bar" });
+  let at = 0;
+  for (const [name, value] of parts) {
+    if (!value) continue;
+    const rect = svg("rect", { x: at, y: 0, width: (value / total) * 100, height: 10, class: name });
+    const title = svg("title", {});
+    title.textContent = `${name}: ${value}`;
+    rect.append(title);
+    bar.append(rect);
+    at += (value / total) * 100;
+  }
+  return bar;
+}
+
+function renderTunings(status) {
+  const locks = Object.fromEntries((status.locks || []).map((l) => [l.tuning, l]));
+  const rows = status.tunings.map((t) => {
+    const steps = Object.entries(t.running_by_step).sort().map(([k, v]) => `${k} ${v}`).join(" · ");
+    const runs = Object.entries(t.runs_by_outcome).sort().map(([k, v]) => `${k} ${v}`).join(" · ");
+    const lock = locks[t.name];
+    const lockText = lock ? (lock.held ? `held #${lock.fence}` : "free") + (lock.pending ? `, ${lock.pending} pending` : "") : "–";
+    return el("tr", { "data-tuning": t.name },
+      el("td", {}, t.name), el("td", {}, outcomeBar(t)),
+      el("td", { class: "num submitted" }, fmtInt(t.submitted)),
+      el("td", { class: "num waiting" }, fmtInt(t.waiting)),
+      el("td", { class: "num running" }, `${t.running}${steps ? " (" + steps + ")" : ""}`),
+      ...STATES.map((s) => el("td", { class: `num ${s}` }, fmtInt(t[s]))),
+      el("td", {}, runs || "–"),
+      el("td", { class: "num" }, fmtInt(t.tokens)),
+      el("td", { class: "num" }, fmtUsd(t.cost_usd)),
+      el("td", {}, lockText),
+      el("td", { class: "mono" }, short(t.version)));
+  });
+  fillBody($("tunings"), rows);
+}
+
+function jobLink(job) {
+  // job ids are case:<tuning>:<case>:<rev>
+  const parts = job.split(":");
+  if (parts.length !== 4) return el("span", {}, job);
+  return el("a", { href: caseHref(parts[1], parts[2]) }, `${parts[1]}/${parts[2]} r${parts[3]}`);
+}
+
+function renderWorkers(status) {
+  const now = Date.now();
+  const rows = status.workers.map((w) => {
+    const cases = el("td", { class: "cases" });
+    w.cases.forEach((job, i) => { if (i) cases.append(", "); cases.append(jobLink(job)); });
+    return el("tr", { "data-worker": w.name },
+      el("td", { class: "mono" }, w.name),
+      el("td", { class: "num" }, `${w.cases.length}/${w.slots}`),
+      cases,
+      el("td", { class: "num" }, `${Math.max(0, Math.round((now - w.last_seen_ms) / 1000))} s ago`));
+  });
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colSpan: 4, class: "muted" }, "no worker is alive")));
+  fillBody($("workers"), rows);
+}
+
+async function pollEvents() {
+  const query = state.lastEventId ? `after=${encodeURIComponent(state.lastEventId)}&limit=200` : "limit=40";
+  let page;
+  try {
+    page = await getJSON(`api/events?${query}`);
+  } catch (_) {
+    return;
+  }
+  if (page.last_id) state.lastEventId = page.last_id;
+  if (!page.events.length) return;
+  state.events = page.events.slice().reverse().concat(state.events).slice(0, EVENTS_MAX);
+  const rows = state.events.map(({ id, event }) => {
+    const time = new Date(event.at).toLocaleTimeString("en-GB");
+    const where = event.case
+      ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
+      : event.tuning;
+    const step = event.step ? `${event.phase || ""}/${event.attempt || ""} ${event.step}` : "";
+    return el("tr", { "data-id": id, class: `kind-${event.kind}` },
+      el("td", { class: "mono" }, time), el("td", {}, event.kind), el("td", {}, where),
+      el("td", {}, step), el("td", { class: "detail" }, event.detail || ""));
+  });
+  fillBody($("events"), rows);
+}
+
+function syncTuningChoice(names) {
+  const select = $("case-tuning");
+  const have = Array.from(select.options).map((o) => o.value);
+  if (have.join() === names.join()) return;
+  const chosen = select.value;
+  select.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+  if (names.includes(chosen)) select.value = chosen;
+  loadCases();
+}
+
+async function loadCases() {
+  const tuning = $("case-tuning").value;
+  if (!tuning || $("fleet-view").hidden) return;
+  const stateFilter = $("case-state").value;
+  const query = stateFilter ? `?state=${encodeURIComponent(stateFilter)}` : "";
+  let page;
+  try {
+    page = await getJSON(`api/tunings/${encodeURIComponent(tuning)}/cases${query}`);
+  } catch (_) {
+    return;
+  }
+  const rows = page.cases.map((r) => el("tr", { "data-case": r.case, class: `state-${r.state}` },
+    el("td", {}, el("a", { href: caseHref(tuning, r.case) }, r.case)),
+    el("td", { class: "num" }, r.rev),
+    el("td", {}, el("span", { class: `badge ${r.state}` }, r.state)),
+    el("td", { class: "detail" }, r.reason || ""),
+    el("td", { class: "num" }, fmtInt(r.tokens)),
+    el("td", { class: "num" }, fmtUsd(r.cost_usd)),
+    el("td", { class: r.met === false ? "bad" : "" }, r.expected || "")));
+  fillBody($("cases"), rows);
+}
+
+// ---- the case view --------------------------------------------------------------------------
+
+function usageOf(attempt) {
+  const usages = [attempt.run?.output?.usage, attempt.feedback?.usage, attempt.apply?.output?.usage];
+  return usages.filter(Boolean).reduce(
+    (sum, u) => ({ tokens: sum.tokens + u.input_tokens + u.output_tokens, cost: sum.cost + u.cost_usd }),
+    { tokens: 0, cost: 0 });
+}
+
+function rubricCell(feedback) {
+  if (!feedback) return "–";
+  const list = el("div", { class: "rubric" });
+  for (const [item, score] of Object.entries(feedback.rubric)) {
+    const meter = el("span", { class: "meter" }, el("span", { class: "fill" }));
+    meter.firstChild.style.width = `${Math.round(score * 100)}%`;
+    list.append(el("div", { class: "score", "data-item": item }, el("span", {}, item), meter,
+      el("span", { class: "num" }, score.toFixed(2))));
+  }
+  return list;
+}
+
+function improvementsCell(feedback) {
+  if (!feedback || !feedback.improvements.length) return "–";
+  return el("ul", { class: "improvements" }, ...feedback.improvements.map((i) =>
+    el("li", {}, el("span", { class: `tag ${i.target}` }, i.target), " ", i.change)));
+}
+
+function applyCell(apply) {
+  if (!apply) return "–";
+  const out = apply.output;
+  return el("div", {},
+    out.structural ? el("div", { class: "bad" }, `structural: ${out.structural}`)
+      : el("div", { class: "mono" }, apply.version ? `published ${short(apply.version)}` : "no change"),
+    out.summary ? el("div", {}, out.summary) : null,
+    out.skills.length ? el("div", { class: "muted" }, `skills: ${out.skills.join(", ")}`) : null,
+    el("div", { class: "muted" }, `lock #${apply.fence}, base ${short(apply.base_version)}`));
+}
+
+function runCell(run) {
+  if (!run) return "–";
+  return el("div", {},
+    el("div", { class: "mono" }, `version ${short(run.version)}`),
+    el("div", {}, `${(run.duration_ms / 1000).toFixed(1)} s, exit ${run.exit_code}, ${run.output.turns} turns`),
+    run.memory_in ? el("div", { class: "muted" }, "started from memory") : null,
+    run.void ? el("div", { class: "bad" }, `void: ${run.void}`) : null,
+    run.missed_skills.length ? el("div", { class: "warn" }, `missed skills: ${run.missed_skills.join(", ")}`) : null);
+}
+
+const ROWS = [
+  ["verdict", (a) => a.feedback
+    ? el("span", { class: `badge ${a.feedback.verdict}` }, a.feedback.verdict + (a.feedback.done ? " · done" : ""))
+    : el("span", { class: "muted" }, "not analyzed yet")],
+  ["rubric", (a) => rubricCell(a.feedback)],
+  ["summary", (a) => (a.feedback ? a.feedback.summary || a.feedback.infra || "–" : "–")],
+  ["improvements", (a) => improvementsCell(a.feedback)],
+  ["apply", (a) => applyCell(a.apply)],
+  ["run", (a) => runCell(a.run)],
+  ["tokens", (a) => { const u = usageOf(a); return `${fmtInt(u.tokens)} · $${fmtUsd(u.cost)}`; }],
+  ["analysis", (a) => (a.analysis ? el("details", {}, el("summary", {}, "text"), el("pre", {}, a.analysis)) : "–")],
+];
+
+async function loadCase(tuning, caseId) {
+  let detail;
+  try {
+    detail = await getJSON(`api/tunings/${encodeURIComponent(tuning)}/cases/${encodeURIComponent(caseId)}`);
+    $("case-error").hidden = true;
+  } catch (err) {
+    $("case-error").textContent = err.message;
+    $("case-error").hidden = false;
+    return;
+  }
+  $("case-title").textContent = `${detail.tuning} / ${detail.case} r${detail.rev}`;
+  const result = detail.result;
+  $("case-result").replaceChildren(result
+    ? el("span", {}, el("span", { class: `badge ${result.state}`, id: "case-state" }, result.state),
+      ` ${result.reason || ""} · ${fmtInt(result.usage.input_tokens + result.usage.output_tokens)} tokens`
+      + ` · $${fmtUsd(result.usage.cost_usd)} · ${result.steps} steps`)
+    : el("span", { class: "badge unfinished", id: "case-state" }, "running"));
+  const table = $("tries");
+  const head = el("tr", {}, el("th", {}, ""), ...detail.attempts.map((a) =>
+    el("th", { class: a.folder.includes("void") ? "void" : "", "data-attempt": `${a.phase}/${a.folder}` },
+      `${a.phase} ${a.folder}`)));
+  table.tHead.replaceChildren(head);
+  fillBody(table, ROWS.map(([name, cell]) => el("tr", { "data-row": name },
+    el("th", {}, name), ...detail.attempts.map((a) => el("td", {}, cell(a))))));
+}
+
+// ---- routing --------------------------------------------------------------------------------
+
+function route() {
+  clearInterval(state.caseTimer);
+  const match = location.hash.match(/^#\/case\/([^/]+)\/([^/]+)$/);
+  $("fleet-view").hidden = Boolean(match);
+  $("case-view").hidden = !match;
+  if (match) {
+    const [tuning, caseId] = [decodeURIComponent(match[1]), decodeURIComponent(match[2])];
+    document.title = `${caseId} · tunefleet`;
+    loadCase(tuning, caseId);
+    state.caseTimer = setInterval(() => loadCase(tuning, caseId), CASE_MS);
+  } else {
+    document.title = "tunefleet";
+    loadCases();
+  }
+}
+
+function start() {
+  $("case-tuning").addEventListener("change", loadCases);
+  $("case-state").addEventListener("change", loadCases);
+  window.addEventListener("hashchange", route);
+  route();
+  sampleStatus();
+  pollEvents();
+  setInterval(sampleStatus, SAMPLE_MS);
+  setInterval(pollEvents, SAMPLE_MS);
+  setInterval(loadCases, CASES_MS);
+}
+
+start();

@@ -1,0 +1,243 @@
+"""Prometheus metrics of a fleet, one registry per API app.
+
+Two sources:
+- the live state in Redis (queue, running cases, outcomes, runs, tokens, cost, breaker, workers,
+  improvements locks), read at scrape time: `FleetMetrics.scrape()` awaits a snapshot, then the
+  synchronous `FleetCollector` turns that snapshot into metric families;
+- the event stream, tailed by `FleetMetrics.tail()`: step durations and waits, as histograms
+  counted from the moment the tail started (a restart is a counter reset, as Prometheus expects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from pydantic import ValidationError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service import keys
+from service.errors import TunefleetError
+from service.models.api import LockState, StatusView
+from service.models.events import Event
+from service.queries import fleet_status
+
+log = structlog.get_logger()
+
+NAMESPACE = "tunefleet"
+FINAL_STATES = ("completed", "difficult", "failed", "cancelled")
+STEP_BUCKETS_S = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
+WAIT_BUCKETS_S = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+TAIL_BLOCK_MS = 1000
+TAIL_BATCH = 500
+TAIL_RETRY_S = 1.0
+
+
+async def read_locks(redis: Redis, tunings: list[str]) -> list[LockState]:
+    """Each tuning's improvements lock: held (with its fence) and how many applies are pending."""
+    now_ms = int(time.time() * 1000)
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in tunings:
+            pipe.get(keys.lock(name))
+            pipe.zcount(keys.lock_pending(name), now_ms, "+inf")
+        replies = await pipe.execute()
+    locks = []
+    for i, name in enumerate(tunings):
+        token, pending = replies[2 * i], replies[2 * i + 1]
+        fence = int(token) if token is not None else None
+        locks.append(LockState(tuning=name, held=fence is not None, fence=fence, pending=int(pending)))
+    return locks
+
+
+async def fleet_snapshot(redis: Redis, queue: str) -> StatusView:
+    """The fleet status and the improvements locks, read now (three round trips)."""
+    status = await fleet_status(redis, queue)
+    locks = await read_locks(redis, [t.name for t in status.tunings])
+    return StatusView(**status.model_dump(), locks=locks, sampled_at=datetime.now(UTC))
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{NAMESPACE}_{name}", doc, labels=list(labels))
+
+
+def _counter(name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{NAMESPACE}_{name}", doc, labels=list(labels))
+
+
+class FleetCollector:
+    """Turns the latest snapshot of the live state into metric families (no I/O at collect time)."""
+
+    def __init__(self) -> None:
+        self.snapshot: StatusView | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        up = _gauge("redis_up", "1 if the last read of the fleet's Redis state succeeded, else 0.")
+        up.add_metric([], 1.0 if self.snapshot is not None else 0.0)
+        yield up
+        if self.snapshot is not None:
+            yield from self._fleet(self.snapshot)
+            yield from self._tunings(self.snapshot)
+            yield from self._breaker(self.snapshot)
+            yield from self._workers(self.snapshot)
+            yield from self._locks(self.snapshot)
+
+    def _fleet(self, s: StatusView) -> Iterator[Metric]:
+        depth = _gauge("queue_depth", "Case jobs in the queue that no worker runs now.")
+        depth.add_metric([], s.queue_depth)
+        running = _gauge("cases_in_progress", "Cases a worker runs now, all tunings.")
+        running.add_metric([], s.in_progress)
+        paused = _gauge("fleet_paused", "1 while the fleet is paused (no run starts).")
+        paused.add_metric([], 1.0 if s.paused else 0.0)
+        yield from (depth, running, paused)
+
+    def _tunings(self, s: StatusView) -> Iterator[Metric]:
+        running = _gauge("cases_running", "Cases running now, by the step they are at.", ["tuning", "step"])
+        waiting = _gauge("cases_waiting", "Submitted cases neither running nor finished.", ["tuning"])
+        finished = _gauge("cases_finished", "Cases that ended, by final state.", ["tuning", "state"])
+        submitted = _counter("cases_submitted", "Cases submitted into the tuning.", ["tuning"])
+        runs = _counter("runs", "Agent runs, by outcome (ran, void).", ["tuning", "outcome"])
+        tokens = _counter("tokens", "Tokens spent by every step.", ["tuning"])
+        cost = _counter("cost_usd", "Money spent by every step, in US dollars.", ["tuning"])
+        for t in s.tunings:
+            for step, count in sorted(t.running_by_step.items()):
+                running.add_metric([t.name, step], count)
+            waiting.add_metric([t.name], t.waiting)
+            for state in FINAL_STATES:
+                finished.add_metric([t.name, state], getattr(t, state))
+            submitted.add_metric([t.name], t.submitted)
+            for outcome, count in sorted(t.runs_by_outcome.items()):
+                runs.add_metric([t.name, outcome], count)
+            tokens.add_metric([t.name], t.tokens)
+            cost.add_metric([t.name], t.cost_usd)
+        yield from (running, waiting, finished, submitted, runs, tokens, cost)
+
+    def _breaker(self, s: StatusView) -> Iterator[Metric]:
+        state = _gauge("breaker_open", "1 while the fleet-wide sandbox circuit breaker is open.")
+        state.add_metric([], 1.0 if s.breaker.get("state") == "open" else 0.0)
+        trips = _counter("breaker_trips", "Times the sandbox breaker opened.")
+        trips.add_metric([], int(s.breaker.get("trips", 0)))
+        probes = _counter("breaker_probes", "Sandbox probes made while the breaker was open.")
+        probes.add_metric([], int(s.breaker.get("probes", 0)))
+        interval = _gauge("breaker_probe_interval_seconds", "Current wait between two sandbox probes.")
+        interval.add_metric([], int(s.breaker.get("interval_ms", 0)) / 1000)
+        yield from (state, trips, probes, interval)
+
+    def _workers(self, s: StatusView) -> Iterator[Metric]:
+        alive = _gauge("workers_alive", "Worker processes whose presence is current.")
+        alive.add_metric([], len(s.workers))
+        slots = _gauge("worker_slots", "Cases a worker process may run at once.", ["worker"])
+        cases = _gauge("worker_cases", "Cases a worker process holds now.", ["worker"])
+        seen = _gauge("worker_last_seen_timestamp_seconds", "A worker's last heartbeat.", ["worker"])
+        for w in s.workers:
+            slots.add_metric([w.name], w.slots)
+            cases.add_metric([w.name], len(w.cases))
+            seen.add_metric([w.name], w.last_seen_ms / 1000)
+        yield from (alive, slots, cases, seen)
+
+    def _locks(self, s: StatusView) -> Iterator[Metric]:
+        held = _gauge("improvements_lock_held", "1 while an apply holds the tuning's lock.", ["tuning"])
+        pending = _gauge(
+            "improvements_lock_pending", "Applies waiting for or holding the tuning's lock.", ["tuning"]
+        )
+        for lock in s.locks:
+            held.add_metric([lock.tuning], 1.0 if lock.held else 0.0)
+            pending.add_metric([lock.tuning], lock.pending)
+        yield from (held, pending)
+
+
+class FleetMetrics:
+    """The registry of one API app: the live-state collector plus histograms fed by the event stream."""
+
+    def __init__(self, redis: Redis, queue: str) -> None:
+        self._redis = redis
+        self._queue = queue
+        self.registry = CollectorRegistry()
+        self.collector = FleetCollector()
+        self.registry.register(self.collector)
+        self.step_duration = Histogram(
+            f"{NAMESPACE}_step_duration_seconds",
+            "Duration of finished steps (run, analyze, apply).",
+            ["tuning", "step"],
+            buckets=STEP_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.lock_wait = Histogram(
+            f"{NAMESPACE}_improvements_lock_wait_seconds",
+            "Time an apply waited for the improvements lock.",
+            ["tuning"],
+            buckets=WAIT_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.apply_wait = Histogram(
+            f"{NAMESPACE}_run_apply_wait_seconds",
+            "Time a run start waited for pending applies.",
+            ["tuning"],
+            buckets=WAIT_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.events = Counter(
+            f"{NAMESPACE}_events", "Events seen on the stream, by kind.", ["kind"], registry=self.registry
+        )
+        self.last_id: bytes | None = None
+
+    async def refresh(self) -> StatusView | None:
+        """Read the live state for the next collection; None (and redis_up 0) when Redis fails."""
+        try:
+            self.collector.snapshot = await fleet_snapshot(self._redis, self._queue)
+        except (RedisError, OSError, TunefleetError) as exc:
+            log.warning("metrics_refresh_failed", error=str(exc))
+            self.collector.snapshot = None
+        return self.collector.snapshot
+
+    async def scrape(self) -> bytes:
+        """The Prometheus text exposition, with the live state read now."""
+        await self.refresh()
+        return generate_latest(self.registry)
+
+    def observe(self, event: Event) -> None:
+        """Count one event into the histograms."""
+        self.events.labels(event.kind).inc()
+        if event.kind == "step_finished" and event.step is not None and event.duration_ms is not None:
+            self.step_duration.labels(event.tuning, event.step).observe(event.duration_ms / 1000)
+        elif event.kind == "step_started":
+            if event.step == "apply" and isinstance(event.data.get("lock_wait_ms"), int | float):
+                self.lock_wait.labels(event.tuning).observe(event.data["lock_wait_ms"] / 1000)
+            elif event.step == "run" and isinstance(event.data.get("apply_wait_ms"), int | float):
+                self.apply_wait.labels(event.tuning).observe(event.data["apply_wait_ms"] / 1000)
+
+    async def mark_start(self) -> None:
+        """Start counting at the stream's current end (events before it are not counted)."""
+        newest = await self._redis.xrevrange(keys.events(), count=1)
+        self.last_id = newest[0][0] if newest else b"0-0"
+
+    async def catch_up(self, block_ms: int | None = None) -> int:
+        """Read and count the events after the last one seen; how many there were."""
+        if self.last_id is None:
+            await self.mark_start()
+        assert self.last_id is not None
+        reply = await self._redis.xread({keys.events(): self.last_id}, count=TAIL_BATCH, block=block_ms)
+        seen = 0
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                self.last_id = entry_id
+                seen += 1
+                try:
+                    self.observe(Event.model_validate_json(fields[b"event"]))
+                except (KeyError, ValidationError) as exc:
+                    log.warning("metrics_event_unreadable", id=entry_id.decode(), error=str(exc))
+        return seen
+
+    async def tail(self) -> None:
+        """Follow the event stream until cancelled, riding out Redis outages."""
+        while True:
+            try:
+                await self.catch_up(block_ms=TAIL_BLOCK_MS)
+            except (RedisError, OSError) as exc:
+                log.warning("metrics_tail_failed", error=str(exc))
+                await asyncio.sleep(TAIL_RETRY_S)

@@ -1,0 +1,114 @@
+"""The bodies of the HTTP API (service.api): queries it accepts and what it answers.
+
+Every request and response that crosses HTTP is one of these models (or a model of
+service.models.status / service.models.case), so the OpenAPI document is generated from them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.models.case import Slug
+from service.models.events import Event
+from service.models.status import FleetStatus, ResultRow
+
+CaseFilter = Literal["completed", "difficult", "failed", "cancelled", "unfinished"]
+
+STREAM_ID_PATTERN = r"^\d+(-\d+)?$"
+
+
+class LockState(BaseModel):
+    """A tuning's improvements lock as Redis holds it now."""
+
+    tuning: str
+    held: bool = Field(description="An apply holds the lock.")
+    fence: int | None = Field(default=None, description="The fencing token of the holder.")
+    pending: int = Field(default=0, ge=0, description="Applies waiting for or holding the lock.")
+
+
+class StatusView(FleetStatus):
+    """The fleet status plus the improvements locks and when it was read."""
+
+    locks: list[LockState] = Field(default_factory=list)
+    sampled_at: datetime
+
+
+class TuningInfo(BaseModel):
+    """A registered tuning: its limits and the kinds of its three adapters."""
+
+    name: str
+    tries: int
+    mem_tries: int
+    max_voids: int
+    runner: str = Field(description="`demo` or `command`.")
+    analyzer: str
+    applier: str
+
+
+class TuningList(BaseModel):
+    tunings: list[TuningInfo]
+
+
+class CasesQuery(BaseModel):
+    """Query of `GET /api/tunings/{tuning}/cases`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: CaseFilter | None = Field(default=None, description="Only cases in this state.")
+
+
+class CaseRows(BaseModel):
+    """The result rows of a tuning's cases (the newest rev of each), maybe filtered by state."""
+
+    tuning: str
+    state: CaseFilter | None
+    cases: list[ResultRow]
+
+
+class EventsQuery(BaseModel):
+    """Query of `GET /api/events`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after: str | None = Field(
+        default=None,
+        pattern=STREAM_ID_PATTERN,
+        description="A stream id: only events after it, oldest first. Without it: the latest events.",
+    )
+    limit: int = Field(default=100, ge=1, le=1000, description="At most this many events.")
+
+
+class StreamEvent(BaseModel):
+    """One entry of the Redis event stream."""
+
+    id: str = Field(description="The stream id; pass it as `after` to page on.")
+    event: Event
+
+
+class EventsPage(BaseModel):
+    events: list[StreamEvent]
+    last_id: str | None = Field(description="The id to pass as `after` next (None: the stream is empty).")
+
+
+class SubmitResult(BaseModel):
+    """The answer to a case submission."""
+
+    tuning: str
+    case: Slug
+    rev: int
+    enqueued: bool = Field(description="False when the same case and rev is already queued, running or done.")
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="Dotted path of the offending field, `(body)` for the whole body.")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: what went wrong, and for invalid input, which fields."""
+
+    error: str
+    fields: list[FieldError] = Field(default_factory=list)

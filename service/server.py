@@ -1,0 +1,72 @@
+"""Serving the API and dashboard (service.api) with uvicorn inside the daemon's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import structlog
+import uvicorn
+
+from service.api import create_app
+from service.client import TunefleetClient
+from service.errors import TunefleetError
+from service.settings import FleetSettings
+
+log = structlog.get_logger()
+
+
+class EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to its host process (the daemon stops it by an event)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket, or a TunefleetError that says which address was refused."""
+    try:
+        return socket.create_server((host, port), family=_family(host), reuse_port=False, backlog=2048)
+    except OSError as exc:
+        raise TunefleetError(f"the API cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+async def serve(client: TunefleetClient, settings: FleetSettings, stopping: asyncio.Event) -> None:
+    """Serve the API and dashboard on `api_host:api_port` until `stopping` is set."""
+    sock = listen(settings.api_host, settings.api_port)
+    config = uvicorn.Config(
+        create_app(client, settings),
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+        timeout_graceful_shutdown=5,
+    )
+    server = EmbeddedServer(config)
+    bound_host, bound_port = sock.getsockname()[:2]
+    log.info("api_listening", url=f"http://{_url_host(bound_host)}:{bound_port}/")
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    stop = asyncio.create_task(stopping.wait())
+    try:
+        await asyncio.wait({serving, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        server.should_exit = True
+        stop.cancel()
+        try:
+            await serving
+        except SystemExit as exc:
+            raise TunefleetError(f"the API server failed to start (exit {exc.code})") from None
+        finally:
+            sock.close()
+    log.info("api_stopped")
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,140 @@
+"""What the watch shows, read from Redis in a few round trips: fleet status, the steps under way,
+the improvements locks and the latest events."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis.asyncio import Redis
+
+from service import keys
+from service.models.events import Event
+from service.models.records import Phase, StepName
+from service.models.status import FleetStatus
+from service.queries import fleet_status
+
+
+class RunningEntry(BaseModel):
+    """One value of a `keys.running(tuning)` hash, as a worker writes it (unknown fields ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    case: str
+    rev: int
+    worker: str | None = None
+    step: StepName
+    phase: Phase
+    attempt: int = Field(ge=1)
+    since: datetime | None = Field(default=None, description="When the step started, if the worker says.")
+    work: str | None = Field(default=None, description="The step's folder in its attempt, if given.")
+
+
+class RunningStep(BaseModel):
+    """One case under way, at the step it is running now."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tuning: str
+    job_id: str
+    case: str
+    rev: int
+    worker: str | None = None
+    step: StepName
+    phase: Phase
+    attempt: int
+    since: datetime | None = None
+    work: str | None = None
+
+    def same_step(self, other: RunningStep) -> bool:
+        """Whether both name the same step of the same try of the same job."""
+        mine = (self.tuning, self.job_id, self.phase, self.attempt, self.step)
+        return mine == (other.tuning, other.job_id, other.phase, other.attempt, other.step)
+
+
+class LockState(BaseModel):
+    """A tuning's improvements lock: the fencing token holding it (None: free) and applies waiting."""
+
+    tuning: str
+    holder_token: int | None = None
+    pending: int = 0
+
+
+class WatchSnapshot(BaseModel):
+    """Everything one frame of the watch shows."""
+
+    taken_at: datetime
+    status: FleetStatus
+    running: list[RunningStep] = Field(default_factory=list, description="By tuning, then case.")
+    locks: list[LockState] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list, description="Oldest first.")
+    unreadable: int = Field(default=0, description="Running entries or events that did not parse.")
+
+
+async def take_snapshot(redis: Redis, queue: str, *, event_count: int) -> WatchSnapshot:
+    """The fleet now: two round trips for the status, one for the running cases, locks and events."""
+    status = await fleet_status(redis, queue)
+    names = [t.name for t in status.tunings]
+    now_ms = int(time.time() * 1000)
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.hgetall(keys.running(name))
+            pipe.get(keys.lock(name))
+            pipe.zcount(keys.lock_pending(name), now_ms, "+inf")
+        pipe.xrevrange(keys.events(), count=max(0, event_count))
+        replies = await pipe.execute()
+    running: list[RunningStep] = []
+    locks: list[LockState] = []
+    unreadable = 0
+    for i, name in enumerate(names):
+        running_raw, holder, pending = replies[i * 3 : i * 3 + 3]
+        steps, bad = _running_steps(name, running_raw)
+        running += steps
+        unreadable += bad
+        token = holder.decode() if holder is not None else None
+        locks.append(
+            LockState(
+                tuning=name,
+                holder_token=int(token) if token is not None and token.isdigit() else None,
+                pending=int(pending),
+            )
+        )
+    events, bad = _events(replies[-1] if event_count > 0 else [])
+    return WatchSnapshot(
+        taken_at=datetime.now(UTC),
+        status=status,
+        running=sorted(running, key=lambda r: (r.tuning, r.case, r.rev, r.job_id)),
+        locks=locks,
+        events=events,
+        unreadable=unreadable + bad,
+    )
+
+
+def _running_steps(tuning: str, raw: dict[bytes, bytes]) -> tuple[list[RunningStep], int]:
+    steps: list[RunningStep] = []
+    bad = 0
+    for job_id, value in raw.items():
+        try:
+            entry = RunningEntry.model_validate_json(value)
+        except ValidationError:
+            bad += 1
+            continue
+        steps.append(RunningStep(tuning=tuning, job_id=job_id.decode(), **entry.model_dump()))
+    return steps, bad
+
+
+def _events(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[list[Event], int]:
+    """Stream entries (newest first, as XREVRANGE gives them) as events, oldest first."""
+    events: list[Event] = []
+    bad = 0
+    for _, fields in reversed(entries):
+        raw = fields.get(b"event")
+        if raw is None:
+            bad += 1
+            continue
+        try:
+            events.append(Event.model_validate_json(raw))
+        except ValidationError:
+            bad += 1
+    return events, bad

@@ -1,0 +1,107 @@
+"""A real process that uses the improvements lock, for the lock's fault tests.
+
+    lock_client.py hammer SECONDS LOG      take and release the lock at random for SECONDS; append each
+                                           hold interval (Redis TIME, microseconds) to LOG
+    lock_client.py hold                    take the lock, print "holding <token>", then wait for a line on
+                                           stdin; on it, try to publish a new version and print the outcome
+    lock_client.py edit TEXT               take the lock, commit TEXT to rules.md in a worktree, print
+                                           "committed <sha>", wait for a line on stdin, then publish
+
+Settings come from TUNEFLEET_* variables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from service import keys
+from service.connection import connect
+from service.settings import FleetSettings
+from service.store import Store
+from service.system import SystemRepo
+from workers.errors import LockLost
+from workers.lock import ImprovementsLock
+
+TUNING = "t1"
+
+
+async def redis_time_us(redis: Redis) -> int:
+    seconds, micros = await redis.time()
+    return int(seconds) * 1_000_000 + int(micros)
+
+
+async def hammer(redis: Redis, lock: ImprovementsLock, seconds: float, log: Path) -> None:
+    deadline = time.monotonic() + seconds
+    member = f"hammer-{id(lock)}"
+    while time.monotonic() < deadline:
+        async with lock.held(member):
+            began = await redis_time_us(redis)
+            await asyncio.sleep(random.uniform(0, 0.01))
+            ended = await redis_time_us(redis)
+        with log.open("a") as handle:
+            handle.write(f"{began} {ended}\n")
+        await asyncio.sleep(random.uniform(0, 0.02))
+
+
+async def read_line() -> str:
+    return await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
+
+async def hold(lock: ImprovementsLock) -> None:
+    try:
+        async with lock.held("holder") as held:
+            print(f"holding {held.token}", flush=True)
+            await read_line()
+            await held.publish("f" * 40)
+            print("published", flush=True)
+    except LockLost as exc:
+        print(f"refused: {exc}", flush=True)
+
+
+async def edit(redis: Redis, lock: ImprovementsLock, settings: FleetSettings, text: str) -> None:
+    tuning = Store(settings.store).tuning(TUNING)
+    repo = SystemRepo(tuning.repo, tuning.snapshots, tuning.worktrees)
+    try:
+        async with lock.held(f"edit-{text}") as held:
+            current = (await current_version(redis)) or await repo.head()
+            async with repo.worktree(current, f"edit-{held.token}") as tree:
+                (tree / "rules.md").write_text(f"- rule: {text}\n")
+                version = await repo.commit(tree, f"edit {text}")
+            print(f"committed {version}", flush=True)
+            await read_line()
+            assert version is not None
+            await held.publish(version)
+            await repo.update_main(version)
+            print("published", flush=True)
+    except LockLost as exc:
+        print(f"refused: {exc}", flush=True)
+
+
+async def current_version(redis: Redis) -> str | None:
+    value = await redis.get(keys.version(TUNING))
+    return value.decode() if value else None
+
+
+async def main(argv: list[str]) -> None:
+    settings = FleetSettings()
+    redis = await connect(settings)
+    lock = ImprovementsLock(redis, TUNING, settings.lock_lease_s)
+    try:
+        if argv[0] == "hammer":
+            await hammer(redis, lock, float(argv[1]), Path(argv[2]))
+        elif argv[0] == "hold":
+            await hold(lock)
+        elif argv[0] == "edit":
+            await edit(redis, lock, settings, argv[1])
+    finally:
+        await redis.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))

@@ -1,0 +1,142 @@
+"""The reference documents kept true to the code: every setting, tuning field, placeholder and demo knob.
+
+docs/configuration.md documents each field in a table row whose first cell names it in backticks and
+whose second cell gives its default (`required` when there is none); the rows of one model sit under
+a heading that names the model, e.g. "### Top level (`TuningConfig`)".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from service.models.case import DemoKnobs
+from service.models.tuning import CommandAdapter, DemoAdapter, SandboxConfig, StepLatency, TuningConfig
+from service.schema import SCHEMAS
+from service.settings import CONFIG_ENV, FleetSettings
+from workers.adapters.command import ANALYZE_PLACEHOLDERS, APPLY_PLACEHOLDERS, RUN_PLACEHOLDERS
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+CONFIGURATION = DOCS / "configuration.md"
+ADAPTERS = DOCS / "adapters.md"
+ENV_PREFIX = "TUNEFLEET_"
+TUNING_MODELS: list[type[BaseModel]] = [TuningConfig, DemoAdapter, StepLatency, CommandAdapter, SandboxConfig]
+
+
+def render_default(field: FieldInfo) -> str | None:
+    """How the docs write a field's default; None when it is a nested model (documented in its own table)."""
+    if field.is_required():
+        return "required"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return None
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list | dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def headings(lines: list[str]) -> dict[int, int]:
+    """Line index -> level of every Markdown heading (lines inside fenced code blocks are not headings)."""
+    found: dict[int, int] = {}
+    fenced = False
+    for index, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            found[index] = len(line) - len(line.lstrip("#"))
+    return found
+
+
+def section(text: str, marker: str) -> str:
+    """The part of a Markdown text under the heading that contains `marker`, subsections included."""
+    lines = text.splitlines()
+    marks = headings(lines)
+    start = next((i for i in marks if marker in lines[i]), None)
+    assert start is not None, f"no heading containing {marker!r}"
+    end = next((i for i in marks if i > start and marks[i] <= marks[start]), len(lines))
+    return "\n".join(lines[start + 1 : end])
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """Table rows keyed by the first backticked name of their first cell; the other cells, unquoted."""
+    rows: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        name = re.search(r"`([^`]+)`", cells[0])
+        if name is not None:
+            rows[name.group(1)] = [cell.replace("`", "").strip() for cell in cells[1:]]
+    return rows
+
+
+def settings_rows() -> dict[str, list[str]]:
+    return table_rows(section(CONFIGURATION.read_text(), "Fleet settings"))
+
+
+@pytest.mark.parametrize("field", list(FleetSettings.model_fields))
+def test_every_setting_is_documented(field: str) -> None:
+    """Each fleet setting has a row under its environment variable's name, with its YAML key and true default."""
+    rows = settings_rows()
+    env = ENV_PREFIX + field.upper()
+    assert env in rows, f"docs/configuration.md does not document {env}"
+    section_lines = section(CONFIGURATION.read_text(), "Fleet settings").splitlines()
+    line = next(line for line in section_lines if line.startswith(f"| `{env}`"))
+    assert f"`{field}`" in line, f"the row of {env} does not name its YAML key `{field}`"
+    assert rows[env][0] == render_default(FleetSettings.model_fields[field]), f"{env}: documented default"
+
+
+def test_no_unknown_setting_is_documented() -> None:
+    """Every TUNEFLEET_ variable the docs mention is a real setting (or the settings-file variable)."""
+    known = {ENV_PREFIX + name.upper() for name in FleetSettings.model_fields} | {CONFIG_ENV}
+    mentioned = set(re.findall(rf"\b{ENV_PREFIX}[A-Z0-9_]+\b", CONFIGURATION.read_text()))
+    assert mentioned - known == set()
+
+
+@pytest.mark.parametrize("model", TUNING_MODELS, ids=lambda m: m.__name__)
+def test_every_tuning_field_is_documented(model: type[BaseModel]) -> None:
+    """Each field of the tuning file's models has a row, with its true default, under the model's heading."""
+    rows = table_rows(section(CONFIGURATION.read_text(), f"`{model.__name__}`"))
+    fields = model.model_fields
+    assert set(rows) == set(fields), f"{model.__name__}: rows differ from the model's fields"
+    for name, field in fields.items():
+        expected = render_default(field)
+        if expected is not None:
+            assert rows[name][0] == expected, f"{model.__name__}.{name}: documented default"
+
+
+@pytest.mark.parametrize(
+    ("step", "names"),
+    [("runner", RUN_PLACEHOLDERS), ("analyzer", ANALYZE_PLACEHOLDERS), ("applier", APPLY_PLACEHOLDERS)],
+)
+def test_every_placeholder_is_documented(step: str, names: frozenset[str]) -> None:
+    """Each step's placeholders, and no others, are listed in its table of docs/adapters.md."""
+    rows = table_rows(section(ADAPTERS.read_text(), f"placeholders of the {step}"))
+    assert set(rows) == {f"{{{name}}}" for name in names}
+
+
+def test_every_demo_knob_is_documented() -> None:
+    """Each per-case demo knob has a row in docs/adapters.md with its true default."""
+    rows = table_rows(section(ADAPTERS.read_text(), "`DemoKnobs`"))
+    assert set(rows) == set(DemoKnobs.model_fields)
+    for name, field in DemoKnobs.model_fields.items():
+        assert rows[name][0] == render_default(field), f"DemoKnobs.{name}: documented default"
+
+
+def test_schema_names_in_adapters_doc_exist() -> None:
+    """Every `tunefleet schema NAME` the adapter contract cites is a schema the CLI can print."""
+    cited = re.findall(r"tunefleet schema ([a-z][a-z -]*[a-z])", ADAPTERS.read_text())
+    names = {name for group in cited for name in group.split()}
+    assert names, "docs/adapters.md cites no schema"
+    assert names <= set(SCHEMAS)

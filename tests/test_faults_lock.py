@@ -1,0 +1,93 @@
+"""The improvements lock under real processes and real signals: mutual exclusion, fencing, expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from service import keys
+from service.settings import FleetSettings
+from tests.support.fleet import Fleet, case, settings_env, wait_until, write_tuning
+from tests.support.redis_server import RedisServer
+from workers.lock import ImprovementsLock
+
+CLIENT = str(Path(__file__).parent / "agents" / "lock_client.py")
+HAMMERS = 22
+HAMMER_S = 60.0
+
+
+def spawn(settings: FleetSettings, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, CLIENT, *args],
+        env={**os.environ, **settings_env(settings), "PYTHONPATH": str(Path(__file__).parents[1])},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_many_processes_taking_the_lock_never_overlap(settings: FleetSettings, tmp_path: Path) -> None:
+    """22 processes take and release the lock at random for a minute; no two hold intervals overlap."""
+    log = tmp_path / "holds.log"
+    procs = [spawn(settings, "hammer", str(HAMMER_S), str(log)) for _ in range(HAMMERS)]
+    for proc in procs:
+        assert proc.wait(timeout=HAMMER_S + 60) == 0
+    intervals = sorted(tuple(map(int, line.split())) for line in log.read_text().splitlines())
+    assert len(intervals) > HAMMERS * 10
+    for (_, end), (start, _) in zip(intervals, intervals[1:], strict=False):
+        assert end <= start, "two holders held the lock at once"
+
+
+async def test_a_paused_holder_cannot_publish_after_another_took_the_lock(
+    fleet: Fleet, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """SIGSTOP the holder past its lease: a second apply publishes; after SIGCONT the first's publish is refused."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("a")]))
+    first = spawn(fleet.settings, "edit", "first")
+    assert first.stdout is not None and first.stdout.readline().startswith("committed ")
+    first.send_signal(signal.SIGSTOP)
+    redis = redis_server.client()
+    await wait_until(lambda: not redis.exists(keys.lock("t1")), 20, "the paused holder's lease to expire")
+    second = spawn(fleet.settings, "edit", "second")
+    assert second.stdout is not None
+    second_version = second.stdout.readline().split()[1]
+    second.communicate("go\n", timeout=30)
+    first.send_signal(signal.SIGCONT)
+    out, _ = first.communicate("go\n", timeout=30)
+    assert out.startswith("refused"), out
+    assert redis.get(keys.version("t1")).decode() == second_version
+    repo = fleet.settings.store / "tunings" / "t1" / "system.git"
+    shown = subprocess.run(
+        ["git", f"--git-dir={repo}", "show", "main:rules.md"], capture_output=True, text=True
+    )
+    assert shown.stdout == "- rule: second\n"
+
+
+async def test_a_killed_holder_frees_the_lock_within_lease_and_one_renewal(
+    settings: FleetSettings, redis_server: RedisServer
+) -> None:
+    """SIGKILL the holder: another process takes the lock within the lease plus one renewal period."""
+    holder = spawn(settings, "hold")
+    assert holder.stdout is not None and holder.stdout.readline().startswith("holding")
+    holder.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    holder.wait()
+    redis = redis_server.client()
+    from service.connection import connect
+
+    pool = await connect(settings)
+    lock = ImprovementsLock(pool, "t1", settings.lock_lease_s)
+    try:
+        while (hold := await lock.try_acquire()) is None:
+            await asyncio.sleep(0.01)
+        waited_s = time.monotonic() - killed_at
+        assert hold.token > 0
+    finally:
+        await pool.aclose()
+    assert waited_s <= settings.lock_lease_s * (1 + 1 / 3) + 0.2, waited_s
+    assert redis.exists(keys.lock("t1"))

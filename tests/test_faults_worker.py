@@ -1,0 +1,234 @@
+"""Workers killed, paused, stopped and poisoned: no case lost, no recorded step run twice, nothing marked
+because of the fault."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from service import keys
+from service.files import read_model
+from service.models.records import RunRecord
+from tests.support.fleet import (
+    Fleet,
+    case,
+    demo_adapter,
+    step_finishes,
+    step_starts,
+    wait_until,
+    write_tuning,
+)
+from tests.support.redis_server import RedisServer
+
+SLOW_RUN = demo_adapter(run_ms=2500, analyze_ms=50, apply_ms=50)
+
+
+def started_by(events: list[dict[str, Any]], case_id: str, step: str = "run") -> list[dict[str, Any]]:
+    return [
+        e for e in events if e.get("case") == case_id and e["kind"] == "step_started" and e["step"] == step
+    ]
+
+
+def worker_of(proc_pid: int, events: list[dict[str, Any]]) -> set[str]:
+    return {e["worker"] for e in events if e.get("worker", "").endswith(f":{proc_pid}")}
+
+
+def at_s(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["at"]).timestamp()
+
+
+async def test_a_killed_workers_case_resumes_elsewhere_within_lease_and_poll(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """SIGKILL mid-run: another worker starts the case again within lease + poll, and it ends as it would have."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1", rules=["c1-a"])], adapter=SLOW_RUN))
+    first = fleet.start_worker()
+    await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 1, 30, "the first run to start")
+    second = fleet.start_worker()
+    await wait_until(lambda: second.pid in {int(w.split(":")[-1]) for w in _alive(fleet)}, 30, "worker 2 up")
+    first.send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    first.wait()
+    await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 2, 30, "the run to start again")
+    again = started_by(fleet.events(), "c1")[1]
+    assert again["worker"].endswith(f":{second.pid}")
+    s = fleet.settings
+    assert at_s(again) - killed_at <= s.lease_s + s.poll_delay_s + 0.5
+    rows = await fleet.wait_finished(1)
+    assert (rows["c1"].state, rows["c1"].reason) == ("completed", None)
+    assert all(n == 1 for n in step_finishes(fleet.events(), "c1").values())
+
+
+def _alive(fleet: Fleet) -> list[str]:
+    client = fleet.client()
+    import redis as sync_redis
+
+    r = sync_redis.Redis.from_url(client.settings.redis_url)
+    try:
+        return [w.decode() for w in r.zrange(keys.workers(), 0, -1)]
+    finally:
+        r.close()
+
+
+async def test_a_paused_worker_cannot_write_over_the_new_owner(
+    fleet: Fleet, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """SIGSTOP past the lease, then SIGCONT: the late worker's writes are refused, its job's end leaves the
+    new owner's keys alone, and the result is the new owner's."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1")], adapter=SLOW_RUN))
+    paused = fleet.start_worker()
+    await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 1, 30, "the first run to start")
+    paused.send_signal(signal.SIGSTOP)
+    owner = fleet.start_worker()
+    await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 2, 30, "the new owner's run to start")
+    paused.send_signal(signal.SIGCONT)
+    await wait_until(
+        lambda: "finish_skipped_not_owner" in fleet.log_of(0), 30, "the late worker's job to end"
+    )
+    assert any(e["kind"] == "lease_lost" and e["worker"].endswith(f":{paused.pid}") for e in fleet.events())
+    redis = redis_server.client()
+    job_id = "case:t1:c1:1"
+    assert redis.exists(keys.arq_job(job_id)) or fleet.results()["c1"].state == "completed"
+    rows = await fleet.wait_finished(1)
+    assert rows["c1"].state == "completed"
+    finishes = [e for e in fleet.events() if e["kind"] == "step_finished" and e.get("case") == "c1"]
+    assert all(e["worker"].endswith(f":{owner.pid}") for e in finishes)
+    run = read_model(fleet.settings.store / "tunings/t1/cases/c1/r1/nomem/1/run.json", RunRecord)
+    new_token = int(redis.get(keys.fence()) or 0)
+    assert run is not None and int(run.work.split("-")[1]) <= new_token
+    assert not redis.exists(keys.arq_job(job_id)) and redis.zcard(fleet.settings.queue) == 0
+    assert not redis.exists(keys.arq_in_progress(job_id))
+
+
+STUBBORN_ONCE = """
+import json, os, pathlib, signal, sys, time
+marker = pathlib.Path(sys.argv[1]).parent / "first-run.pid"
+if not marker.exists():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    marker.write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.2)
+json.dump({"answer": "pass", "turns": 1}, open(sys.argv[2], "w"))
+"""
+
+
+async def test_sigterm_ends_agents_returns_the_case_and_marks_nothing(fleet: Fleet, tmp_path: Path) -> None:
+    """SIGTERM mid-run: the worker ends its agent (KILL after the grace period), exits in time, and the case
+    resumes on another worker with no void, no lost lease and no mark."""
+    runner = {
+        "kind": "command",
+        "timeout_s": 60,
+        "argv": [
+            sys.executable,
+            "-c",
+            STUBBORN_ONCE.replace("{", "{{").replace("}", "}}"),
+            "{case}",
+            "{output}",
+        ],
+    }
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1")], runner=runner))
+    worker = fleet.start_worker()
+    marker = fleet.settings.store / "tunings/t1/cases/c1/r1/first-run.pid"
+    await wait_until(marker.exists, 30, "the stubborn agent to start")
+    await wait_until(lambda: marker.read_text().strip() != "", 5, "the agent's pid")
+    agent_pid = int(marker.read_text())
+    worker.send_signal(signal.SIGTERM)
+    stopped_at = time.monotonic()
+    worker.wait(timeout=fleet.settings.stop_grace_s + 10)
+    assert time.monotonic() - stopped_at <= fleet.settings.stop_grace_s + 3
+    assert not _running(agent_pid)
+    assert any(e["kind"] == "case_requeued" for e in fleet.events())
+    fleet.start_worker()
+    rows = await fleet.wait_finished(1)
+    assert (rows["c1"].state, rows["c1"].reason) == ("completed", None)
+    assert sorted(p.name for p in (marker.parent / "nomem").iterdir()) == ["1"]
+    assert not any(e["kind"] == "lease_lost" for e in fleet.events())
+
+
+def _running(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status
+
+
+async def test_a_case_that_keeps_killing_its_worker_ends_failed_as_poison(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A case whose run takes its worker down every time ends failed after max_lease_losses lost leases."""
+    fleet.settings = fleet.settings.model_copy(update={"max_lease_losses": 2})
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1", kills_worker=10)]))
+    for _ in range(4):
+        worker = fleet.start_worker()
+        while worker.poll() is None and fleet.results()["c1"].state == "unfinished":
+            await wait_until(
+                lambda w=worker: w.poll() is not None or fleet.results()["c1"].state != "unfinished",
+                30,
+                "the worker to die or the case to end",
+            )
+        if fleet.results()["c1"].state != "unfinished":
+            break
+    row = fleet.results()["c1"]
+    assert row.state == "failed" and (row.reason or "").startswith("poison: the case lost its lease 2 times")
+    assert len(list((fleet.settings.store / "tunings/t1/cases/c1/r1/nomem/1").glob("worker-killed-*"))) == 2
+
+
+async def test_a_free_slot_sees_new_cases_behind_long_running_ones(fleet: Fleet, tmp_path: Path) -> None:
+    """With more long cases running than queue_read_limit, an idle worker starts a new case within one poll."""
+    fleet.settings = fleet.settings.model_copy(update={"queue_read_limit": 3})
+    long_cases = [case(f"long-{i}", latency_ms=60_000) for i in range(4)]
+    await fleet.start_tuning(write_tuning(tmp_path / "t", long_cases))
+    busy = fleet.start_worker(concurrency=4)
+    await wait_until(
+        lambda: sum(len(started_by(fleet.events(), f"long-{i}")) for i in range(4)) == 4,
+        30,
+        "four long runs under way",
+    )
+    idle = fleet.start_worker(concurrency=2)
+    await wait_until(lambda: any(w.endswith(f":{idle.pid}") for w in _alive(fleet)), 30, "the idle worker up")
+    async with fleet.client() as client:
+        from service.models.case import Case
+
+        quick = Case.model_validate(case("quick"))
+        submitted_at = time.time()
+        assert await client.submit("t1", quick)
+    await wait_until(lambda: len(started_by(fleet.events(), "quick")) >= 1, 10, "the new case to start")
+    first = started_by(fleet.events(), "quick")[0]
+    assert first["worker"].endswith(f":{idle.pid}")
+    assert at_s(first) - submitted_at <= fleet.settings.poll_delay_s + 0.5
+    assert busy.poll() is None
+
+
+async def test_the_same_case_submitted_twice_at_once_runs_once(fleet: Fleet, tmp_path: Path) -> None:
+    """Two concurrent submissions of one (tuning, case, rev) enqueue it once; it runs once; a later
+    submission of the finished case enqueues nothing, and a new rev runs again."""
+    import asyncio
+
+    from service.models.case import Case
+
+    await fleet.start_tuning(write_tuning(tmp_path / "t", []))
+    c1 = Case.model_validate(case("c1"))
+    async with fleet.client() as a, fleet.client() as b:
+        outcomes = await asyncio.gather(a.submit("t1", c1), b.submit("t1", c1), a.submit("t1", c1))
+    assert sorted(outcomes) == [False, False, True]
+    fleet.start_worker()
+    await fleet.wait_finished(1)
+    assert all(n == 1 for n in step_starts(fleet.events(), "c1").values())
+    async with fleet.client() as client:
+        assert not await client.submit("t1", c1)
+        assert await client.submit("t1", c1.model_copy(update={"rev": 2}))
+    await wait_until(
+        lambda: fleet.results()["c1"].rev == 2 and fleet.results()["c1"].state != "unfinished",
+        30,
+        "rev 2 to finish",
+    )
+    revs = json.loads(json.dumps([p.name for p in (fleet.settings.store / "tunings/t1/cases/c1").iterdir()]))
+    assert sorted(revs) == ["r1", "r2"]
+    assert os.path.exists(fleet.settings.store / "tunings/t1/cases/c1/r1/result.json")
