@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 from service import keys
+from service.connection import connect
 from service.settings import FleetSettings
 from tests.support.fleet import Fleet, case, settings_env, wait_until, write_tuning
 from tests.support.redis_server import RedisServer
@@ -39,20 +41,21 @@ def test_many_processes_taking_the_lock_never_overlap(settings: FleetSettings, t
         assert proc.wait(timeout=HAMMER_S + 60) == 0
     intervals = sorted(tuple(map(int, line.split())) for line in log.read_text().splitlines())
     assert len(intervals) > HAMMERS * 10
-    for (_, end), (start, _) in zip(intervals, intervals[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(intervals):
         assert end <= start, "two holders held the lock at once"
 
 
 async def test_a_paused_holder_cannot_publish_after_another_took_the_lock(
     fleet: Fleet, tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    """SIGSTOP the holder past its lease: a second apply publishes; after SIGCONT the first's publish is refused."""
+    """SIGSTOP the holder past its lease; a second apply publishes; after SIGCONT the first is refused."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("a")]))
     first = spawn(fleet.settings, "edit", "first")
     assert first.stdout is not None and first.stdout.readline().startswith("committed ")
     first.send_signal(signal.SIGSTOP)
-    redis = redis_server.client()
-    await wait_until(lambda: not redis.exists(keys.lock("t1")), 20, "the paused holder's lease to expire")
+    await wait_until(
+        lambda: not redis_server.exists(keys.lock("t1")), 20, "the paused holder's lease to expire"
+    )
     second = spawn(fleet.settings, "edit", "second")
     assert second.stdout is not None
     second_version = second.stdout.readline().split()[1]
@@ -60,7 +63,7 @@ async def test_a_paused_holder_cannot_publish_after_another_took_the_lock(
     first.send_signal(signal.SIGCONT)
     out, _ = first.communicate("go\n", timeout=30)
     assert out.startswith("refused"), out
-    assert redis.get(keys.version("t1")).decode() == second_version
+    assert redis_server.get(keys.version("t1")) == second_version.encode()
     repo = fleet.settings.store / "tunings" / "t1" / "system.git"
     shown = subprocess.run(
         ["git", f"--git-dir={repo}", "show", "main:rules.md"], capture_output=True, text=True
@@ -77,9 +80,6 @@ async def test_a_killed_holder_frees_the_lock_within_lease_and_one_renewal(
     holder.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     holder.wait()
-    redis = redis_server.client()
-    from service.connection import connect
-
     pool = await connect(settings)
     lock = ImprovementsLock(pool, "t1", settings.lock_lease_s)
     try:
@@ -90,4 +90,4 @@ async def test_a_killed_holder_frees_the_lock_within_lease_and_one_renewal(
     finally:
         await pool.aclose()
     assert waited_s <= settings.lock_lease_s * (1 + 1 / 3) + 0.2, waited_s
-    assert redis.exists(keys.lock("t1"))
+    assert redis_server.exists(keys.lock("t1"))

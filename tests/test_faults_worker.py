@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import redis
 
 from service import keys
 from service.files import read_model
@@ -46,7 +49,7 @@ def at_s(event: dict[str, Any]) -> float:
 async def test_a_killed_workers_case_resumes_elsewhere_within_lease_and_poll(
     fleet: Fleet, tmp_path: Path
 ) -> None:
-    """SIGKILL mid-run: another worker starts the case again within lease + poll, and it ends as it would have."""
+    """SIGKILL mid-run: another worker restarts the case within lease + poll; it ends as it would have."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1", rules=["c1-a"])], adapter=SLOW_RUN))
     first = fleet.start_worker()
     await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 1, 30, "the first run to start")
@@ -66,14 +69,8 @@ async def test_a_killed_workers_case_resumes_elsewhere_within_lease_and_poll(
 
 
 def _alive(fleet: Fleet) -> list[str]:
-    client = fleet.client()
-    import redis as sync_redis
-
-    r = sync_redis.Redis.from_url(client.settings.redis_url)
-    try:
-        return [w.decode() for w in r.zrange(keys.workers(), 0, -1)]
-    finally:
-        r.close()
+    with redis.Redis.from_url(fleet.settings.redis_url) as r:
+        return [w.decode() for w in cast(list[bytes], r.zrange(keys.workers(), 0, -1))]
 
 
 async def test_a_paused_worker_cannot_write_over_the_new_owner(
@@ -92,18 +89,17 @@ async def test_a_paused_worker_cannot_write_over_the_new_owner(
         lambda: "finish_skipped_not_owner" in fleet.log_of(0), 30, "the late worker's job to end"
     )
     assert any(e["kind"] == "lease_lost" and e["worker"].endswith(f":{paused.pid}") for e in fleet.events())
-    redis = redis_server.client()
     job_id = "case:t1:c1:1"
-    assert redis.exists(keys.arq_job(job_id)) or fleet.results()["c1"].state == "completed"
+    assert redis_server.exists(keys.arq_job(job_id)) or fleet.results()["c1"].state == "completed"
     rows = await fleet.wait_finished(1)
     assert rows["c1"].state == "completed"
     finishes = [e for e in fleet.events() if e["kind"] == "step_finished" and e.get("case") == "c1"]
     assert all(e["worker"].endswith(f":{owner.pid}") for e in finishes)
     run = read_model(fleet.settings.store / "tunings/t1/cases/c1/r1/nomem/1/run.json", RunRecord)
-    new_token = int(redis.get(keys.fence()) or 0)
+    new_token = int(redis_server.get(keys.fence()) or 0)
     assert run is not None and int(run.work.split("-")[1]) <= new_token
-    assert not redis.exists(keys.arq_job(job_id)) and redis.zcard(fleet.settings.queue) == 0
-    assert not redis.exists(keys.arq_in_progress(job_id))
+    assert not redis_server.exists(keys.arq_job(job_id)) and redis_server.zcard(fleet.settings.queue) == 0
+    assert not redis_server.exists(keys.arq_in_progress(job_id))
 
 
 STUBBORN_ONCE = """
@@ -167,12 +163,11 @@ async def test_a_case_that_keeps_killing_its_worker_ends_failed_as_poison(
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1", kills_worker=10)]))
     for _ in range(4):
         worker = fleet.start_worker()
-        while worker.poll() is None and fleet.results()["c1"].state == "unfinished":
-            await wait_until(
-                lambda w=worker: w.poll() is not None or fleet.results()["c1"].state != "unfinished",
-                30,
-                "the worker to die or the case to end",
-            )
+
+        def settled(w: subprocess.Popen[bytes] = worker) -> bool:
+            return w.poll() is not None or fleet.results()["c1"].state != "unfinished"
+
+        await wait_until(settled, 30, "the worker to die or the case to end")
         if fleet.results()["c1"].state != "unfinished":
             break
     row = fleet.results()["c1"]
@@ -181,7 +176,7 @@ async def test_a_case_that_keeps_killing_its_worker_ends_failed_as_poison(
 
 
 async def test_a_free_slot_sees_new_cases_behind_long_running_ones(fleet: Fleet, tmp_path: Path) -> None:
-    """With more long cases running than queue_read_limit, an idle worker starts a new case within one poll."""
+    """With more long cases running than queue_read_limit, an idle worker starts a new one within a poll."""
     fleet.settings = fleet.settings.model_copy(update={"queue_read_limit": 3})
     long_cases = [case(f"long-{i}", latency_ms=60_000) for i in range(4)]
     await fleet.start_tuning(write_tuning(tmp_path / "t", long_cases))

@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -54,6 +55,12 @@ class Pane:
     def press(self, key: str) -> None:
         self.tmux("send-keys", "-t", SESSION, key)
 
+    def shell_children(self) -> list[int]:
+        """The processes the pane's shell started (the command running in the foreground)."""
+        shell_pid = int(self.tmux("display-message", "-p", "-t", SESSION, "#{pane_pid}").strip())
+        children = Path(f"/proc/{shell_pid}/task/{shell_pid}/children")
+        return [int(pid) for pid in children.read_text().split()] if children.exists() else []
+
     def capture(self) -> str:
         self.screen = self.tmux("capture-pane", "-p", "-t", SESSION)
         return self.screen
@@ -74,7 +81,7 @@ def pane(settings: FleetSettings, tmp_path: Path) -> Iterator[Pane]:
         pytest.skip("tmux is not installed (apt-get install -y tmux): the watch needs a real terminal")
     socket = tmp_path / "tmux.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "TUNEFLEET_"))}
-    env |= settings_env(settings) | {"TUNEFLEET_LOG_FORMAT": "json", "PS1": "$ ", "LANG": "C.UTF-8"}
+    env |= settings_env(settings) | {"TUNEFLEET_LOG_FORMAT": "json", "LANG": "C.UTF-8"}
     size = ["-x", str(COLUMNS), "-y", str(ROWS)]
     shell = "bash --norc --noprofile --noediting"
     # This starts the private tmux server with `env`, which the pane's shell inherits.
@@ -129,6 +136,22 @@ async def test_watch_shows_the_fleet_follows_an_agent_and_gives_the_terminal_bac
     pane.press("q")
     screen = await pane.wait_for(lambda s: "watch-exit=0" in s, "the watch to exit with status 0")
     assert "latest events" not in screen  # the alternate screen is gone: the shell's screen is back
+    pane.type_line("stty -a")
+    screen = await pane.wait_for(lambda s: "icanon" in stty_flags(s), "stty to report the terminal settings")
+    flags = stty_flags(screen)
+    assert {"icanon", "echo"} <= flags and not {"-icanon", "-echo"} & flags
+
+
+async def test_sigterm_ends_the_watch_and_gives_the_terminal_back(
+    settings: FleetSettings, pane: Pane
+) -> None:
+    """SIGTERM to a running watch leaves the alternate screen and restores the terminal's settings."""
+    pane.type_line(f"{shlex.join(watch_argv())}; echo watch-exit=$?")
+    await pane.wait_for(lambda s: s.startswith("tunefleet watch") and "under way" in s, "the overview")
+    (watch_pid,) = pane.shell_children()
+    os.kill(watch_pid, signal.SIGTERM)
+    screen = await pane.wait_for(lambda s: "watch-exit=" in s, "the watch to exit")
+    assert "watch-exit=0" in screen and "under way" not in screen
     pane.type_line("stty -a")
     screen = await pane.wait_for(lambda s: "icanon" in stty_flags(s), "stty to report the terminal settings")
     flags = stty_flags(screen)

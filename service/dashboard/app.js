@@ -15,8 +15,8 @@ const state = {
   events: [],
   lastEventId: null,
   tunings: [],
-  casesTimer: null,
   caseTimer: null,
+  caseShown: "",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -334,6 +334,9 @@ async function loadCase(tuning, caseId) {
     $("case-error").hidden = false;
     return;
   }
+  const seen = JSON.stringify(detail);
+  if (seen === state.caseShown) return;  // unchanged: keep the page (and open details) as it is
+  state.caseShown = seen;
   $("case-title").textContent = `${detail.tuning} / ${detail.case} r${detail.rev}`;
   const result = detail.result;
   $("case-result").replaceChildren(result
@@ -354,6 +357,7 @@ async function loadCase(tuning, caseId) {
 
 function route() {
   clearInterval(state.caseTimer);
+  state.caseShown = "";
   const match = location.hash.match(/^#\/case\/([^/]+)\/([^/]+)$/);
   $("fleet-view").hidden = Boolean(match);
   $("case-view").hidden = !match;
@@ -373,11 +377,17 @@ function start() {
   $("case-state").addEventListener("change", loadCases);
   window.addEventListener("hashchange", route);
   route();
-  sampleStatus();
-  pollEvents();
-  setInterval(sampleStatus, SAMPLE_MS);
-  setInterval(pollEvents, SAMPLE_MS);
-  setInterval(loadCases, CASES_MS);
+  every(sampleStatus, SAMPLE_MS);
+  every(pollEvents, SAMPLE_MS);
+  every(loadCases, CASES_MS);
+}
+
+// Run `task` now and again `ms` after each run ends, so slow answers never pile up.
+async function every(task, ms) {
+  for (;;) {
+    try { await task(); } catch (err) { console.error(err); }
+    await new Promise((resolve) => setTimeout(resolve, ms));
+  }
 }
 
 start();

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 import redis
 
@@ -85,3 +86,19 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port)
+
+    def get(self, key: str) -> bytes | None:
+        with self.client() as r:
+            return cast(bytes | None, r.get(key))
+
+    def exists(self, key: str) -> bool:
+        with self.client() as r:
+            return bool(r.exists(key))
+
+    def zcard(self, key: str) -> int:
+        with self.client() as r:
+            return int(cast(int, r.zcard(key)))
+
+    def zmembers(self, key: str) -> list[str]:
+        with self.client() as r:
+            return [m.decode() for m in cast(list[bytes], r.zrange(key, 0, -1))]
