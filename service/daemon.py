@@ -25,6 +25,15 @@ log = structlog.get_logger()
 
 EPOCH_CHECK_S = 1.0
 
+FENCE_FLOOR = """
+-- KEYS: fence. Fencing tokens must only grow, even when Redis lost the counter: raise it to Redis's clock
+-- in microseconds, far above any count of grants made before.
+local t = redis.call('TIME')
+local floor = t[1] * 1000000 + t[2]
+if tonumber(redis.call('GET', KEYS[1]) or '0') < floor then redis.call('SET', KEYS[1], floor) end
+return 1
+"""
+
 
 class Daemon:
     """One daemon per fleet (more are harmless: every action is idempotent)."""
@@ -51,9 +60,14 @@ class Daemon:
             )
             for refusal in reports[config.name].refused:
                 log.error("case_refused", tuning=config.name, file=refusal.file, error=refusal.error)
-        await self.client.redis.set(keys.epoch(), str(time.time()))
+        await self._mark_epoch()
         await self.reconcile()
         return reports
+
+    async def _mark_epoch(self) -> None:
+        """Note that Redis holds the fleet's state (and that tokens start above any earlier one)."""
+        await self.client.redis.eval(FENCE_FLOOR, 1, keys.fence())  # type: ignore[misc]
+        await self.client.redis.set(keys.epoch(), str(time.time()))
 
     async def reconcile(self) -> int:
         """Enqueue every orphaned unfinished case; how many were enqueued."""
@@ -98,7 +112,7 @@ class Daemon:
         log.warning("redis_state_lost", action="restoring from the store")
         for name in self.client.store.tuning_names():
             await self._restore_tuning(self.client.store.tuning(name))
-        await redis.set(keys.epoch(), str(time.time()))
+        await self._mark_epoch()
         await self.reconcile()
         return True
 

@@ -36,7 +36,8 @@ STEP_BUCKETS_S = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7
 WAIT_BUCKETS_S = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 TAIL_BLOCK_MS = 1000
 TAIL_BATCH = 500
-TAIL_RETRY_S = 1.0
+TAIL_RETRY_S = (1.0, 30.0)
+"""The first and the longest pause of the tail after a Redis error (doubling in between)."""
 
 
 async def read_locks(redis: Redis, tunings: list[str]) -> list[LockState]:
@@ -235,9 +236,12 @@ class FleetMetrics:
 
     async def tail(self) -> None:
         """Follow the event stream until cancelled, riding out Redis outages."""
+        pause_s = TAIL_RETRY_S[0]
         while True:
             try:
                 await self.catch_up(block_ms=TAIL_BLOCK_MS)
+                pause_s = TAIL_RETRY_S[0]
             except (RedisError, OSError) as exc:
-                log.warning("metrics_tail_failed", error=str(exc))
-                await asyncio.sleep(TAIL_RETRY_S)
+                log.warning("metrics_tail_failed", error=str(exc), retry_in_s=pause_s)
+                await asyncio.sleep(pause_s)
+                pause_s = min(pause_s * 2, TAIL_RETRY_S[1])

@@ -10,8 +10,10 @@ import copy
 import itertools
 import re
 import shlex
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -377,6 +379,41 @@ def dockerfile_problems(text: str, context: Path) -> list[str]:
     return problems
 
 
+def _glob_match(path: PurePosixPath, pattern: str) -> bool:
+    """Whether `path` matches a setuptools package-data glob (`*` does not cross a `/`)."""
+    parts = PurePosixPath(pattern).parts
+    return len(parts) == len(path.parts) and all(
+        fnmatch(p, q) for p, q in zip(path.parts, parts, strict=True)
+    )
+
+
+def package_data_problems(pyproject: dict[str, Any], root: Path) -> list[str]:
+    """Every file of the packages that is not Python must be declared as package data, or a regular
+    (non-editable) install such as the image's `pip install .` leaves it out."""
+    setuptools = pyproject.get("tool", {}).get("setuptools", {})
+    includes = setuptools.get("packages", {}).get("find", {}).get("include", [])
+    tops = sorted({pattern.split(".")[0].rstrip("*") for pattern in includes})
+    declared: dict[str, list[str]] = setuptools.get("package-data", {})
+    problems = []
+    for top in tops:
+        for file in sorted((root / top).rglob("*")):
+            if not file.is_file() or file.suffix in (".py", ".pyc") or "__pycache__" in file.parts:
+                continue
+            rel = PurePosixPath(file.relative_to(root).as_posix())
+            covered = False
+            for package, patterns in declared.items():
+                base = PurePosixPath(*package.split(".")) if package != "*" else None
+                if base is not None and base not in rel.parents:
+                    continue
+                inside = rel.relative_to(base) if base is not None else PurePosixPath(rel.name)
+                covered = covered or any(_glob_match(inside, pattern) for pattern in patterns)
+            if not covered:
+                problems.append(
+                    f"{rel} is not declared in [tool.setuptools.package-data]: `pip install .` omits it"
+                )
+    return problems
+
+
 def project_dockerfile() -> tuple[str, Path]:
     """The text and build context of the Dockerfile the compose file builds the fleet from."""
     for service in services(load_compose()).values():
@@ -408,7 +445,7 @@ def test_compose_file_passes(check: str) -> None:
 
 
 def test_compose_runs_daemon_and_workers() -> None:
-    """The compose file runs a daemon, workers and Redis, and the CLI knows the subcommands it uses."""
+    """The compose file runs both a daemon and workers, and the CLI has both subcommands."""
     used = {subcommand_of(s) for s in services(load_compose()).values() if runs_tunefleet(s)}
     assert {"daemon", "worker"} <= used
     assert {"daemon", "worker"} <= set(cli_commands())
@@ -419,6 +456,25 @@ def test_dockerfile_passes() -> None:
     installs the project, and runs tunefleet under tini as a non-root user."""
     text, context = project_dockerfile()
     assert dockerfile_problems(text, context) == []
+
+
+def test_package_data_is_installed() -> None:
+    """Every non-Python file of the packages (the dashboard) is package data, so the image installs it."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert package_data_problems(pyproject, ROOT) == []
+
+
+def test_undeclared_package_data_is_caught(tmp_path: Path) -> None:
+    """A data file that no package-data glob covers is reported, and a covering glob clears it."""
+    (tmp_path / "pkg" / "static").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "static" / "app.js").write_text("")
+    config: dict[str, Any] = {"tool": {"setuptools": {"packages": {"find": {"include": ["pkg*"]}}}}}
+    assert package_data_problems(config, tmp_path) != []
+    config["tool"]["setuptools"]["package-data"] = {"pkg": ["static/*.js"]}
+    assert package_data_problems(config, tmp_path) == []
+    config["tool"]["setuptools"]["package-data"] = {"pkg": ["*.js"]}
+    assert package_data_problems(config, tmp_path) != []
 
 
 def test_default_grace_needs_a_longer_stop_period() -> None:

@@ -16,10 +16,16 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from service.models.case import DemoKnobs
-from service.models.tuning import CommandAdapter, DemoAdapter, SandboxConfig, StepLatency, TuningConfig
+from service.models.tuning import (
+    PLACEHOLDERS,
+    CommandAdapter,
+    DemoAdapter,
+    SandboxConfig,
+    StepLatency,
+    TuningConfig,
+)
 from service.schema import SCHEMAS
 from service.settings import CONFIG_ENV, FleetSettings
-from workers.adapters.command import ANALYZE_PLACEHOLDERS, APPLY_PLACEHOLDERS, RUN_PLACEHOLDERS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 CONFIGURATION = DOCS / "configuration.md"
@@ -87,7 +93,7 @@ def settings_rows() -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("field", list(FleetSettings.model_fields))
 def test_every_setting_is_documented(field: str) -> None:
-    """Each fleet setting has a row under its environment variable's name, with its YAML key and true default."""
+    """Each fleet setting has a row named by its environment variable, with its YAML key and true default."""
     rows = settings_rows()
     env = ENV_PREFIX + field.upper()
     assert env in rows, f"docs/configuration.md does not document {env}"
@@ -116,14 +122,11 @@ def test_every_tuning_field_is_documented(model: type[BaseModel]) -> None:
             assert rows[name][0] == expected, f"{model.__name__}.{name}: documented default"
 
 
-@pytest.mark.parametrize(
-    ("step", "names"),
-    [("runner", RUN_PLACEHOLDERS), ("analyzer", ANALYZE_PLACEHOLDERS), ("applier", APPLY_PLACEHOLDERS)],
-)
-def test_every_placeholder_is_documented(step: str, names: frozenset[str]) -> None:
-    """Each step's placeholders, and no others, are listed in its table of docs/adapters.md."""
-    rows = table_rows(section(ADAPTERS.read_text(), f"placeholders of the {step}"))
-    assert set(rows) == {f"{{{name}}}" for name in names}
+@pytest.mark.parametrize("role", list(PLACEHOLDERS))
+def test_every_placeholder_is_documented(role: str) -> None:
+    """Each role's placeholders, and no others, are listed in its table of docs/adapters.md."""
+    rows = table_rows(section(ADAPTERS.read_text(), f"placeholders of the {role}"))
+    assert set(rows) == {f"{{{name}}}" for name in PLACEHOLDERS[role]}
 
 
 def test_every_demo_knob_is_documented() -> None:

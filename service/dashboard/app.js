@@ -6,7 +6,8 @@ const SAMPLE_MS = 1000;
 const CASES_MS = 3000;
 const CASE_MS = 2000;
 const SERIES_MAX = 300;
-const EVENTS_MAX = 60;
+const CHART_MIN_SPAN_MS = 30000;
+const EVENTS_MAX = 100;
 const STATES = ["completed", "difficult", "failed", "cancelled"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -121,26 +122,25 @@ function renderTiles(status) {
 
 function renderChart() {
   const chart = $("queue-chart");
-  const width = 800;
-  const height = 180;
-  const pad = 4;
+  const [width, height, pad] = [800, 180, 6];
   const points = state.series;
+  const now = points.length ? points[points.length - 1].t : Date.now();
+  const span = Math.max(CHART_MIN_SPAN_MS, points.length ? now - points[0].t : 0);
   const top = Math.max(1, ...points.map((p) => Math.max(p.queue, p.running)));
-  const x = (i) => (points.length < 2 ? width : (i / (SERIES_MAX - 1)) * width);
+  const x = (t) => width - ((now - t) / span) * width;
   const y = (v) => height - pad - (v / top) * (height - 2 * pad);
   const nodes = [];
   for (const frac of [0, 0.5, 1]) {
-    nodes.push(svg("line", { x1: 0, x2: width, y1: y(top * frac), y2: y(top * frac), class: "grid" }));
+    const at = y(top * frac);
+    nodes.push(svg("line", { x1: 0, x2: width, y1: at, y2: at, class: "grid" }));
   }
-  nodes.push(svg("text", { x: 4, y: 14, class: "axis" }));
-  nodes[nodes.length - 1].textContent = String(top);
   for (const key of ["running", "queue"]) {
-    const line = points.map((p, i) => `${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ");
+    const line = points.map((p) => `${x(p.t).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ");
     nodes.push(svg("polyline", { points: line, class: `series ${key}`, "data-points": points.length }));
   }
   chart.replaceChildren(...nodes);
-  const seconds = points.length ? Math.round((Date.now() - points[0].t) / 1000) : 0;
-  $("chart-span").textContent = `last ${seconds} s, max ${top}`;
+  const seconds = Math.round(span / 1000);
+  $("chart-span").textContent = `last ${seconds} s · top of the chart: ${top}`;
 }
 
 function outcomeBar(t) {
@@ -340,10 +340,10 @@ async function loadCase(tuning, caseId) {
   $("case-title").textContent = `${detail.tuning} / ${detail.case} r${detail.rev}`;
   const result = detail.result;
   $("case-result").replaceChildren(result
-    ? el("span", {}, el("span", { class: `badge ${result.state}`, id: "case-state" }, result.state),
+    ? el("span", {}, el("span", { class: `badge ${result.state}`, id: "case-outcome" }, result.state),
       ` ${result.reason || ""} · ${fmtInt(result.usage.input_tokens + result.usage.output_tokens)} tokens`
       + ` · $${fmtUsd(result.usage.cost_usd)} · ${result.steps} steps`)
-    : el("span", { class: "badge unfinished", id: "case-state" }, "running"));
+    : el("span", { class: "badge unfinished", id: "case-outcome" }, "running"));
   const table = $("tries");
   const head = el("tr", {}, el("th", {}, ""), ...detail.attempts.map((a) =>
     el("th", { class: a.folder.includes("void") ? "void" : "", "data-attempt": `${a.phase}/${a.folder}` },

@@ -13,7 +13,7 @@ import os
 import termios
 import tty
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from service.watch.state import Key
 
@@ -80,7 +80,9 @@ def cbreak(fd: int) -> Iterator[None]:
         tty.setcbreak(fd, termios.TCSANOW)
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        # A terminal that hung up (the SSH session ended) has no settings left to restore.
+        with suppress(termios.error):
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 @contextmanager

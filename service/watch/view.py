@@ -193,7 +193,7 @@ def follow(
     if tail.path is None:
         source = line(("no log folder yet for this step", "dim"))
     else:
-        source = line((f"{tail.path}  ({tail.size_bytes:,} bytes)", "dim"))
+        source = line((f"{tail.size_bytes:,} bytes  {tail.path}", "dim"))
     if height < 3:
         return Group(*[title, source][: max(0, height)])
     rows = height - 3

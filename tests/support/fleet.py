@@ -99,6 +99,17 @@ class Fleet:
         self.workers.append(proc)
         return proc
 
+    def start_daemon(self, tuning_file: Path) -> subprocess.Popen[bytes]:
+        log = (self.logs / "daemon.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "daemon", str(tuning_file)],
+            env={**os.environ, **settings_env(self.settings), "TUNEFLEET_LOG_FORMAT": "json"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.workers.append(proc)
+        return proc
+
     def log_of(self, n: int) -> str:
         return (self.logs / f"worker-{n}.log").read_text()
 
@@ -167,3 +178,15 @@ def step_finishes(events: list[dict[str, Any]], case_id: str) -> dict[tuple[str,
             key = (event["phase"], event["attempt"], event["step"])
             counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def steps_run_twice(events: list[dict[str, Any]], case_id: str) -> dict[tuple[str, int, str], int]:
+    """Steps recorded more often than their try was run: once, plus once per void run set aside."""
+    asides: dict[tuple[str, int], int] = {}
+    for event in events:
+        if event.get("case") == case_id and event["kind"] == "attempt_set_aside":
+            key = (event["phase"], event["attempt"])
+            asides[key] = asides.get(key, 0) + 1
+    return {
+        key: n for key, n in step_finishes(events, case_id).items() if n > 1 + asides.get((key[0], key[1]), 0)
+    }

@@ -1,0 +1,157 @@
+"""The dashboard in a real headless Chromium, served by a real uvicorn, while real workers run a tuning.
+
+Needs Debian's `chromium` (at /usr/bin/chromium) and the `playwright` Python package (whose driver
+talks to that Chromium; `playwright install` is never needed); skipped with the reason otherwise.
+Set TUNEFLEET_SAVE_SCREENSHOT=1 to copy the fleet view's screenshot to docs/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from service.client import TunefleetClient
+from service.server import serve
+from service.settings import FleetSettings
+from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
+from tests.support.redis_server import free_port
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DOCS_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "dashboard.png"
+CASES = [
+    case("pass"),
+    case("one-apply", rules=["one-apply-a"]),
+    case("two-applies", rules=["two-applies-a", "two-applies-b"]),
+    case("flawed", flawed=True),
+    case("structural", rules=["structural-a"], structural=True),
+    case("voids", voids={"nomem-1": 1}),
+    case("also-passes"),
+    case("one-more", rules=["one-more-a"]),
+]
+COMPLETED = 6
+WAIT_MS = 60_000
+
+pytestmark = [
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("playwright") is None,
+        reason="needs the playwright Python package (pip install playwright; no browser download)",
+    ),
+    pytest.mark.timeout(180),
+]
+
+
+@contextlib.asynccontextmanager
+async def served(client: TunefleetClient, settings: FleetSettings) -> AsyncIterator[str]:
+    """The API and dashboard served by service.server.serve on a free loopback port; its URL."""
+    port = free_port()
+    stopping = asyncio.Event()
+    task = asyncio.create_task(serve(client, settings.model_copy(update={"api_port": port}), stopping))
+    url = f"http://127.0.0.1:{port}/"
+    async with httpx.AsyncClient() as web:
+        for _ in range(200):
+            with contextlib.suppress(httpx.TransportError):
+                if (await web.get(url)).status_code == 200:
+                    break
+            await asyncio.sleep(0.05)
+    try:
+        yield url
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+
+
+@contextlib.asynccontextmanager
+async def browser_page() -> AsyncIterator[Page]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1440, "height": 1000})
+            yield page
+        finally:
+            await browser.close()
+
+
+async def number(page: Page, selector: str) -> int:
+    return int((await page.locator(selector).inner_text()).replace(",", "") or 0)
+
+
+async def test_the_dashboard_follows_a_tuning_and_shows_a_case(
+    fleet: Fleet, settings: FleetSettings, tmp_path: Path
+) -> None:
+    """While workers run a tuning the counts on the page move by themselves; a case page shows its tries."""
+    from playwright.async_api import expect
+
+    adapter = demo_adapter(run_ms=500, analyze_ms=250, apply_ms=250)
+    await fleet.start_tuning(write_tuning(tmp_path / "tuning", CASES, adapter=adapter))
+    row = '#tunings tr[data-tuning="t1"]'
+    async with TunefleetClient(settings) as client, served(client, settings) as url, browser_page() as page:
+        await page.goto(url)
+        await expect(page.locator("#connection")).to_have_text("live")
+        await expect(page.locator("#queue-depth")).to_have_text(str(len(CASES)))
+        await expect(page.locator(f"{row} td.completed")).to_have_text("0")
+
+        fleet.start_worker(concurrency=3)
+        fleet.start_worker(concurrency=3)
+        await expect(page.locator("#workers tbody tr[data-worker]")).to_have_count(2, timeout=WAIT_MS)
+        await page.wait_for_function(
+            "() => Number(document.getElementById('in-progress').textContent) > 0", timeout=WAIT_MS
+        )
+        await expect(page.locator(f"{row} td.completed")).to_have_text(str(COMPLETED), timeout=WAIT_MS)
+        await expect(page.locator(f"{row} td.difficult")).to_have_text("2", timeout=WAIT_MS)
+        await expect(page.locator("#queue-depth")).to_have_text("0")
+        assert await number(page, "#in-progress") == 0
+        points = await page.locator("#queue-chart polyline.queue").get_attribute("data-points")
+        assert points is not None and int(points) >= 3
+        await expect(page.locator("#events tbody tr.kind-case_completed").first).to_be_visible()
+        await expect(page.locator("#cases tbody tr[data-case]")).to_have_count(len(CASES), timeout=WAIT_MS)
+        await expect(page.locator("#cases tbody tr.state-unfinished")).to_have_count(0, timeout=WAIT_MS)
+        await expect(page.locator("#breaker")).to_have_text("closed")
+        await expect(page.locator("#paused")).to_be_hidden()
+        fleet_shot = tmp_path / "dashboard.png"
+        await page.screenshot(path=str(fleet_shot), full_page=True)
+
+        await page.locator("#cases a", has_text="two-applies").click()
+        await expect(page.locator("#case-view")).to_be_visible()
+        assert page.url.endswith("#/case/t1/two-applies")
+        attempts = page.locator("#tries thead th[data-attempt]")
+        await expect(attempts).to_have_text(["nomem 1", "nomem 2", "nomem 3", "mem 1"], timeout=WAIT_MS)
+        verdicts = page.locator('#tries tr[data-row="verdict"] td')
+        await expect(verdicts).to_have_text(["fail", "fail", "pass · done", "pass · done"])
+        await expect(page.locator('#tries tr[data-row="rubric"] .score[data-item="correct"]')).to_have_count(
+            4
+        )
+        applies = page.locator('#tries tr[data-row="apply"] td')
+        await expect(applies.nth(0)).to_contain_text("published")
+        await expect(page.locator('#tries tr[data-row="improvements"] td').first).to_contain_text("prose")
+        await expect(page.locator("#case-outcome")).to_have_text("completed")
+        await page.screenshot(path=str(tmp_path / "case.png"), full_page=True)
+
+    assert fleet_shot.stat().st_size > 10_000
+    if os.environ.get("TUNEFLEET_SAVE_SCREENSHOT"):
+        DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
+        shutil.copyfile(fleet_shot, DOCS_SCREENSHOT)
