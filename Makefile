@@ -24,3 +24,7 @@ unit:
 
 clean:
 	rm -rf var .venv .mypy_cache .ruff_cache .pytest_cache
+
+DURATION ?= 60
+chaos: setup
+	PYTHONPATH=. $(PY) scripts/chaos.py --duration-s $(DURATION)

@@ -25,7 +25,7 @@ from service.models.status import CaseDetail, FleetStatus, Refusal, ResultRow, S
 from service.models.tuning import TuningConfig
 from service.queries import case_detail, fleet_status, results
 from service.settings import FleetSettings
-from service.store import Store, TuningStore
+from service.store import CaseStore, Store, TuningStore
 from service.tunings import load_tuning_file, register
 
 
@@ -84,13 +84,29 @@ class TunefleetClient:
         if existing is None:
             store.write_case(case)
         done = store.result()
-        if done is not None and done.state != "failed":
-            return False
+        if done is not None:
+            return done.state == "failed" and await self._run_again(tuning, store)
         job = CaseJob(tuning=tuning, case=case.id, rev=case.rev)
         enqueued = await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id)
         if enqueued is None:
             return False
         await self._sink().emit("case_queued", tuning, case=case.id, rev=case.rev)
+        return True
+
+    async def _run_again(self, tuning: str, case_store: CaseStore) -> bool:
+        """Give a `failed` case another go: its failure is archived, its recorded steps kept."""
+        result = case_store.result()
+        if result is None or result.state != "failed":
+            return False
+        job = CaseJob(tuning=tuning, case=case_store.case_id, rev=case_store.rev)
+        case_store.archive_failure()
+        await self.redis.delete(keys.arq_result(job.job_id))
+        await self.redis.hincrby(keys.stats(tuning), "state:failed", -1)  # type: ignore[misc]
+        if not await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
+            return False
+        await self._sink().emit(
+            "case_requeued", tuning, case=job.case, rev=job.rev, detail=f"failed before: {result.reason}"
+        )
         return True
 
     async def submit_path(self, tuning: str, path: Path) -> SubmitReport:
@@ -109,26 +125,10 @@ class TunefleetClient:
         return report
 
     async def requeue_failed(self, tuning: str) -> list[str]:
-        """Give every `failed` case another go (its failure is archived, its steps kept)."""
-        again = []
-        for case_store in self.tuning_store(tuning).latest_revs():
-            result = case_store.result()
-            if result is None or result.state != "failed":
-                continue
-            job = CaseJob(tuning=tuning, case=case_store.case_id, rev=case_store.rev)
-            case_store.archive_failure()
-            await self.redis.delete(keys.arq_result(job.job_id))
-            await self.redis.hincrby(keys.stats(tuning), "state:failed", -1)  # type: ignore[misc]
-            if await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
-                await self._sink().emit(
-                    "case_requeued",
-                    tuning,
-                    case=job.case,
-                    rev=job.rev,
-                    detail=f"failed before: {result.reason}",
-                )
-                again.append(job.case)
-        return again
+        """Give every `failed` case of a tuning another go; the ids requeued."""
+        return [
+            c.case_id for c in self.tuning_store(tuning).latest_revs() if await self._run_again(tuning, c)
+        ]
 
     async def running(self, tuning: str) -> dict[str, dict[str, object]]:
         raw = await self.redis.hgetall(keys.running(tuning))  # type: ignore[misc]

@@ -17,6 +17,8 @@ from service.settings import FleetSettings
 log = structlog.get_logger()
 
 COMMAND_RETRIES = 3
+JOB_EXPIRY_MS = 365 * 24 * 3600 * 1000
+"""A queued case may wait for weeks; arq's default (a day) would drop it as expired."""
 
 
 def redis_settings(settings: FleetSettings) -> RedisSettings:
@@ -32,7 +34,7 @@ def redis_settings(settings: FleetSettings) -> RedisSettings:
         base.host = hosts
         base.sentinel = True
         base.sentinel_master = settings.redis_sentinel_master
-    base.conn_timeout = int(settings.redis_connect_timeout_s)
+    base.conn_timeout = max(1, round(settings.redis_connect_timeout_s))
     base.conn_retries = 0
     # A command that meets a dropped connection (Redis restarted) is tried again on a new one.
     base.retry_on_error = [RedisConnectionError]
@@ -59,6 +61,7 @@ async def connect(settings: FleetSettings) -> ArqRedis:
                     job_serializer=dump_job,
                     job_deserializer=load_job,
                     default_queue_name=settings.queue,
+                    expires_extra_ms=JOB_EXPIRY_MS,
                 )
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         raise RedisUnavailableError(

@@ -42,7 +42,7 @@ def lock(tuning: str) -> str:
 
 
 def lock_pending(tuning: str) -> str:
-    """STRING, PX: set while an apply waits for or holds the lock; run starts may wait on it."""
+    """ZSET: one member per apply waiting for or holding the lock, score = expiry (ms)."""
     return f"{PREFIX}:lock-pending:{tuning}"
 
 

@@ -110,8 +110,12 @@ class SystemRepo:
         return await self._git("rev-parse", "--verify", f"{MAIN_REF}^{{commit}}")
 
     async def update_main(self, version: str) -> None:
-        """Mirror a published version to refs/heads/main (the fenced publish already decided it)."""
-        await self._git("update-ref", MAIN_REF, version)
+        """Mirror a published version to refs/heads/main, only ever forward: a late caller whose version
+        is older than main (it was paused between publish and here) changes nothing."""
+        current = await self.head()
+        if current == version or not await self.is_ancestor(current, version):
+            return
+        await self._git("update-ref", MAIN_REF, version, current)
 
     async def snapshot(self, version: str) -> Path:
         """A read-only tree of `version`, extracted once and shared by every run."""
@@ -156,13 +160,15 @@ class SystemRepo:
             shutil.rmtree(path, ignore_errors=True)
             await self._git("worktree", "prune")
 
-    async def commit(self, worktree: Path, message: str) -> str | None:
-        """Commit every change in the worktree; the new commit, or None when nothing changed."""
+    async def commit(self, worktree: Path, base: str, message: str) -> str | None:
+        """Commit every change in the worktree on top of whatever the agent committed itself; the new
+        commit, or None when the tree is still `base`'s."""
         await git("add", "--all", ".", cwd=worktree)
+        head = (await git("rev-parse", "HEAD", cwd=worktree)).decode().strip()
         status = await git("status", "--porcelain", cwd=worktree)
-        if not status.strip():
+        if not status.strip() and head == base:
             return None
-        await git("commit", "--quiet", "-m", message, cwd=worktree)
+        await git("commit", "--quiet", "--allow-empty", "-m", message, cwd=worktree)
         return (await git("rev-parse", "HEAD", cwd=worktree)).decode().strip()
 
     async def find_published(self, trailer: str, current: str) -> str | None:

@@ -2,7 +2,7 @@
 
 Needs Debian's `chromium` (at /usr/bin/chromium) and the `playwright` Python package (whose driver
 talks to that Chromium; `playwright install` is never needed); skipped with the reason otherwise.
-Set TUNEFLEET_SAVE_SCREENSHOT=1 to copy the fleet view's screenshot to docs/dashboard.png.
+Set TUNEFLEET_SAVE_SCREENSHOT=1 to copy the mid-run screenshot of the fleet view to docs/dashboard.png.
 """
 
 from __future__ import annotations
@@ -49,9 +49,14 @@ CASES = [
     case("voids", voids={"nomem-1": 1}),
     case("also-passes"),
     case("one-more", rules=["one-more-a"]),
+    *(case(f"more-{n}", rules=[f"more-{n}-a"] if n % 2 else []) for n in range(4)),
 ]
-COMPLETED = 6
+COMPLETED = 10
 WAIT_MS = 60_000
+RUNNING_AND_FINISHING = """(least) => {
+  const number = (selector) => Number(document.querySelector(selector).textContent.replace(/,/g, ""));
+  return number("#in-progress") > 1 && number('#tunings tr[data-tuning="t1"] td.completed') >= least;
+}"""
 
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
@@ -91,7 +96,11 @@ async def browser_page() -> AsyncIterator[Page]:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1440, "height": 1000})
+            problems: list[str] = []
+            page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+            page.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
             yield page
+            assert problems == [], problems
         finally:
             await browser.close()
 
@@ -118,9 +127,9 @@ async def test_the_dashboard_follows_a_tuning_and_shows_a_case(
         fleet.start_worker(concurrency=3)
         fleet.start_worker(concurrency=3)
         await expect(page.locator("#workers tbody tr[data-worker]")).to_have_count(2, timeout=WAIT_MS)
-        await page.wait_for_function(
-            "() => Number(document.getElementById('in-progress').textContent) > 0", timeout=WAIT_MS
-        )
+        await page.wait_for_function(RUNNING_AND_FINISHING, arg=COMPLETED // 4, timeout=WAIT_MS)
+        running_shot = tmp_path / "running.png"
+        await page.screenshot(path=str(running_shot), full_page=True)
         await expect(page.locator(f"{row} td.completed")).to_have_text(str(COMPLETED), timeout=WAIT_MS)
         await expect(page.locator(f"{row} td.difficult")).to_have_text("2", timeout=WAIT_MS)
         await expect(page.locator("#queue-depth")).to_have_text("0")
@@ -151,7 +160,7 @@ async def test_the_dashboard_follows_a_tuning_and_shows_a_case(
         await expect(page.locator("#case-outcome")).to_have_text("completed")
         await page.screenshot(path=str(tmp_path / "case.png"), full_page=True)
 
-    assert fleet_shot.stat().st_size > 10_000
+    assert fleet_shot.stat().st_size > 10_000 and running_shot.stat().st_size > 10_000
     if os.environ.get("TUNEFLEET_SAVE_SCREENSHOT"):
         DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
-        shutil.copyfile(fleet_shot, DOCS_SCREENSHOT)
+        shutil.copyfile(running_shot, DOCS_SCREENSHOT)

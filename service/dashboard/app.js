@@ -1,6 +1,7 @@
-// tunefleet dashboard: plain DOM, no build step, no external resources.
-// Every value from the API is put into the page as text (never as HTML).
-"use strict";
+// tunefleet dashboard: the fleet view and the routing. No build step, no external resources.
+
+import { loadCase, resetCase } from "./case.js";
+import { $, caseHref, el, fillBody, fmtInt, fmtUsd, getJSON, short, svg } from "./dom.js";
 
 const SAMPLE_MS = 1000;
 const CASES_MS = 3000;
@@ -9,64 +10,18 @@ const SERIES_MAX = 300;
 const CHART_MIN_SPAN_MS = 30000;
 const EVENTS_MAX = 100;
 const STATES = ["completed", "difficult", "failed", "cancelled"];
-const SVG_NS = "http://www.w3.org/2000/svg";
 
 const state = {
   series: [],
   events: [],
   lastEventId: null,
-  tunings: [],
   caseTimer: null,
-  caseShown: "",
 };
-
-const $ = (id) => document.getElementById(id);
-
-function el(tag, props, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props || {})) {
-    if (key === "class") node.className = value;
-    else if (key === "href") node.setAttribute("href", value);
-    else if (key.startsWith("data-")) node.setAttribute(key, value);
-    else node[key] = value;
-  }
-  for (const child of children) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : String(child));
-  }
-  return node;
-}
-
-function svg(tag, attrs) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
-  return node;
-}
-
-async function getJSON(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" } });
-  if (!response.ok) {
-    let message = response.statusText;
-    try { message = (await response.json()).error || message; } catch (_) { /* not JSON */ }
-    throw new Error(`${response.status} ${message}`);
-  }
-  return response.json();
-}
-
-const fmtInt = (n) => Number(n || 0).toLocaleString("en-US");
-const fmtUsd = (n) => Number(n || 0).toFixed(4);
-const short = (v) => (v ? String(v).slice(0, 10) : "–");
-const caseHref = (tuning, id) => `#/case/${encodeURIComponent(tuning)}/${encodeURIComponent(id)}`;
 
 function setConnection(ok, text) {
   const badge = $("connection");
   badge.textContent = text;
   badge.className = "badge " + (ok ? "good" : "bad");
-}
-
-function fillBody(table, rows) {
-  const body = table.tBodies[0];
-  body.replaceChildren(...rows);
 }
 
 // ---- the fleet view -------------------------------------------------------------------------
@@ -263,101 +218,11 @@ async function loadCases() {
   fillBody($("cases"), rows);
 }
 
-// ---- the case view --------------------------------------------------------------------------
-
-function usageOf(attempt) {
-  const usages = [attempt.run?.output?.usage, attempt.feedback?.usage, attempt.apply?.output?.usage];
-  return usages.filter(Boolean).reduce(
-    (sum, u) => ({ tokens: sum.tokens + u.input_tokens + u.output_tokens, cost: sum.cost + u.cost_usd }),
-    { tokens: 0, cost: 0 });
-}
-
-function rubricCell(feedback) {
-  if (!feedback) return "–";
-  const list = el("div", { class: "rubric" });
-  for (const [item, score] of Object.entries(feedback.rubric)) {
-    const meter = el("span", { class: "meter" }, el("span", { class: "fill" }));
-    meter.firstChild.style.width = `${Math.round(score * 100)}%`;
-    list.append(el("div", { class: "score", "data-item": item }, el("span", {}, item), meter,
-      el("span", { class: "num" }, score.toFixed(2))));
-  }
-  return list;
-}
-
-function improvementsCell(feedback) {
-  if (!feedback || !feedback.improvements.length) return "–";
-  return el("ul", { class: "improvements" }, ...feedback.improvements.map((i) =>
-    el("li", {}, el("span", { class: `tag ${i.target}` }, i.target), " ", i.change)));
-}
-
-function applyCell(apply) {
-  if (!apply) return "–";
-  const out = apply.output;
-  return el("div", {},
-    out.structural ? el("div", { class: "bad" }, `structural: ${out.structural}`)
-      : el("div", { class: "mono" }, apply.version ? `published ${short(apply.version)}` : "no change"),
-    out.summary ? el("div", {}, out.summary) : null,
-    out.skills.length ? el("div", { class: "muted" }, `skills: ${out.skills.join(", ")}`) : null,
-    el("div", { class: "muted" }, `lock #${apply.fence}, base ${short(apply.base_version)}`));
-}
-
-function runCell(run) {
-  if (!run) return "–";
-  return el("div", {},
-    el("div", { class: "mono" }, `version ${short(run.version)}`),
-    el("div", {}, `${(run.duration_ms / 1000).toFixed(1)} s, exit ${run.exit_code}, ${run.output.turns} turns`),
-    run.memory_in ? el("div", { class: "muted" }, "started from memory") : null,
-    run.void ? el("div", { class: "bad" }, `void: ${run.void}`) : null,
-    run.missed_skills.length ? el("div", { class: "warn" }, `missed skills: ${run.missed_skills.join(", ")}`) : null);
-}
-
-const ROWS = [
-  ["verdict", (a) => a.feedback
-    ? el("span", { class: `badge ${a.feedback.verdict}` }, a.feedback.verdict + (a.feedback.done ? " · done" : ""))
-    : el("span", { class: "muted" }, "not analyzed yet")],
-  ["rubric", (a) => rubricCell(a.feedback)],
-  ["summary", (a) => (a.feedback ? a.feedback.summary || a.feedback.infra || "–" : "–")],
-  ["improvements", (a) => improvementsCell(a.feedback)],
-  ["apply", (a) => applyCell(a.apply)],
-  ["run", (a) => runCell(a.run)],
-  ["tokens", (a) => { const u = usageOf(a); return `${fmtInt(u.tokens)} · $${fmtUsd(u.cost)}`; }],
-  ["analysis", (a) => (a.analysis ? el("details", {}, el("summary", {}, "text"), el("pre", {}, a.analysis)) : "–")],
-];
-
-async function loadCase(tuning, caseId) {
-  let detail;
-  try {
-    detail = await getJSON(`api/tunings/${encodeURIComponent(tuning)}/cases/${encodeURIComponent(caseId)}`);
-    $("case-error").hidden = true;
-  } catch (err) {
-    $("case-error").textContent = err.message;
-    $("case-error").hidden = false;
-    return;
-  }
-  const seen = JSON.stringify(detail);
-  if (seen === state.caseShown) return;  // unchanged: keep the page (and open details) as it is
-  state.caseShown = seen;
-  $("case-title").textContent = `${detail.tuning} / ${detail.case} r${detail.rev}`;
-  const result = detail.result;
-  $("case-result").replaceChildren(result
-    ? el("span", {}, el("span", { class: `badge ${result.state}`, id: "case-outcome" }, result.state),
-      ` ${result.reason || ""} · ${fmtInt(result.usage.input_tokens + result.usage.output_tokens)} tokens`
-      + ` · $${fmtUsd(result.usage.cost_usd)} · ${result.steps} steps`)
-    : el("span", { class: "badge unfinished", id: "case-outcome" }, "running"));
-  const table = $("tries");
-  const head = el("tr", {}, el("th", {}, ""), ...detail.attempts.map((a) =>
-    el("th", { class: a.folder.includes("void") ? "void" : "", "data-attempt": `${a.phase}/${a.folder}` },
-      `${a.phase} ${a.folder}`)));
-  table.tHead.replaceChildren(head);
-  fillBody(table, ROWS.map(([name, cell]) => el("tr", { "data-row": name },
-    el("th", {}, name), ...detail.attempts.map((a) => el("td", {}, cell(a))))));
-}
-
 // ---- routing --------------------------------------------------------------------------------
 
 function route() {
   clearInterval(state.caseTimer);
-  state.caseShown = "";
+  resetCase();
   const match = location.hash.match(/^#\/case\/([^/]+)\/([^/]+)$/);
   $("fleet-view").hidden = Boolean(match);
   $("case-view").hidden = !match;

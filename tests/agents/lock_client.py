@@ -72,7 +72,7 @@ async def edit(redis: Redis, lock: ImprovementsLock, settings: FleetSettings, te
             current = (await current_version(redis)) or await repo.head()
             async with repo.worktree(current, f"edit-{held.token}") as tree:
                 (tree / "rules.md").write_text(f"- rule: {text}\n")
-                version = await repo.commit(tree, f"edit {text}")
+                version = await repo.commit(tree, current, f"edit {text}")
             print(f"committed {version}", flush=True)
             await read_line()
             assert version is not None

@@ -30,6 +30,11 @@ GROUP_POLL_S = 0.05
 PROC_DIR = Path("/proc")
 
 
+def agent_environment() -> dict[str, str]:
+    """The worker's environment less tunefleet's own settings (Redis password, API token, ...)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+
+
 @dataclass(frozen=True)
 class ProcessSpec:
     """What to run and how long to let it run."""
@@ -122,7 +127,7 @@ async def run_process(spec: ProcessSpec) -> ProcessResult:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_handle,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **spec.env},
+                env={**agent_environment(), **spec.env},
                 cwd=spec.cwd,
                 start_new_session=True,
             )

@@ -83,6 +83,10 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     system = await cr.tuning.repo.private_copy(run.version, work / "system")
     before = tree_digest(system)
     run_work = paths.root / run.work
+    memory = work / "memory"
+    if (run_work / "memory").is_dir():
+        shutil.copytree(run_work / "memory", memory)  # a copy: phase mem starts from the run's own
+    memory.mkdir(exist_ok=True)
     write_json(
         work / "brief.json",
         {
@@ -105,7 +109,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         run=run,
         run_file=paths.run,
         system_dir=system,
-        memory_dir=run_work / "memory",
+        memory_dir=memory,
         workspace_dir=run_work / "workspace",
         brief_file=work / "brief.json",
         feedback_file=work / "feedback.json",

@@ -108,7 +108,7 @@ async def _apply_holding(
                 f"tunefleet: apply {cr.case.id} {phase}/{attempt}\n\n{output.summary}\n\n"
                 f"{tag}\n{OUTPUT_TRAILER}: {output.model_dump_json()}\n"
             )
-            version = await cr.tuning.repo.commit(tree, message)
+            version = await cr.tuning.repo.commit(tree, current, message)
         if version is not None:
             await hold.publish(version)
             await cr.tuning.repo.update_main(version)

@@ -1,0 +1,142 @@
+"""`make chaos`: the demo tuning under random faults, then the bill.
+
+For --duration-s seconds, workers are killed (SIGKILL), paused past their lease (SIGSTOP, SIGCONT),
+stopped (SIGTERM) and replaced, and Redis (with AOF) is killed and restarted. Then the run settles
+and the script prints: cases lost, steps run twice, cases marked because of faults (all must be 0),
+and the slowest recovery seen (fault to the affected case's next step, on another worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import signal
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from service.settings import FleetSettings
+from tests.support.fleet import Fleet, demo_adapter, steps_run_twice, write_tuning
+from tests.support.redis_server import RedisServer
+
+DEMO_CASES = Path(__file__).parents[1] / "examples" / "demo" / "cases"
+
+
+def demo_cases(copies: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The demo's cases, `copies` times over under new ids; and what each declares."""
+    cases, declared = [], {}
+    for path in sorted(DEMO_CASES.glob("*.yaml")):
+        base = yaml.safe_load(path.read_text())
+        for n in range(copies):
+            item = dict(base, id=f"{base['id']}-x{n}")
+            rules = item.get("demo", {}).get("rules", [])
+            item["demo"] = dict(item.get("demo", {}), rules=[f"{r}-x{n}" for r in rules])
+            cases.append(item)
+            declared[item["id"]] = item["expect"]
+    return cases, declared
+
+
+def at_s(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["at"]).timestamp()
+
+
+class Chaos:
+    def __init__(self, fleet: Fleet, redis: RedisServer, rng: random.Random, workers: int) -> None:
+        self.fleet = fleet
+        self.redis = redis
+        self.rng = rng
+        self.live = [fleet.start_worker(concurrency=8) for _ in range(workers)]
+        self.faults: list[tuple[float, str, int | None]] = []
+
+    async def strike(self) -> None:
+        kind = self.rng.choice(["kill", "pause", "term", "redis"])
+        if kind == "redis":
+            self.faults.append((time.time(), "redis", None))
+            self.redis.restart()
+            return
+        victim = self.rng.choice(self.live)
+        self.faults.append((time.time(), kind, victim.pid))
+        if kind == "pause":
+            victim.send_signal(signal.SIGSTOP)
+            await asyncio.sleep(self.fleet.settings.lease_s * 1.5)
+            victim.send_signal(signal.SIGCONT)
+            return
+        victim.send_signal(signal.SIGKILL if kind == "kill" else signal.SIGTERM)
+        while victim.poll() is None:
+            await asyncio.sleep(0.05)
+        self.live.remove(victim)
+        self.live.append(self.fleet.start_worker(concurrency=8))
+
+    def slowest_recovery_s(self, events: list[dict[str, Any]]) -> float:
+        worst = 0.0
+        for t, kind, pid in self.faults:
+            before = [e for e in events if at_s(e) < t and e.get("case")]
+            last: dict[str, dict[str, Any]] = {}
+            for e in before:
+                last[e["case"]] = e
+            hit = {c for c, e in last.items() if not e["kind"].startswith("case_")
+                   and (pid is None or e.get("worker", "").endswith(f":{pid}"))}
+            for case_id in hit:
+                after = [at_s(e) for e in events if e.get("case") == case_id and e["kind"] == "step_started"
+                         and at_s(e) >= t and (pid is None or not e.get("worker", "").endswith(f":{pid}"))]
+                if after:
+                    worst = max(worst, min(after) - t)
+        return worst
+
+
+async def main(duration_s: float, workers: int, seed: int) -> int:
+    rng = random.Random(seed)
+    root = Path(tempfile.mkdtemp(prefix="tunefleet-chaos-"))
+    redis = RedisServer(root / "redis", appendonly=True)
+    redis.start()
+    settings = FleetSettings(redis_url=redis.url, store=root / "store", poll_delay_s=0.1, lease_s=2.0,
+                             stop_grace_s=3.0, lock_lease_s=3.0, reconcile_interval_s=2.0,
+                             breaker_probe_base_s=0.5, breaker_probe_max_s=2.0)
+    fleet = Fleet(settings, root / "logs")
+    cases, declared = demo_cases(max(1, int(duration_s // 12)))
+    tuning = write_tuning(root / "tuning", cases, name="t1", adapter=demo_adapter(run_ms=800, analyze_ms=300,
+                                                                                    apply_ms=150))
+    print(f"chaos: {len(cases)} cases, {workers} workers, {duration_s:.0f} s of faults, store {root}")
+    try:
+        fleet.start_daemon(tuning)
+        chaos = Chaos(fleet, redis, rng, workers)
+        ends = time.monotonic() + duration_s
+        while time.monotonic() < ends:
+            await asyncio.sleep(rng.uniform(1.5, 4.0))
+            await chaos.strike()
+            print(f"  fault {len(chaos.faults)}: {chaos.faults[-1][1]}", flush=True)
+        settle_ends = time.monotonic() + 240
+        while time.monotonic() < settle_ends:
+            if all(r.state != "unfinished" for r in fleet.results().values()) and len(fleet.results()) == len(cases):
+                break
+            await asyncio.sleep(0.5)
+        rows = fleet.results()
+        events = fleet.events()
+    finally:
+        fleet.teardown()
+        redis.stop()
+    lost = sum(r.state == "unfinished" for r in rows.values()) + len(cases) - len(rows)
+    twice = sum(len(steps_run_twice(events, c)) for c in rows)
+    marked = sum(1 for c, r in rows.items() if r.state != "unfinished" and (
+        r.state != declared[c]["state"] or not (r.reason or "").startswith(declared[c].get("reason") or "")))
+    print(f"faults injected:          {len(chaos.faults)}")
+    print(f"cases lost:               {lost}")
+    print(f"steps run twice:          {twice}")
+    print(f"cases marked by faults:   {marked}")
+    print(f"slowest recovery:         {chaos.slowest_recovery_s(events):.2f} s")
+    return 0 if lost == twice == marked == 0 else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration-s", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    sys.exit(asyncio.run(main(args.duration_s, args.workers, args.seed)))
