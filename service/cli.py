@@ -176,6 +176,46 @@ def show(
 
 
 @app.command()
+def cancel(
+    ctx: typer.Context,
+    tuning: str,
+    case: Annotated[str | None, typer.Argument(help="One case; all unfinished cases if omitted.")] = None,
+) -> None:
+    """Cancel a case, or every unfinished case of a tuning: agents are stopped, cases end cancelled."""
+
+    async def go() -> None:
+        async with TunefleetClient(_settings(ctx)) as client:
+            done = await client.cancel(tuning, case)
+        Console().print(f"cancelled {len(done)} case(s)")
+
+    _run(go())
+
+
+@app.command()
+def pause(ctx: typer.Context) -> None:
+    """Pause the fleet: no new run starts anywhere; steps under way finish."""
+
+    async def go() -> None:
+        async with TunefleetClient(_settings(ctx)) as client:
+            await client.pause()
+        Console().print("paused")
+
+    _run(go())
+
+
+@app.command()
+def resume(ctx: typer.Context) -> None:
+    """Resume the fleet after `pause`."""
+
+    async def go() -> None:
+        async with TunefleetClient(_settings(ctx)) as client:
+            await client.resume()
+        Console().print("resumed")
+
+    _run(go())
+
+
+@app.command()
 def schema(
     names: Annotated[list[str] | None, typer.Argument(help=f"Any of: {', '.join(SCHEMAS)}")] = None,
 ) -> None:

@@ -8,6 +8,7 @@ async with TunefleetClient(settings) as client:
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -21,6 +22,7 @@ from service.errors import CaseFileError, TunefleetError, UnknownTuningError
 from service.events import EventSink
 from service.models.case import Case
 from service.models.jobs import CASE_FUNCTION, CaseJob
+from service.models.records import CaseResult
 from service.models.status import CaseDetail, FleetStatus, Refusal, ResultRow, SubmitReport
 from service.models.tuning import TuningConfig
 from service.queries import case_detail, fleet_status, results
@@ -129,6 +131,48 @@ class TunefleetClient:
         return [
             c.case_id for c in self.tuning_store(tuning).latest_revs() if await self._run_again(tuning, c)
         ]
+
+    async def cancel(self, tuning: str, case: str | None = None) -> list[str]:
+        """Cancel one case or every unfinished case of a tuning; the job ids cancelled.
+
+        Queued cases end `cancelled` here and now; running ones are stopped by their worker within a
+        poll (their agents get the grace period) and end `cancelled` there. Nothing else is touched.
+        """
+        targets = [
+            c
+            for c in self.tuning_store(tuning).latest_revs()
+            if (case is None or c.case_id == case) and not c.result_file.exists()
+        ]
+        jobs = [CaseJob(tuning=tuning, case=c.case_id, rev=c.rev) for c in targets]
+        if not jobs:
+            return []
+        await self.redis.sadd(keys.cancelled(tuning), *[j.job_id for j in jobs])  # type: ignore[misc]
+        leased = await self.redis.mget([keys.lease(j.job_id) for j in jobs])
+        for case_store, job, lease in zip(targets, jobs, leased, strict=True):
+            if lease is not None:
+                continue  # its worker ends it
+            case_store.write_result(
+                CaseResult(
+                    case=job.case,
+                    rev=job.rev,
+                    state="cancelled",
+                    reason="cancelled before it started",
+                    at=datetime.now(UTC),
+                )
+            )
+            await self.redis.zrem(self.settings.queue, job.job_id)
+            await self.redis.delete(keys.arq_job(job.job_id))
+            await self._sink().emit(
+                "case_cancelled", tuning, case=job.case, rev=job.rev, detail="cancelled before it started"
+            )
+        return [j.job_id for j in jobs]
+
+    async def pause(self) -> None:
+        """No run starts anywhere in the fleet until `resume` (running steps finish)."""
+        await self.redis.set(keys.paused(), "1")
+
+    async def resume(self) -> None:
+        await self.redis.delete(keys.paused())
 
     async def running(self, tuning: str) -> dict[str, dict[str, object]]:
         raw = await self.redis.hgetall(keys.running(tuning))  # type: ignore[misc]

@@ -168,7 +168,7 @@ def test_keys_are_decoded_from_terminal_bytes() -> None:
 
 
 def test_the_log_tail_finds_the_newest_step_folder_and_reads_its_end(tmp_path: Path) -> None:
-    """The follow view reads `<step>.log` of the newest `<step>-<token>` folder, only its last lines."""
+    """The follow view reads `<step>.log` of the folder the worker named, else of the newest, only its end."""
     store = Store(tmp_path)
     step = running("alpha", "run")
     attempt = tmp_path / "tunings" / "t1" / "cases" / "alpha" / "r1" / "nomem" / "1"
@@ -178,6 +178,7 @@ def test_the_log_tail_finds_the_newest_step_folder_and_reads_its_end(tmp_path: P
     (attempt / "analyze-13").mkdir()
     found = find_step_log(store, step)
     assert found == attempt / "run-12" / "run.log"
+    assert find_step_log(store, step.model_copy(update={"work": "run-9"})) == attempt / "run-9" / "run.log"
     tail = read_tail(found, max_lines=3, max_bytes=100)
     assert tail.lines == ["new 47!", "new 48!", "new 49!"]
     assert read_tail(attempt / "run-99" / "run.log", max_lines=3).lines == []

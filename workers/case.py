@@ -18,6 +18,7 @@ from service.models.records import Phase, StepName
 from service.settings import FleetSettings
 from service.store import CaseStore
 from workers.breaker import BreakerGate
+from workers.control import Controls
 from workers.lease import CaseLease
 from workers.tuning import TuningRuntime
 
@@ -35,6 +36,7 @@ class CaseRun:
         lease: CaseLease,
         sink: EventSink,
         gate: BreakerGate,
+        controls: Controls,
         worker: str,
     ) -> None:
         self.settings = settings
@@ -44,6 +46,7 @@ class CaseRun:
         self.lease = lease
         self.sink = sink
         self.gate = gate
+        self.controls = controls
         self.worker = worker
         self.log = structlog.get_logger().bind(tuning=tuning.name, case=case.id, rev=case.rev, worker=worker)
 

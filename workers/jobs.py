@@ -25,7 +25,7 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     """Run one case; the returned dict is arq's job result (JSON)."""
     runtime: WorkerRuntime = ctx["runtime"]
     job = CaseJob.model_validate(payload)
-    lease, lost = await runtime.acquire(job)
+    lease, lost, cancelled = await runtime.acquire(job)
     structlog.contextvars.bind_contextvars(tuning=job.tuning, case=job.case, rev=job.rev, worker=runtime.name)
     try:
         cr = runtime.case_run(job, lease)
@@ -33,7 +33,9 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         log.error("case_unreadable", error=str(exc))
         return {"error": str(exc)}
     try:
-        if lost >= runtime.settings.max_lease_losses:
+        if cancelled:
+            result = await finish(cr, "cancelled", None, "cancelled before it started")
+        elif lost >= runtime.settings.max_lease_losses:
             result = await finish(cr, "failed", None, f"poison: the case lost its lease {lost} times")
         else:
             result = await supervised(cr)
@@ -46,8 +48,11 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         await _quietly(lease.requeue())
         raise Retry(defer=runtime.settings.poll_delay_s) from None
     except asyncio.CancelledError:
-        await asyncio.shield(_let_go(cr))
-        raise
+        if job.job_id not in runtime.controls.cancelling:
+            await asyncio.shield(_let_go(cr))
+            raise
+        runtime.controls.cancelling.discard(job.job_id)
+        result = await asyncio.shield(finish(cr, "cancelled", None, "cancelled by the user"))
     except Exception as exc:
         # A defect or a broken environment, not the prose: visible as failed, run again on the next start.
         log.exception("case_crashed")

@@ -19,8 +19,8 @@ log = structlog.get_logger()
 _NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 
 ACQUIRE = f"""
--- KEYS: lease holder losses fence in_progress queue ; ARGV: lease_ms job_id
-if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0}} end
+-- KEYS: lease holder losses fence in_progress queue cancelled ; ARGV: lease_ms job_id
+if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0}} end
 local lost
 if redis.call('EXISTS', KEYS[2]) == 1 then
   lost = redis.call('INCR', KEYS[3])
@@ -33,7 +33,7 @@ redis.call('SET', KEYS[2], token)
 redis.call('SET', KEYS[5], '1', 'PX', ARGV[1])
 {_NOW_MS}
 redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[1]), ARGV[2])
-return {{token, lost}}
+return {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2])}}
 """
 
 RENEW = f"""
@@ -77,9 +77,10 @@ class CaseLease:
 
     @classmethod
     async def acquire(
-        cls, redis: Redis, queue: str, job_id: str, lease_s: float
-    ) -> tuple[CaseLease | None, int]:
-        """The lease and how many leases the case lost before; (None, 0) if another worker holds it."""
+        cls, redis: Redis, queue: str, job_id: str, lease_s: float, tuning: str
+    ) -> tuple[CaseLease | None, int, bool]:
+        """The lease, how many leases the case lost before, and whether it was cancelled;
+        (None, 0, False) if another worker holds it."""
         keys_ = [
             keys.lease(job_id),
             keys.holder(job_id),
@@ -87,11 +88,12 @@ class CaseLease:
             keys.fence(),
             keys.arq_in_progress(job_id),
             queue,
+            keys.cancelled(tuning),
         ]
-        token, lost = await redis.register_script(ACQUIRE)(keys_, [int(lease_s * 1000), job_id])
+        token, lost, cancelled = await redis.register_script(ACQUIRE)(keys_, [int(lease_s * 1000), job_id])
         if int(token) == 0:
-            return None, 0
-        return cls(redis, queue, job_id, lease_s, int(token)), int(lost)
+            return None, 0, False
+        return cls(redis, queue, job_id, lease_s, int(token)), int(lost), bool(cancelled)
 
     async def renew(self) -> None:
         ok = await self._renew(

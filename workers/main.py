@@ -46,7 +46,11 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
     log.info("worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue)
     try:
         async with asyncio.TaskGroup() as group:
-            helpers = [group.create_task(runtime.gate.watch()), group.create_task(announce(redis, runtime))]
+            helpers = [
+                group.create_task(runtime.gate.watch()),
+                group.create_task(runtime.controls.watch(worker.job_tasks)),
+                group.create_task(announce(redis, runtime)),
+            ]
             try:
                 await worker.async_run()
             except asyncio.CancelledError:

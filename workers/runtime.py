@@ -18,6 +18,7 @@ from service.store import Store
 from workers.adapters.base import Prober
 from workers.breaker import Breaker, BreakerGate
 from workers.case import CaseRun
+from workers.control import Controls
 from workers.lease import CaseLease
 from workers.tuning import TuningRuntime
 
@@ -38,6 +39,7 @@ class WorkerRuntime:
         self.name = name or worker_name()
         self.sink = EventSink(redis, self.store, settings.events_max, worker=self.name)
         self.breaker = Breaker(redis, settings.breaker_probe_base_s, settings.breaker_probe_max_s)
+        self.controls = Controls(redis, settings.poll_delay_s)
         self.gate = BreakerGate(self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0)
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
@@ -55,16 +57,17 @@ class WorkerRuntime:
     async def _prober_for(self, tuning: str) -> Prober:
         return self.tuning(tuning).prober
 
-    async def acquire(self, job: CaseJob) -> tuple[CaseLease, int]:
-        """The case's lease, or Retry when another worker still holds it."""
-        lease, lost = await CaseLease.acquire(
-            self.redis, self.settings.queue, job.job_id, self.settings.lease_s
+    async def acquire(self, job: CaseJob) -> tuple[CaseLease, int, bool]:
+        """The case's lease (with its lease losses and whether it was cancelled), or Retry when another
+        worker still holds it."""
+        lease, lost, cancelled = await CaseLease.acquire(
+            self.redis, self.settings.queue, job.job_id, self.settings.lease_s, job.tuning
         )
         if lease is None:
             log.info("case_held_elsewhere", job_id=job.job_id)
             raise Retry(defer=self.settings.lease_s)
         self.leases[job.job_id] = lease.token
-        return lease, lost
+        return lease, lost, cancelled
 
     def case_run(self, job: CaseJob, lease: CaseLease) -> CaseRun:
         tuning = self.tuning(job.tuning)
@@ -82,6 +85,7 @@ class WorkerRuntime:
             lease=lease,
             sink=self.sink,
             gate=self.gate,
+            controls=self.controls,
             worker=self.name,
         )
 

@@ -76,7 +76,7 @@ async def take_snapshot(redis: Redis, queue: str, *, event_count: int) -> WatchS
     """The fleet now: two round trips for the status, one for the running cases, locks and events."""
     status = await fleet_status(redis, queue)
     names = [t.name for t in status.tunings]
-    now_ms = int(time.time() * 1000)
+    now_ms = int(time.time() * 1000)  # only to count unexpired pending applies for display
     async with redis.pipeline(transaction=False) as pipe:
         for name in names:
             pipe.hgetall(keys.running(name))

@@ -22,7 +22,11 @@ def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
 
 
 async def wait_until_runnable(cr: CaseRun) -> None:
-    """Hold the run start while the sandbox breaker is open or (if configured) an apply is pending."""
+    """Hold the run start while the fleet is paused, the sandbox breaker is open or (if configured) an
+    apply is pending."""
+    if cr.controls.paused:
+        await cr.emit("run_waits_for_resume")
+        await cr.controls.wait_runnable()
     if cr.gate.is_open:
         await cr.emit("run_waits_for_sandbox")
         await cr.gate.wait_closed()

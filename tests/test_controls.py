@@ -1,0 +1,99 @@
+"""Pause, resume and cancel: fleet-wide controls that act within one poll and lose nothing else."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tests.support.fleet import Fleet, case, demo_adapter, step_starts, wait_until, write_tuning
+
+HANG_ONCE = """
+import os, pathlib, sys, time
+pathlib.Path(sys.argv[1]).parent.joinpath("agent.pid").write_text(str(os.getpid()))
+while True:
+    time.sleep(0.2)
+"""
+
+
+def at_s(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["at"]).timestamp()
+
+
+def run_starts(fleet: Fleet) -> list[dict[str, Any]]:
+    return [e for e in fleet.events() if e["kind"] == "step_started" and e["step"] == "run"]
+
+
+async def test_pause_stops_new_runs_within_a_poll_and_resume_restarts_them(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """After `pause` no run starts (past one poll) while running steps finish; `resume` lets them go on."""
+    cases = [case(f"c{i}") for i in range(30)]
+    await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=demo_adapter(run_ms=300)))
+    fleet.start_worker(concurrency=3)
+    await wait_until(lambda: len(run_starts(fleet)) >= 3, 30, "runs under way")
+    async with fleet.client() as client:
+        await client.pause()
+        paused_at = time.time()
+        status = await client.status()
+        assert status.paused
+    await wait_until(
+        lambda: any(e["kind"] == "run_waits_for_resume" for e in fleet.events()),
+        10,
+        "a run start held by the pause",
+    )
+    held_until = time.time()
+    late = [e for e in run_starts(fleet) if at_s(e) > paused_at + fleet.settings.poll_delay_s + 0.2]
+    assert late == []
+    finished_while_paused = [
+        e for e in fleet.events() if e["kind"] == "step_finished" and at_s(e) > paused_at
+    ]
+    assert finished_while_paused  # steps under way were not stopped
+    async with fleet.client() as client:
+        await client.resume()
+    rows = await fleet.wait_finished(len(cases))
+    assert {r.state for r in rows.values()} == {"completed"}
+    assert any(at_s(e) > held_until for e in run_starts(fleet))
+
+
+async def test_cancelling_a_running_case_stops_its_agent_and_nothing_else(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """`cancel` on a running case ends its agent process and the case `cancelled`; the other cases finish."""
+    import sys
+
+    runner = {
+        "kind": "command",
+        "timeout_s": 120,
+        "argv": [sys.executable, "-c", HANG_ONCE.replace("{", "{{").replace("}", "}}"), "{case}"],
+    }
+    hang = write_tuning(tmp_path / "hang", [case("stuck")], name="t2", runner=runner)
+    await fleet.start_tuning(hang)
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case(f"c{i}") for i in range(5)]))
+    fleet.start_worker()
+    pid_file = fleet.settings.store / "tunings/t2/cases/stuck/r1/agent.pid"
+    await wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", 30, "the agent to start")
+    pid = int(pid_file.read_text())
+    async with fleet.client() as client:
+        cancelled = await client.cancel("t2", "stuck")
+    assert cancelled == ["case:t2:stuck:1"]
+    await wait_until(
+        lambda: fleet.results("t2")["stuck"].state == "cancelled", 15, "the case to end cancelled"
+    )
+    assert not Path(f"/proc/{pid}").exists() or "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    rows = await fleet.wait_finished(5)
+    assert {r.state for r in rows.values()} == {"completed"}
+
+
+async def test_cancelling_a_tuning_ends_its_queued_cases_at_once(fleet: Fleet, tmp_path: Path) -> None:
+    """`cancel TUNING` with no worker running ends every queued case cancelled and empties the queue."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case(f"c{i}") for i in range(4)]))
+    async with fleet.client() as client:
+        assert len(await client.cancel("t1")) == 4
+        status = await client.status()
+    assert status.tunings[0].cancelled == 4 and status.queue_depth == 0
+    async with fleet.client() as client:
+        assert await client.cancel("t1") == []  # nothing unfinished is left
+    assert {r.state for r in fleet.results().values()} == {"cancelled"}
+    assert all(not step_starts(fleet.events(), f"c{i}") for i in range(4))
