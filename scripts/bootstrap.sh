@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)          # the `tunefleet watch` test drives it in tmux
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)   # the sandbox tests wrap a real runner
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

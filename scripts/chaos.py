@@ -53,6 +53,7 @@ class Chaos:
         self.rng = rng
         self.live = [fleet.start_worker(concurrency=8) for _ in range(workers)]
         self.faults: list[tuple[float, str, int | None]] = []
+        self.began = time.time()
 
     async def strike(self) -> None:
         kind = self.rng.choice(["kill", "pause", "term", "redis"])
@@ -73,8 +74,9 @@ class Chaos:
         self.live.remove(victim)
         self.live.append(self.fleet.start_worker(concurrency=8))
 
-    def slowest_recovery_s(self, events: list[dict[str, Any]]) -> float:
-        worst = 0.0
+    def slowest_recovery(self, events: list[dict[str, Any]]) -> tuple[float, str]:
+        """The longest wait from a fault to an affected case's next step elsewhere, and what it was."""
+        worst, what = 0.0, "none"
         for t, kind, pid in self.faults:
             before = [e for e in events if at_s(e) < t and e.get("case")]
             last: dict[str, dict[str, Any]] = {}
@@ -85,9 +87,9 @@ class Chaos:
             for case_id in hit:
                 after = [at_s(e) for e in events if e.get("case") == case_id and e["kind"] == "step_started"
                          and at_s(e) >= t and (pid is None or not e.get("worker", "").endswith(f":{pid}"))]
-                if after:
-                    worst = max(worst, min(after) - t)
-        return worst
+                if after and min(after) - t > worst:
+                    worst, what = min(after) - t, f"{kind} fault at +{t - self.began:.1f} s, case {case_id}"
+        return worst, what
 
 
 async def main(duration_s: float, workers: int, seed: int) -> int:
@@ -129,7 +131,8 @@ async def main(duration_s: float, workers: int, seed: int) -> int:
     print(f"cases lost:               {lost}")
     print(f"steps run twice:          {twice}")
     print(f"cases marked by faults:   {marked}")
-    print(f"slowest recovery:         {chaos.slowest_recovery_s(events):.2f} s")
+    worst_s, what = chaos.slowest_recovery(events)
+    print(f"slowest recovery:         {worst_s:.2f} s ({what})")
     return 0 if lost == twice == marked == 0 else 1
 
 

@@ -176,6 +176,17 @@ def show(
 
 
 @app.command()
+def watch(
+    ctx: typer.Context,
+    refresh_s: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes.")] = 0.5,
+) -> None:
+    """Live view: queue, cases under way, tokens, breaker, locks, events; enter follows one agent's log."""
+    from service.watch.app import watch as watch_live
+
+    _run(watch_live(_settings(ctx), refresh_s=refresh_s))
+
+
+@app.command()
 def cancel(
     ctx: typer.Context,
     tuning: str,

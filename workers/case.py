@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,7 @@ class CaseRun:
             "step": step,
             "phase": phase,
             "attempt": attempt,
-            "since_ms": int(time.time() * 1000),
+            "since": datetime.now(UTC).isoformat(),
+            "work": self.work_name(step),
         }
         await redis.hset(keys.running(self.tuning.name), self.job_id, json.dumps(state))  # type: ignore[misc]
