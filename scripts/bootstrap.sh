@@ -32,8 +32,14 @@ python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || {
 
 stamp=.venv/.installed
 if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing tunefleet and its dev tools into .venv" >&2
+  mkdir -p var
   python3 -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e '.[dev]'; } \
+      >var/bootstrap.log 2>&1; then
+    cat var/bootstrap.log >&2
+    echo "bootstrap: pip install failed (log above, also in var/bootstrap.log)" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi

@@ -73,6 +73,7 @@ class CaseRun:
     async def at(self, step: StepName | None, phase: Phase | None = None, attempt: int | None = None) -> None:
         """Record where the case is now, for status and the dashboard (None: it left the fleet)."""
         redis = self.sink.redis
+        structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)
         if step is None:
             await redis.hdel(keys.running(self.tuning.name), self.job_id)  # type: ignore[misc]
             return

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import structlog
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 log = structlog.get_logger()
 
@@ -28,6 +31,7 @@ TAIL_BYTES = 4096
 GROUP_POLL_S = 0.05
 """How often a terminating group is checked for processes still running."""
 PROC_DIR = Path("/proc")
+START_ATTEMPTS = 4
 
 
 def agent_environment() -> dict[str, str]:
@@ -115,14 +119,24 @@ def _elapsed_ms(started: float) -> int:
     return max(0, int((time.monotonic() - started) * 1000))
 
 
-async def run_process(spec: ProcessSpec) -> ProcessResult:
-    """Run `spec.argv` to its end, its timeout, or the caller's cancellation (which is re-raised)."""
-    spec.log_file.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with spec.log_file.open("ab") as log_handle:
-        start_offset = log_handle.tell()
-        try:
-            proc = await asyncio.create_subprocess_exec(
+TRANSIENT_START_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in TRANSIENT_START_ERRNOS
+
+
+async def _start(spec: ProcessSpec, log_handle: BinaryIO) -> asyncio.subprocess.Process:
+    """Start the agent; a fork that fails for want of resources (EAGAIN, ENOMEM, too many files) is
+    tried again with backoff, a missing program is not."""
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(_is_transient),
+        stop=stop_after_attempt(START_ATTEMPTS),
+        wait=wait_random_exponential(multiplier=0.1, max=2.0),
+        reraise=True,
+    ):
+        with attempt:
+            return await asyncio.create_subprocess_exec(
                 *spec.argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_handle,
@@ -131,6 +145,17 @@ async def run_process(spec: ProcessSpec) -> ProcessResult:
                 cwd=spec.cwd,
                 start_new_session=True,
             )
+    raise AssertionError("unreachable")
+
+
+async def run_process(spec: ProcessSpec) -> ProcessResult:
+    """Run `spec.argv` to its end, its timeout, or the caller's cancellation (which is re-raised)."""
+    spec.log_file.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with spec.log_file.open("ab") as log_handle:
+        start_offset = log_handle.tell()
+        try:
+            proc = await _start(spec, log_handle)
         except OSError as exc:
             error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
             log_handle.write(f"tunefleet: {error}\n".encode())
