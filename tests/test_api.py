@@ -12,6 +12,7 @@ import pytest
 from pydantic import SecretStr
 from starlette.routing import Route
 
+from service import keys
 from service.api import create_app
 from service.client import TunefleetClient
 from service.errors import TunefleetError
@@ -19,7 +20,7 @@ from service.models.api import CaseRows, EventsPage, StatusView, TuningList
 from service.models.status import CaseDetail
 from service.server import serve
 from service.settings import FleetSettings
-from tests.support.fleet import Fleet, case, wait_until, write_tuning
+from tests.support.fleet import Fleet, case, write_tuning
 from tests.support.redis_server import RedisServer, free_port
 
 TOKEN = "tf-test-token-7f3a"
@@ -114,7 +115,7 @@ async def test_case_detail_shows_every_try(ran: Fleet, client: TunefleetClient) 
 
 async def test_events_page_through_the_stream(ran: Fleet, client: TunefleetClient) -> None:
     """GET /api/events gives the latest events, and paging with `after` visits every entry once, in order."""
-    every_id = [entry[0].decode() for entry in await client.redis.xrange("tf:events")]
+    every_id = [entry[0].decode() for entry in await client.redis.xrange(keys.events())]
     async with http(client, ran.settings) as api:
         latest = EventsPage.model_validate_json((await api.get("/api/events?limit=5")).content)
         assert [e.id for e in latest.events] == every_id[-5:] and latest.last_id == every_id[-1]
@@ -242,4 +243,3 @@ async def test_serve_listens_until_stopped(settings: FleetSettings, client: Tune
         await asyncio.wait_for(task, 10)
         assert not await answers()
     assert page.status_code == 200 and "default-src 'self'" in page.headers["content-security-policy"]
-    await wait_until(lambda: task.done(), 1, "serve() returned")

@@ -33,6 +33,7 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         log.error("case_unreadable", error=str(exc))
         return {"error": str(exc)}
     try:
+        await cr.emit("case_started", data={"lease": lease.token, "lost_leases": lost, "try": ctx["job_try"]})
         if cancelled:
             result = await finish(cr, "cancelled", None, "cancelled before it started")
         elif lost >= runtime.settings.max_lease_losses:

@@ -62,11 +62,16 @@ if tonumber(ARGV[2]) == 0 then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 """
 
-COUNT_PENDING = f"""
--- KEYS: pending
+PENDING = f"""
+-- KEYS: pending ; ARGV: members to look for (none: all) -> the ones still pending
 {_NOW_MS}
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return redis.call('ZCARD', KEYS[1])
+if #ARGV == 0 then return redis.call('ZRANGE', KEYS[1], 0, -1) end
+local still = {{}}
+for _, member in ipairs(ARGV) do
+  if redis.call('ZSCORE', KEYS[1], member) then table.insert(still, member) end
+end
+return still
 """
 
 
@@ -114,7 +119,7 @@ class ImprovementsLock:
         self._acquire = redis.register_script(ACQUIRE)
         self._release = redis.register_script(RELEASE)
         self._mark = redis.register_script(MARK_PENDING)
-        self._count = redis.register_script(COUNT_PENDING)
+        self._pending = redis.register_script(PENDING)
         self.tuning = tuning
         self.lease_ms = int(lease_s * 1000)
         self._poll_s = poll_s
@@ -153,14 +158,19 @@ class ImprovementsLock:
     async def _mark_pending(self, member: str, ttl_ms: int) -> None:
         await self._mark([keys.lock_pending(self.tuning)], [member, ttl_ms])
 
-    async def pending(self) -> int:
-        """How many applies are waiting for or holding the lock."""
-        return int(await self._count([keys.lock_pending(self.tuning)]))
+    async def pending(self, among: list[bytes] | None = None) -> list[bytes]:
+        """The applies waiting for or holding the lock (only those of `among`, if given)."""
+        if among == []:
+            return []
+        return list(await self._pending([keys.lock_pending(self.tuning)], among or []))
 
     async def wait_idle(self, max_wait_s: float, poll_s: float) -> float:
-        """Wait (at most `max_wait_s`) until no apply is pending; the seconds waited."""
+        """Wait (at most `max_wait_s`) until the applies pending now are done; the seconds waited.
+        Applies that queue up meanwhile are not waited for, so a busy fleet cannot starve run starts."""
         loop = asyncio.get_running_loop()
         began = loop.time()
-        while await self.pending() and loop.time() - began < max_wait_s:
+        waiting = await self.pending()
+        while waiting and loop.time() - began < max_wait_s:
             await asyncio.sleep(poll_s)
+            waiting = await self.pending(waiting)
         return loop.time() - began

@@ -1,0 +1,46 @@
+"""Run starts wait for a pending apply (setting `wait_for_apply`), or do not when it is off."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
+
+
+def at_s(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["at"]).timestamp()
+
+
+def first(events: list[dict[str, Any]], kind: str, case_id: str, step: str) -> dict[str, Any]:
+    return next(e for e in events if e["kind"] == kind and e.get("case") == case_id and e.get("step") == step)
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["waits", "does-not-wait"])
+async def test_a_run_start_waits_for_the_apply_under_way(fleet: Fleet, tmp_path: Path, wait: bool) -> None:
+    """While an apply holds the lock, another case's run start waits for it only if the setting says so."""
+    fleet.settings = fleet.settings.model_copy(update={"wait_for_apply": wait})
+    adapter = demo_adapter(run_ms=100, analyze_ms=50, apply_ms=3000)
+    tuning = write_tuning(tmp_path / "t", [case("applies", rules=["applies-a"])], adapter=adapter)
+    await fleet.start_tuning(tuning)
+    fleet.start_worker()
+    await wait_until(
+        lambda: any(e["kind"] == "step_started" and e.get("step") == "apply" for e in fleet.events()),
+        30,
+        "the apply to start",
+    )
+    async with fleet.client() as client:
+        from service.models.case import Case
+
+        assert await client.submit("t1", Case.model_validate(case("late")))
+    await fleet.wait_finished(2)
+    events = fleet.events()
+    apply_done = at_s(first(events, "step_finished", "applies", "apply"))
+    late_run = at_s(first(events, "step_started", "late", "run"))
+    if wait:
+        assert late_run >= apply_done
+    else:
+        assert late_run < apply_done - 1.0
