@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 DEMO_STORE := var/demo-store
 
-.PHONY: setup demo test lint unit chaos bench clean
+.PHONY: setup setup-test demo test lint unit chaos bench clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -12,7 +12,10 @@ demo: setup
 	@scripts/with-redis.sh env TUNEFLEET_STORE=$(DEMO_STORE) TUNEFLEET_LOG_LEVEL=warning \
 		$(PY) -m service demo --tuning examples/demo/tuning.yaml --workers 2
 
-test: setup lint unit
+setup-test:
+	@scripts/bootstrap.sh test
+
+test: setup-test lint unit
 
 lint:
 	$(PY) -m ruff check service workers tests bench

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from bench import bare
+from bench.profile import Profiler
 from bench.common import (
     Env,
     Figure,
@@ -40,12 +41,13 @@ MAX_COMMANDS = 10
 def _drain(env: Env, pid: int, done: Any, timeout_s: float) -> tuple[float, float, Monitor]:
     """Thaw the frozen worker and wait until `done()`; (CPU seconds, wall seconds, commands seen)."""
     monitor = Monitor(env.port, ignore={client_addr(env.stats.client)})
-    cpu0 = cpu_seconds(pid)
-    began = time.monotonic()
-    os.kill(pid, signal.SIGCONT)
-    wait_for(done, timeout_s, "the drain", interval_s=0.01)
-    wall = time.monotonic() - began
-    cpu = cpu_seconds(pid) - cpu0
+    with Profiler(env.name, pid):
+        cpu0 = cpu_seconds(pid)
+        began = time.monotonic()
+        os.kill(pid, signal.SIGCONT)
+        wait_for(done, timeout_s, "the drain", interval_s=0.01)
+        wall = time.monotonic() - began
+        cpu = cpu_seconds(pid) - cpu0
     monitor.stop()
     return cpu, wall, monitor
 

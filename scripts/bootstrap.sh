@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Make this machine ready for tunefleet: system packages (git, redis-server), then a virtualenv
-# with the project and its dev tools. Idempotent; safe to run on every `make` target.
+# Make this machine ready for tunefleet: system packages (git, redis-server; with `test`, also what the
+# tests drive: tmux, bubblewrap, chromium, promtool), then a virtualenv with the project and its dev
+# tools. Idempotent; safe to run on every `make` target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v tmux >/dev/null 2>&1 || need+=(tmux)          # the `tunefleet watch` test drives it in tmux
-command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)   # the sandbox tests wrap a real runner
+if [ "${1:-}" = test ]; then  # what only the tests use
+  command -v tmux >/dev/null 2>&1 || need+=(tmux)                # `tunefleet watch`, driven in tmux
+  command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)         # a sandboxed runner
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)        # the dashboard, in a real browser
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)      # promtool check metrics
+fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -20,6 +20,7 @@ from service.daemon import Daemon
 from service.errors import TunefleetError
 from service.render import case_view, results_table, status_table
 from service.schema import SCHEMAS, schemas
+from service.server import serve
 from service.settings import CONFIG_ENV, FleetSettings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -88,7 +89,8 @@ def daemon(
     tunings: Annotated[list[Path], typer.Argument(help="Tuning files to register and enqueue.")],
     once: Annotated[bool, typer.Option(help="Enqueue and reconcile once, then exit.")] = False,
 ) -> None:
-    """Register tunings, enqueue their cases, re-enqueue failed ones, and keep Redis and the store agreed."""
+    """Register tunings, enqueue their cases, re-enqueue failed ones, keep Redis and the store agreed, and
+    serve the HTTP API, the dashboard and /metrics (on api_host:api_port)."""
 
     async def go() -> None:
         async with TunefleetClient(_settings(ctx)) as client:
@@ -98,7 +100,9 @@ def daemon(
                 loop.add_signal_handler(sig, d.stopping.set)
             await d.start(tunings)
             if not once:
-                await d.run()
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(serve(client, client.settings, d.stopping))
+                    await d.run()
 
     _run(go())
 

@@ -21,17 +21,19 @@ def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
     return list(applied.output.skills) if applied else []
 
 
-async def wait_until_runnable(cr: CaseRun) -> None:
+async def wait_until_runnable(cr: CaseRun) -> int:
     """Hold the run start while the fleet is paused, the sandbox breaker is open or (if configured) an
-    apply is pending."""
+    apply is pending; the milliseconds waited for applies."""
     if cr.controls.paused:
         await cr.emit("run_waits_for_resume")
         await cr.controls.wait_runnable()
     if cr.gate.is_open:
         await cr.emit("run_waits_for_sandbox")
         await cr.gate.wait_closed()
-    if cr.settings.wait_for_apply:
-        await cr.tuning.lock.wait_idle(cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s)
+    if not cr.settings.wait_for_apply:
+        return 0
+    waited_s = await cr.tuning.lock.wait_idle(cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s)
+    return int(waited_s * 1000)
 
 
 async def run_step(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None) -> RunRecord:
@@ -41,8 +43,8 @@ async def run_step(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | 
         recorded = read_model(paths.run, RunRecord)
         if recorded is not None:
             return recorded
-        await wait_until_runnable(cr)
-        record = await _run_once(cr, phase, attempt, memory_from)
+        apply_wait_ms = await wait_until_runnable(cr)
+        record = await _run_once(cr, phase, attempt, memory_from, apply_wait_ms)
         if record is not None:
             await cr.write(paths.run, record)
             await _finished(cr, phase, attempt, record)
@@ -64,7 +66,9 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) 
     )
 
 
-async def _run_once(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None) -> RunRecord | None:
+async def _run_once(
+    cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, apply_wait_ms: int
+) -> RunRecord | None:
     """One run of the agent; None when the sandbox was down (the breaker is open, nothing recorded)."""
     paths = cr.store.attempt(phase, attempt)
     work = paths.root / cr.work_name("run")
@@ -96,7 +100,13 @@ async def _run_once(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path |
         expected_skills=expected,
     )
     await cr.at("run", phase, attempt)
-    await cr.emit("step_started", step="run", phase=phase, attempt=attempt, data={"version": version})
+    await cr.emit(
+        "step_started",
+        step="run",
+        phase=phase,
+        attempt=attempt,
+        data={"version": version, "apply_wait_ms": apply_wait_ms},
+    )
     started_at = datetime.now(UTC)
     began = time.monotonic()
     outcome = await cr.tuning.runner.run(request)

@@ -1,0 +1,93 @@
+"""Sampling profiles of a benchmark's worker process with py-spy, when BENCH_PROFILE is set.
+
+BENCH_PROFILE=1 python -m bench overhead   # writes var/bench/profiles/<bench>-<pid>.txt (collapsed stacks)
+python -m bench.profile FILE [N]           # the N functions with the most samples, inclusive and self
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from bench.common import ROOT
+
+PROFILES = ROOT / "var" / "bench" / "profiles"
+_LINE = re.compile(r" \(([^)]*?)(?::\d+)?\)$")
+
+
+def enabled() -> bool:
+    return bool(os.environ.get("BENCH_PROFILE"))
+
+
+class Profiler:
+    """py-spy recording one process (idle samples included: a blocking fsync is idle to the CPU but not
+    to the event loop) while the `with` body runs; does nothing unless BENCH_PROFILE is set."""
+
+    def __init__(self, bench: str, pid: int, rate: int = 200) -> None:
+        self.path = PROFILES / f"{bench}-{pid}.txt"
+        self._pid = pid
+        self._rate = rate
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if enabled() and Path(spy).exists():
+            PROFILES.mkdir(parents=True, exist_ok=True)
+            self._proc = subprocess.Popen(
+                [spy, "record", "-p", str(self._pid), "-r", str(self._rate), "-f", "raw", "--idle"]
+                + ["-o", str(self.path), "--nonblocking"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGINT)
+            self._proc.wait(timeout=30)
+
+
+def _frame(raw: str) -> str:
+    """`func (path/file.py:12)` -> `func (file.py)`, so a function's lines add up."""
+    match = _LINE.search(raw)
+    if match is None:
+        return raw
+    where = match.group(1)
+    short = "/".join(where.split("/")[-2:])
+    return raw[: match.start()] + f" ({short})"
+
+
+def summarize(path: Path, top: int = 25) -> str:
+    inclusive: Counter[str] = Counter()
+    self_: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        frames = [_frame(f) for f in stack.split(";")]
+        total += count
+        self_[frames[-1]] += count
+        for name in set(frames):
+            inclusive[name] += count
+    out = [f"{path.name}: {total} samples"]
+    out.append("inclusive:")
+    out += [f"  {100 * n / total:5.1f}%  {name}" for name, n in inclusive.most_common(top)]
+    out.append("self:")
+    out += [f"  {100 * n / total:5.1f}%  {name}" for name, n in self_.most_common(top)]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(summarize(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 25))
