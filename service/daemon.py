@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 from service import keys
 from service.client import TunefleetClient
+from service.events import COST_SCALE
 from service.models.jobs import CASE_FUNCTION, CaseJob
 from service.models.status import SubmitReport
 from service.store import TuningStore
@@ -24,6 +25,8 @@ from service.store import TuningStore
 log = structlog.get_logger()
 
 EPOCH_CHECK_S = 1.0
+WORKER_QUIET_S = 60.0
+"""A worker whose presence was not renewed for this long is dropped from the workers set."""
 
 FENCE_FLOOR = """
 -- KEYS: fence. Fencing tokens must only grow, even when Redis lost the counter: raise it to Redis's clock
@@ -70,7 +73,9 @@ class Daemon:
         await self.client.redis.set(keys.epoch(), str(time.time()))
 
     async def reconcile(self) -> int:
-        """Enqueue every orphaned unfinished case; how many were enqueued."""
+        """Enqueue every orphaned unfinished case (and forget workers gone quiet); how many were enqueued."""
+        quiet_ms = int((time.time() - WORKER_QUIET_S) * 1000)
+        await self.client.redis.zremrangebyscore(keys.workers(), "-inf", quiet_ms)
         total = 0
         for name in self.client.store.tuning_names():
             total += await self._reconcile_tuning(self.client.store.tuning(name))
@@ -118,12 +123,14 @@ class Daemon:
 
     async def _restore_tuning(self, tuning: TuningStore) -> None:
         redis = self.client.redis
-        counts: dict[str, int] = {"queued": 0}
+        counts: dict[str, int] = {"queued": 0, "tokens": 0, "cost_usd_micros": 0}
         for case in tuning.latest_revs():
             counts["queued"] += 1
             result = case.result()
             if result is not None:
                 counts[f"state:{result.state}"] = counts.get(f"state:{result.state}", 0) + 1
+                counts["tokens"] += result.usage.tokens
+                counts["cost_usd_micros"] += round(result.usage.cost_usd * COST_SCALE)
         async with redis.pipeline(transaction=True) as pipe:
             pipe.sadd(keys.tunings(), tuning.name)
             pipe.delete(keys.stats(tuning.name))

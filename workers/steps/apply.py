@@ -11,6 +11,7 @@ import time
 
 from pydantic import ValidationError
 
+from service.errors import SystemRepoError
 from service.files import describe_validation, read_model
 from service.models.records import ApplyOutput, ApplyRecord, Feedback, Phase
 from workers.adapters.base import ApplyRequest
@@ -112,10 +113,24 @@ async def _apply_holding(
         if version is not None:
             await hold.publish(version)
             await cr.tuning.repo.update_main(version)
+            await _mirror(cr, version)
     duration_ms = int((time.monotonic() - began) * 1000)
     return ApplyRecord(
         base_version=current, version=version, output=output, fence=hold.token, duration_ms=duration_ms
     )
+
+
+async def _mirror(cr: CaseRun, version: str) -> None:
+    """Push a published version to the user's own remote branch, if configured (best effort: the store's
+    repository stays the source of truth, and the next publish pushes again)."""
+    config = cr.tuning.config
+    if config.remote is None:
+        return
+    try:
+        await cr.tuning.repo.mirror(config.remote, config.remote_branch, version)
+    except SystemRepoError as exc:
+        cr.log.warning("mirror_failed", remote_branch=config.remote_branch, error=str(exc))
+        await cr.emit("mirror_failed", detail=str(exc)[:300])
 
 
 def _read_output(request: ApplyRequest, timed_out: bool) -> ApplyOutput:
