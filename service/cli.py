@@ -1,4 +1,8 @@
-"""`tunefleet`: the command line. Settings are built once here and handed down."""
+"""`tunefleet`: the command line. Settings are built once here and handed down.
+
+Commands import what they need when they run, so that `tunefleet status` does not pay for the
+web server, git or YAML at start-up.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +20,8 @@ from rich.console import Console
 
 from service import logs
 from service.client import TunefleetClient
-from service.daemon import Daemon
 from service.errors import TunefleetError
-from service.render import case_view, results_table, status_table
 from service.schema import SCHEMAS, schemas
-from service.server import serve
 from service.settings import CONFIG_ENV, FleetSettings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -92,6 +93,9 @@ def daemon(
     """Register tunings, enqueue their cases, re-enqueue failed ones, keep Redis and the store agreed, and
     serve the HTTP API, the dashboard and /metrics (on api_host:api_port)."""
 
+    from service.daemon import Daemon
+    from service.server import serve
+
     async def go() -> None:
         async with TunefleetClient(_settings(ctx)) as client:
             d = Daemon(client)
@@ -134,6 +138,8 @@ def submit(
 def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Queue depth, running cases, outcomes, tokens and cost, from the live counters."""
 
+    from service.render import status_table
+
     async def go() -> None:
         async with TunefleetClient(_settings(ctx)) as client:
             result = await client.status()
@@ -150,6 +156,8 @@ def results(
     ctx: typer.Context, tuning: str, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """One row per case: case, rev, state, reason, tokens, cost (and the declared outcome, if any)."""
+    from service.render import results_table
+
     client = TunefleetClient(_settings(ctx))
     try:
         rows = client.results(tuning)
@@ -167,6 +175,8 @@ def show(
     ctx: typer.Context, tuning: str, case: str, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
+    from service.render import case_view
+
     client = TunefleetClient(_settings(ctx))
     try:
         detail = client.show(tuning, case)

@@ -16,7 +16,6 @@ from typing import Self
 from arq.connections import ArqRedis
 
 from service import keys
-from service.cases import case_files, load_case
 from service.connection import connect
 from service.errors import CaseFileError, TunefleetError, UnknownTuningError
 from service.events import EventSink
@@ -28,7 +27,6 @@ from service.models.tuning import TuningConfig
 from service.queries import case_detail, fleet_status, results
 from service.settings import FleetSettings
 from service.store import CaseStore, Store, TuningStore
-from service.tunings import load_tuning_file, register
 
 
 class TunefleetClient:
@@ -73,6 +71,8 @@ class TunefleetClient:
 
     async def register(self, tuning_file: Path) -> TuningConfig:
         """Register (or update) a tuning from its file; its system is imported once."""
+        from service.tunings import load_tuning_file, register  # YAML and git: only when registering
+
         config = load_tuning_file(tuning_file)
         version = await register(self.store.tuning(config.name), config)
         await self.redis.sadd(keys.tunings(), config.name)  # type: ignore[misc]
@@ -113,6 +113,8 @@ class TunefleetClient:
 
     async def submit_path(self, tuning: str, path: Path) -> SubmitReport:
         """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest."""
+        from service.cases import case_files, load_case  # YAML: only when submitting files
+
         self.tuning_store(tuning)
         report = SubmitReport()
         cases: list[Case] = []
