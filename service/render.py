@@ -59,14 +59,14 @@ def results_table(rows: list[ResultRow]) -> Table:
     show_expected = any(r.expected for r in rows)
     table = Table()
     table.add_column("case", no_wrap=True)
-    table.add_column("rev", justify="right")
+    table.add_column("rev", justify="right", no_wrap=True, min_width=3)
     table.add_column("state", no_wrap=True)
     table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=36)
     table.add_column("tokens", justify="right", no_wrap=True, min_width=6)
     table.add_column("cost $", justify="right", no_wrap=True, min_width=6)
     if show_expected:
         table.add_column("declared", no_wrap=True)
-        table.add_column("met")
+        table.add_column("met", no_wrap=True, min_width=3)
     for r in rows:
         cells: list[str | Text] = [
             r.case,
