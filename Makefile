@@ -31,3 +31,6 @@ clean:
 DURATION ?= 60
 chaos: setup
 	PYTHONPATH=. $(PY) scripts/chaos.py --duration-s $(DURATION)
+
+bench: setup
+	PYTHONPATH=. $(PY) -m bench

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tests.support.fleet import Fleet, case, demo_adapter, step_starts, wait_until, write_tuning
+from tests.support.fleet import Fleet, case, demo_adapter, event_time_s, step_starts, wait_until, write_tuning
 
 HANG_ONCE = """
 import os, pathlib, sys, time
@@ -15,10 +14,6 @@ pathlib.Path(sys.argv[1]).parent.joinpath("agent.pid").write_text(str(os.getpid(
 while True:
     time.sleep(0.2)
 """
-
-
-def at_s(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["at"]).timestamp()
 
 
 def run_starts(fleet: Fleet) -> list[dict[str, Any]]:
@@ -44,17 +39,17 @@ async def test_pause_stops_new_runs_within_a_poll_and_resume_restarts_them(
         "a run start held by the pause",
     )
     held_until = time.time()
-    late = [e for e in run_starts(fleet) if at_s(e) > paused_at + fleet.settings.poll_delay_s + 0.2]
+    late = [e for e in run_starts(fleet) if event_time_s(e) > paused_at + fleet.settings.poll_delay_s + 0.2]
     assert late == []
     finished_while_paused = [
-        e for e in fleet.events() if e["kind"] == "step_finished" and at_s(e) > paused_at
+        e for e in fleet.events() if e["kind"] == "step_finished" and event_time_s(e) > paused_at
     ]
     assert finished_while_paused  # steps under way were not stopped
     async with fleet.client() as client:
         await client.resume()
     rows = await fleet.wait_finished(len(cases))
     assert {r.state for r in rows.values()} == {"completed"}
-    assert any(at_s(e) > held_until for e in run_starts(fleet))
+    assert any(event_time_s(e) > held_until for e in run_starts(fleet))
 
 
 async def test_cancelling_a_running_case_stops_its_agent_and_nothing_else(

@@ -8,20 +8,18 @@ from pathlib import Path
 import pytest
 
 from service.settings import FleetSettings
-from tests.support.fleet import Fleet, case, demo_adapter, steps_run_twice, wait_until, write_tuning
+from tests.support.fleet import (
+    RULE_CASES,
+    Fleet,
+    case,
+    demo_adapter,
+    steps_run_twice,
+    wait_until,
+    write_tuning,
+)
 from tests.support.redis_server import RedisServer
 
-CASES = [
-    case("pass"),
-    case("one-apply", rules=["one-apply-a"]),
-    case("two-applies", rules=["two-applies-a", "two-applies-b"]),
-    case("wrong", rules=["wrong-a", "wrong-b", "wrong-c"]),
-    case("flawed", flawed=True),
-    case("structural", rules=["structural-a"], structural=True),
-    case("no-memory", memory_helps=False),
-    case("voids", voids={"nomem-1": 2}),
-    case("killed", kills={"nomem-1": 1}),
-] + [case(f"extra-{i}", rules=[f"extra-{i}-a"]) for i in range(12)]
+CASES = [*RULE_CASES] + [case(f"extra-{i}", rules=[f"extra-{i}-a"]) for i in range(12)]
 EXPECTED = {
     "pass": ("completed", None),
     "one-apply": ("completed", None),

@@ -5,18 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
+from tests.support.fleet import Fleet, case, demo_adapter, event_time_s, wait_until, write_tuning
 
 OUTAGE_S = 20.0
 WORKERS = 3
-
-
-def at_s(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["at"]).timestamp()
 
 
 async def test_an_outage_opens_one_breaker_paces_probes_and_marks_nothing(
@@ -46,28 +40,30 @@ async def test_an_outage_opens_one_breaker_paces_probes_and_marks_nothing(
     opened = [e for e in events if e["kind"] == "breaker_opened"]
     closed = [e for e in events if e["kind"] == "breaker_closed"]
     assert len(opened) == 1 and len(closed) == 1
-    assert down_at <= at_s(opened[0]) <= down_at + 2
-    probes = [at_s(e) for e in events if e["kind"] == "breaker_probed"]
+    assert down_at <= event_time_s(opened[0]) <= down_at + 2
+    probes = [event_time_s(e) for e in events if e["kind"] == "breaker_probed"]
     gaps = [b - a for a, b in itertools.pairwise(probes)]
     s = fleet.settings
     assert all(gap >= s.breaker_probe_base_s * 0.9 for gap in gaps), gaps
     assert len(probes) <= OUTAGE_S / s.breaker_probe_base_s
     assert max(gaps) >= s.breaker_probe_max_s * 0.9  # the interval grew to its cap
-    closed_at = at_s(closed[0])
+    closed_at = event_time_s(closed[0])
     assert up_at <= closed_at <= up_at + s.breaker_probe_max_s + s.breaker_probe_base_s + 1
     for proc in workers:
         first_after = min(
-            at_s(e)
+            event_time_s(e)
             for e in events
             if e["kind"] == "step_started"
             and e["step"] == "run"
             and e["worker"].endswith(f":{proc.pid}")
-            and at_s(e) >= closed_at
+            and event_time_s(e) >= closed_at
         )
         assert first_after - closed_at <= s.poll_delay_s + 0.5
     during = [
         e
         for e in events
-        if e["kind"] == "step_finished" and e["step"] == "run" and at_s(opened[0]) + 0.5 < at_s(e) < closed_at
+        if e["kind"] == "step_finished"
+        and e["step"] == "run"
+        and event_time_s(opened[0]) + 0.5 < event_time_s(e) < closed_at
     ]
     assert during == []

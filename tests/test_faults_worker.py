@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,6 +21,7 @@ from tests.support.fleet import (
     Fleet,
     case,
     demo_adapter,
+    event_time_s,
     step_finishes,
     step_starts,
     wait_until,
@@ -42,10 +42,6 @@ def worker_of(proc_pid: int, events: list[dict[str, Any]]) -> set[str]:
     return {e["worker"] for e in events if e.get("worker", "").endswith(f":{proc_pid}")}
 
 
-def at_s(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["at"]).timestamp()
-
-
 async def test_a_killed_workers_case_resumes_elsewhere_within_lease_and_poll(
     fleet: Fleet, tmp_path: Path
 ) -> None:
@@ -62,7 +58,7 @@ async def test_a_killed_workers_case_resumes_elsewhere_within_lease_and_poll(
     again = started_by(fleet.events(), "c1")[1]
     assert again["worker"].endswith(f":{second.pid}")
     s = fleet.settings
-    assert at_s(again) - killed_at <= s.lease_s + s.poll_delay_s + 0.5
+    assert event_time_s(again) - killed_at <= s.lease_s + s.poll_delay_s + 0.5
     rows = await fleet.wait_finished(1)
     assert (rows["c1"].state, rows["c1"].reason) == ("completed", None)
     assert all(n == 1 for n in step_finishes(fleet.events(), "c1").values())
@@ -197,7 +193,7 @@ async def test_a_free_slot_sees_new_cases_behind_long_running_ones(fleet: Fleet,
     await wait_until(lambda: len(started_by(fleet.events(), "quick")) >= 1, 10, "the new case to start")
     first = started_by(fleet.events(), "quick")[0]
     assert first["worker"].endswith(f":{idle.pid}")
-    assert at_s(first) - submitted_at <= fleet.settings.poll_delay_s + 0.5
+    assert event_time_s(first) - submitted_at <= fleet.settings.poll_delay_s + 0.5
     assert busy.poll() is None
 
 

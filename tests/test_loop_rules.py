@@ -12,20 +12,9 @@ import pytest
 from service.files import read_model
 from service.models.records import ApplyRecord, CaseResult, RunRecord
 from service.settings import FleetSettings
-from tests.support.fleet import Fleet, case, step_starts, write_tuning
+from tests.support.fleet import RULE_CASES, Fleet, case, step_starts, write_tuning
 
-CASES = [
-    case("pass"),
-    case("one-apply", rules=["one-apply-a"]),
-    case("two-applies", rules=["two-applies-a", "two-applies-b"]),
-    case("wrong", rules=["wrong-a", "wrong-b", "wrong-c"]),
-    case("flawed", flawed=True),
-    case("structural", rules=["structural-a"], structural=True),
-    case("no-memory", memory_helps=False),
-    case("voids", voids={"nomem-1": 2}),
-    case("killed", kills={"nomem-1": 1}),
-    case("void-out", voids={"nomem-1": 3}),
-]
+CASES = [*RULE_CASES, case("void-out", voids={"nomem-1": 3})]
 
 
 @pytest.fixture

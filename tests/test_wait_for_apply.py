@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
-
-
-def at_s(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["at"]).timestamp()
+from tests.support.fleet import Fleet, case, demo_adapter, event_time_s, wait_until, write_tuning
 
 
 def first(events: list[dict[str, Any]], kind: str, case_id: str, step: str) -> dict[str, Any]:
@@ -38,8 +33,8 @@ async def test_a_run_start_waits_for_the_apply_under_way(fleet: Fleet, tmp_path:
         assert await client.submit("t1", Case.model_validate(case("late")))
     await fleet.wait_finished(2)
     events = fleet.events()
-    apply_done = at_s(first(events, "step_finished", "applies", "apply"))
-    late_run = at_s(first(events, "step_started", "late", "run"))
+    apply_done = event_time_s(first(events, "step_finished", "applies", "apply"))
+    late_run = event_time_s(first(events, "step_started", "late", "run"))
     if wait:
         assert late_run >= apply_done
     else:

@@ -58,6 +58,18 @@ class CaseRun:
         """This lease's private folder name for a step, so a stale holder's agents never collide."""
         return f"{step}-{self.lease.token}"
 
+    def where(self, phase: Phase, attempt: int, log_file: Path) -> dict[str, Any]:
+        """The fields every step request shares (workers.adapters.base.StepRequest)."""
+        return {
+            "tuning": self.tuning.name,
+            "case": self.case,
+            "phase": phase,
+            "attempt": attempt,
+            "case_file": self.store.case_file,
+            "attempt_dir": self.store.attempt(phase, attempt).root,
+            "log_file": log_file,
+        }
+
     async def write(self, path: Path, model: BaseModel) -> None:
         """A fenced write: refused (LeaseLost) once the lease has moved on."""
         await self.lease.check()

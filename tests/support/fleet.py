@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,25 @@ RUBRIC = [
 def case(case_id: str, **demo: Any) -> dict[str, Any]:
     """A case file's content with the given demo knobs."""
     return {"id": case_id, "rev": 1, "input": f"Question {case_id}", "rubric": RUBRIC, "demo": demo}
+
+
+RULE_CASES = [
+    case("pass"),
+    case("one-apply", rules=["one-apply-a"]),
+    case("two-applies", rules=["two-applies-a", "two-applies-b"]),
+    case("wrong", rules=["wrong-a", "wrong-b", "wrong-c"]),
+    case("flawed", flawed=True),
+    case("structural", rules=["structural-a"], structural=True),
+    case("no-memory", memory_helps=False),
+    case("voids", voids={"nomem-1": 2}),
+    case("killed", kills={"nomem-1": 1}),
+]
+"""One case per rule of the loop that ends without a fault of its own."""
+
+
+def event_time_s(event: dict[str, Any]) -> float:
+    """An event's `at` as a Unix timestamp."""
+    return datetime.fromisoformat(event["at"]).timestamp()
 
 
 def demo_adapter(run_ms: int = 0, analyze_ms: int = 0, apply_ms: int = 0, **extra: Any) -> dict[str, Any]:

@@ -99,13 +99,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         },
     )
     request = AnalyzeRequest(
-        tuning=cr.tuning.name,
-        case=cr.case,
-        phase=phase,
-        attempt=attempt,
-        case_file=cr.store.case_file,
-        attempt_dir=paths.root,
-        log_file=work / "analyze.log",
+        **cr.where(phase, attempt, work / "analyze.log"),
         run=run,
         run_file=paths.run,
         system_dir=system,

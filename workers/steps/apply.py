@@ -89,13 +89,7 @@ async def _apply_holding(
     began = time.monotonic()
     async with cr.tuning.repo.worktree(current, f"{cr.case.id}-{hold.token}") as tree:
         request = ApplyRequest(
-            tuning=cr.tuning.name,
-            case=cr.case,
-            phase=phase,
-            attempt=attempt,
-            case_file=cr.store.case_file,
-            attempt_dir=paths.root,
-            log_file=work / "apply.log",
+            **cr.where(phase, attempt, work / "apply.log"),
             feedback=feedback,
             feedback_file=paths.feedback,
             worktree_dir=tree,

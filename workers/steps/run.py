@@ -83,13 +83,7 @@ async def _run_once(
     version = await cr.tuning.current_version()
     expected = expected_skills(cr, phase, attempt)
     request = RunRequest(
-        tuning=cr.tuning.name,
-        case=cr.case,
-        phase=phase,
-        attempt=attempt,
-        case_file=cr.store.case_file,
-        attempt_dir=paths.root,
-        log_file=work / "run.log",
+        **cr.where(phase, attempt, work / "run.log"),
         run_index=len(cr.store.voids(phase, attempt)) + 1,
         version=version,
         system_dir=await cr.tuning.repo.snapshot(version),
