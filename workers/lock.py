@@ -133,18 +133,27 @@ class ImprovementsLock:
 
     @asynccontextmanager
     async def held(self, member: str) -> AsyncIterator[LockHold]:
-        """Wait for the lock (marked pending meanwhile), hold it with a renewing lease, release it."""
-        pending_ttl_ms = self.lease_ms * 4
-        await self._mark_pending(member, pending_ttl_ms)
+        """Wait for the lock (marked pending meanwhile), hold it with a renewing lease, release it.
+        The pending mark is renewed like a lease, so a dead applier's mark lapses on its own."""
+        await self._mark_pending(member, self.lease_ms)
         try:
-            hold = await self._wait()
-            try:
-                async with watched(hold.keep_alive()):
-                    yield hold
-            finally:
-                await asyncio.shield(self.release(hold))
+            async with watched(self._keep_pending(member)):
+                hold = await self._wait()
+                try:
+                    async with watched(hold.keep_alive()):
+                        yield hold
+                finally:
+                    await asyncio.shield(self.release(hold))
         finally:
             await asyncio.shield(self._mark_pending(member, 0))
+
+    async def _keep_pending(self, member: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            try:
+                await self._mark_pending(member, self.lease_ms)
+            except RedisError as exc:
+                log.warning("pending_mark_renew_failed", tuning=self.tuning, error=str(exc))
 
     async def _wait(self) -> LockHold:
         began = time.monotonic()
