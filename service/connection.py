@@ -6,9 +6,10 @@ import structlog
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from service.errors import RedisUnavailableError
 from service.models.jobs import dump_job, load_job
@@ -19,6 +20,12 @@ log = structlog.get_logger()
 COMMAND_RETRIES = 3
 JOB_EXPIRY_MS = 365 * 24 * 3600 * 1000
 """A queued case may wait for weeks; arq's default (a day) would drop it as expired."""
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    """Network trouble is retried; refused credentials are not (they would be refused again)."""
+    transient = isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
+    return transient and not isinstance(exc, AuthenticationError)
 
 
 def redis_settings(settings: FleetSettings) -> RedisSettings:
@@ -48,7 +55,7 @@ async def connect(settings: FleetSettings) -> ArqRedis:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(settings.redis_connect_attempts),
             wait=wait_random_exponential(multiplier=0.2, max=5.0),
-            retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, OSError)),
+            retry=retry_if_exception(_worth_retrying),
             reraise=True,
         ):
             with attempt:
@@ -63,6 +70,11 @@ async def connect(settings: FleetSettings) -> ArqRedis:
                     default_queue_name=settings.queue,
                     expires_extra_ms=JOB_EXPIRY_MS,
                 )
+    except AuthenticationError as exc:
+        raise RedisUnavailableError(
+            f"Redis at {safe_url(settings.redis_url)} refused the credentials: "
+            "check TUNEFLEET_REDIS_PASSWORD or the URL's user and password"
+        ) from exc
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         raise RedisUnavailableError(
             f"Redis at {safe_url(settings.redis_url)} unreachable after "

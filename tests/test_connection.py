@@ -1,0 +1,95 @@
+"""Connecting to Redis as a fleet would: AUTH, Sentinel, retries, and no secret in any message."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from service.connection import connect, safe_url
+from service.errors import RedisUnavailableError
+from service.settings import FleetSettings
+from tests.support.redis_server import RedisServer, free_port
+
+SECRET = "s3cret-pass-9412"
+
+
+@pytest.fixture
+def protected(tmp_path: Path) -> RedisServer:
+    server = RedisServer(tmp_path / "auth")
+    server.start()
+    with server.client() as r:
+        r.config_set("requirepass", SECRET)
+    return server
+
+
+async def test_auth_with_the_password_setting_connects(protected: RedisServer, tmp_path: Path) -> None:
+    """TUNEFLEET_REDIS_PASSWORD is used for AUTH, and the pool answers commands."""
+    settings = FleetSettings(redis_url=protected.url, redis_password=SecretStr(SECRET), store=tmp_path)
+    redis = await connect(settings)
+    try:
+        assert await redis.ping()
+    finally:
+        await redis.aclose()
+    protected.stop()
+
+
+async def test_a_wrong_password_fails_clearly_without_showing_it(
+    protected: RedisServer, tmp_path: Path
+) -> None:
+    """A refused AUTH surfaces as an error that names Redis's address but never the password."""
+    url = f"redis://:{SECRET}-wrong@127.0.0.1:{protected.port}/0"
+    settings = FleetSettings(redis_url=url, store=tmp_path, redis_connect_attempts=5)
+    with pytest.raises(RedisUnavailableError, match="refused the credentials") as caught:
+        await connect(settings)
+    assert SECRET not in str(caught.value)
+    protected.stop()
+
+
+async def test_an_unreachable_redis_is_retried_then_named(tmp_path: Path) -> None:
+    """With nothing listening, connect retries the configured number of times, then says where it tried."""
+    port = free_port()
+    settings = FleetSettings(
+        redis_url=f"redis://user:{SECRET}@127.0.0.1:{port}/0", store=tmp_path, redis_connect_attempts=2
+    )
+    with pytest.raises(RedisUnavailableError) as caught:
+        await connect(settings)
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message and "after 2 attempts" in message and SECRET not in message
+
+
+def test_safe_url_masks_the_password() -> None:
+    """URLs shown in messages keep the user and host but not the password."""
+    assert (
+        safe_url(f"rediss://svc:{SECRET}@redis.internal:6380/2") == "rediss://svc:***@redis.internal:6380/2"
+    )
+    assert safe_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+async def test_sentinel_finds_the_master(tmp_path: Path) -> None:
+    """With TUNEFLEET_REDIS_SENTINELS set, the client asks a real Sentinel for the master and uses it."""
+    master = RedisServer(tmp_path / "master")
+    master.start()
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {master.port} 1\n")
+    sentinel = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL)
+    try:
+        settings = FleetSettings(
+            redis_sentinels=[f"127.0.0.1:{port}"],
+            redis_sentinel_master="mymaster",
+            store=tmp_path,
+            redis_connect_attempts=20,
+        )
+        redis = await connect(settings)
+        try:
+            await redis.set("through-sentinel", "yes")
+        finally:
+            await redis.aclose()
+        assert master.get("through-sentinel") == b"yes"
+    finally:
+        sentinel.kill()
+        sentinel.wait()
+        master.stop()
