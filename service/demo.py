@@ -30,7 +30,8 @@ async def recent_events(client: TunefleetClient, count: int) -> Table:
     for _, fields in reversed(entries):
         event = json.loads(fields[b"event"])
         where = f"{event.get('phase', '')}/{event.get('attempt', '')}" if event.get("phase") else ""
-        table.add_row(event["kind"], event.get("case", ""), where, (event.get("detail") or "")[:70])
+        kind = f"{event['kind']} {event.get('step', '')}".strip()
+        table.add_row(kind, event.get("case", ""), where, (event.get("detail") or "")[:70])
     return table
 
 
