@@ -49,7 +49,11 @@ class EventSink:
         self._events_max = events_max
         self._worker = worker
 
-    async def emit(self, kind: str, tuning: str, **fields: Any) -> Event:
+    async def emit(
+        self, kind: str, tuning: str, *, running: tuple[str, str | None] | None = None, **fields: Any
+    ) -> Event:
+        """Record an event; `running` (job id, JSON or None to remove) updates the tuning's running
+        hash in the same round trip."""
         data = fields.pop("data", {})
         event = Event(
             at=datetime.now(UTC), kind=kind, tuning=tuning, worker=self._worker, data=data, **fields
@@ -64,6 +68,12 @@ class EventSink:
             )
             for field, amount in counter_moves(event).items():
                 pipe.hincrby(keys.stats(tuning), field, amount)
+            if running is not None:
+                job_id, state = running
+                if state is None:
+                    pipe.hdel(keys.running(tuning), job_id)
+                else:
+                    pipe.hset(keys.running(tuning), job_id, state)
             await pipe.execute()
         log.info(kind, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
         return event

@@ -15,15 +15,17 @@ from service.errors import StoreError
 M = TypeVar("M", bound=BaseModel)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, never a part."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never a part.
+    `durable` also flushes it to disk first (records); inputs that are made again on a re-run skip it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -34,8 +36,8 @@ def write_model(path: Path, model: BaseModel) -> None:
     write_atomic(path, (model.model_dump_json(indent=2) + "\n").encode())
 
 
-def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode())
+def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
+    write_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode(), durable=durable)
 
 
 def describe_validation(error: ValidationError) -> str:

@@ -80,6 +80,8 @@ class SystemRepo:
         self.repo = repo
         self.snapshots = snapshots
         self.worktrees = worktrees
+        self._extracting: dict[str, asyncio.Task[Path]] = {}
+        """Snapshots this process is extracting now: concurrent runs of one version share one."""
 
     async def _git(self, *args: str) -> str:
         return (await git(f"--git-dir={self.repo}", *args)).decode().strip()
@@ -109,9 +111,16 @@ class SystemRepo:
     async def head(self) -> str:
         return await self._git("rev-parse", "--verify", f"{MAIN_REF}^{{commit}}")
 
-    async def update_main(self, version: str) -> None:
+    async def update_main(self, version: str, base: str | None = None) -> None:
         """Mirror a published version to refs/heads/main, only ever forward: a late caller whose version
-        is older than main (it was paused between publish and here) changes nothing."""
+        is older than main (it was paused between publish and here) changes nothing. With `base` (the
+        version the new one was made from), the common case is one compare-and-set."""
+        if base is not None:
+            try:
+                await self._git("update-ref", MAIN_REF, version, base)
+                return
+            except SystemRepoError:
+                pass  # main is not at base: decide by ancestry below
         current = await self.head()
         if current == version or not await self.is_ancestor(current, version):
             return
@@ -122,6 +131,14 @@ class SystemRepo:
         target = self.snapshots / version
         if target.is_dir():
             return target
+        task = self._extracting.get(version)
+        if task is None:
+            task = asyncio.ensure_future(self._extract(version, target))
+            self._extracting[version] = task
+            task.add_done_callback(lambda _: self._extracting.pop(version, None))
+        return await asyncio.shield(task)
+
+    async def _extract(self, version: str, target: Path) -> Path:
         archive = await git(f"--git-dir={self.repo}", "archive", "--format=tar", version)
         staging = self.snapshots / f".{version}.{os.getpid()}.{id(archive)}"
         staging.mkdir(parents=True)
@@ -157,18 +174,22 @@ class SystemRepo:
         try:
             yield path
         finally:
-            shutil.rmtree(path, ignore_errors=True)
-            await self._git("worktree", "prune")
+            try:
+                await self._git("worktree", "remove", "--force", str(path))
+            except SystemRepoError:
+                shutil.rmtree(path, ignore_errors=True)
+                await self._git("worktree", "prune")
 
     async def commit(self, worktree: Path, base: str, message: str) -> str | None:
         """Commit every change in the worktree on top of whatever the agent committed itself; the new
         commit, or None when the tree is still `base`'s."""
         await git("add", "--all", ".", cwd=worktree)
-        head = (await git("rev-parse", "HEAD", cwd=worktree)).decode().strip()
-        status = await git("status", "--porcelain", cwd=worktree)
-        if not status.strip() and head == base:
-            return None
-        await git("commit", "--quiet", "--allow-empty", "-m", message, cwd=worktree)
+        try:
+            await git("commit", "--quiet", "-m", message, cwd=worktree)
+        except SystemRepoError:  # nothing staged: did the agent commit by itself?
+            if (await git("rev-parse", "HEAD", cwd=worktree)).decode().strip() == base:
+                return None
+            await git("commit", "--quiet", "--allow-empty", "-m", message, cwd=worktree)
         return (await git("rev-parse", "HEAD", cwd=worktree)).decode().strip()
 
     async def find_published(self, trailer: str, current: str) -> str | None:

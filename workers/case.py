@@ -10,7 +10,6 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
-from service import keys
 from service.events import EventSink
 from service.files import write_atomic, write_model
 from service.models.case import Case
@@ -48,6 +47,7 @@ class CaseRun:
         self.gate = gate
         self.controls = controls
         self.worker = worker
+        self._where: tuple[str, str | None] | None = None
         self.log = structlog.get_logger().bind(tuning=tuning.name, case=case.id, rev=case.rev, worker=worker)
 
     @property
@@ -80,23 +80,27 @@ class CaseRun:
         write_atomic(path, data)
 
     async def emit(self, kind: str, **fields: Any) -> None:
-        await self.sink.emit(kind, self.tuning.name, case=self.case.id, rev=self.case.rev, **fields)
+        where, self._where = self._where, None
+        await self.sink.emit(
+            kind, self.tuning.name, case=self.case.id, rev=self.case.rev, running=where, **fields
+        )
 
-    async def at(self, step: StepName | None, phase: Phase | None = None, attempt: int | None = None) -> None:
-        """Record where the case is now, for status and the dashboard (None: it left the fleet)."""
-        redis = self.sink.redis
+    def at(self, step: StepName | None, phase: Phase | None = None, attempt: int | None = None) -> None:
+        """Note where the case is now (None: it left this worker); status and the dashboard see it with
+        the next event, in the same round trip."""
         structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)
-        if step is None:
-            await redis.hdel(keys.running(self.tuning.name), self.job_id)  # type: ignore[misc]
-            return
-        state = {
-            "case": self.case.id,
-            "rev": self.case.rev,
-            "worker": self.worker,
-            "step": step,
-            "phase": phase,
-            "attempt": attempt,
-            "since": datetime.now(UTC).isoformat(),
-            "work": self.work_name(step),
-        }
-        await redis.hset(keys.running(self.tuning.name), self.job_id, json.dumps(state))  # type: ignore[misc]
+        state = None
+        if step is not None:
+            state = json.dumps(
+                {
+                    "case": self.case.id,
+                    "rev": self.case.rev,
+                    "worker": self.worker,
+                    "step": step,
+                    "phase": phase,
+                    "attempt": attempt,
+                    "since": datetime.now(UTC).isoformat(),
+                    "work": self.work_name(step),
+                }
+            )
+        self._where = (self.job_id, state)

@@ -58,7 +58,6 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         # A defect or a broken environment, not the prose: visible as failed, run again on the next start.
         log.exception("case_crashed")
         result = await finish(cr, "failed", None, f"internal error: {type(exc).__name__}: {exc}")
-    await _quietly(cr.at(None))
     return {"state": result.state, "reason": result.reason, "steps": result.steps}
 
 
@@ -71,8 +70,8 @@ async def supervised(cr: CaseRun) -> CaseResult:
 async def _let_go(cr: CaseRun) -> None:
     """The worker is stopping: give the case back to the queue so another worker resumes it."""
     if await _quietly(cr.lease.requeue()):
+        cr.at(None)
         await _quietly(cr.emit("case_requeued", detail="the worker stopped"))
-    await _quietly(cr.at(None))
 
 
 async def _quietly(awaitable: Any) -> Any:

@@ -165,6 +165,7 @@ async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | Non
         }
     )
     await cr.write(cr.store.result_file, result)
+    cr.at(None)  # leaves the running hash with the event below
     if state in ("difficult", "failed"):
         where = {"nomem": "without memory: ", "mem": "with memory: ", None: ""}[phase]
         cr.store.add_note(

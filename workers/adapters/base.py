@@ -94,6 +94,11 @@ class Runner(Protocol):
 
 
 class Analyzer(Protocol):
+    trusted: bool
+    """In-process code known never to edit its inputs: it may read the shared snapshot and the run's
+    memory directly. An agent process is not trusted: it gets private copies, and its edits are
+    reported and discarded."""
+
     async def analyze(self, request: AnalyzeRequest) -> StepExit: ...
 
 

@@ -185,6 +185,8 @@ class CommandRunner(_CommandStep):
 class CommandAnalyzer(_CommandStep):
     """Grades a run; it writes the feedback and analysis files, which the caller validates."""
 
+    trusted = False
+
     def __init__(self, config: CommandAdapter, grace_s: float) -> None:
         super().__init__(config, grace_s, "analyzer", ANALYZE_PLACEHOLDERS)
 

@@ -151,6 +151,8 @@ class DemoRunner(_DemoStep):
 class DemoAnalyzer(_DemoStep):
     """Grades a demo run: void for injected faults, dataset findings for a flawed case, else prose."""
 
+    trusted = True
+
     async def analyze(self, request: AnalyzeRequest) -> StepExit:
         started = time.monotonic()
         await self._pause(request, self._config.latency.analyze_ms, self._rng(request, "analyze"))

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from service.files import describe_validation, read_model, write_json
+from service.files import describe_validation, read_model, write_atomic, write_json, write_model
 from service.models.case import Case
 from service.models.records import Feedback, Note, Phase, RunRecord
 from service.system import tree_digest
@@ -80,13 +80,18 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     work = paths.root / cr.work_name("analyze")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    system = await cr.tuning.repo.private_copy(run.version, work / "system")
-    before = tree_digest(system)
     run_work = paths.root / run.work
-    memory = work / "memory"
-    if (run_work / "memory").is_dir():
-        shutil.copytree(run_work / "memory", memory)  # a copy: phase mem starts from the run's own
-    memory.mkdir(exist_ok=True)
+    trusted = cr.tuning.analyzer.trusted
+    if trusted:  # in-process code that never edits: the shared snapshot and the run's memory as they are
+        system = await cr.tuning.repo.snapshot(run.version)
+        memory = run_work / "memory"
+    else:  # an agent: private copies; phase mem starts from the run's own memory, not the analyzer's
+        system = await cr.tuning.repo.private_copy(run.version, work / "system")
+        memory = work / "memory"
+        if (run_work / "memory").is_dir():
+            shutil.copytree(run_work / "memory", memory)
+        memory.mkdir(exist_ok=True)
+    before = None if trusted else tree_digest(system)
     write_json(
         work / "brief.json",
         {
@@ -97,6 +102,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
             "missed_skills": run.missed_skills,
             "earlier": earlier_tries(cr, phase, attempt),
         },
+        durable=False,
     )
     request = AnalyzeRequest(
         **cr.where(phase, attempt, work / "analyze.log"),
@@ -109,21 +115,23 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         feedback_file=work / "feedback.json",
         analysis_file=work / "analysis.md",
     )
-    await cr.at("analyze", phase, attempt)
+    cr.at("analyze", phase, attempt)
     await cr.emit("step_started", step="analyze", phase=phase, attempt=attempt)
     began = datetime.now(UTC)
     feedback = await _analyze(cr, request)
-    if tree_digest(system) != before:
+    if before is not None and tree_digest(system) != before:
         await cr.emit(
             "analysis_edited_system",
             phase=phase,
             attempt=attempt,
             detail="the analyzer edited its copy of the system; the edit was discarded",
         )
-    shutil.rmtree(system, ignore_errors=True)
+    if not trusted:
+        shutil.rmtree(system, ignore_errors=True)
+    await cr.lease.check()  # one fence for both records
     if request.analysis_file.exists():
-        await cr.write_bytes(paths.analysis, request.analysis_file.read_bytes())
-    await cr.write(paths.feedback, feedback)
+        write_atomic(paths.analysis, request.analysis_file.read_bytes())
+    write_model(paths.feedback, feedback)
     cr.store.add_note(
         Note(
             at=datetime.now(UTC),

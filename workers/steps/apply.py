@@ -34,7 +34,8 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
         recorded = read_model(paths.apply, ApplyRecord)
         if recorded is not None:
             return recorded
-        await cr.at("apply", phase, attempt)
+        cr.at("apply", phase, attempt)
+        await cr.emit("apply_waits_for_lock", phase=phase, attempt=attempt)
         try:
             async with cr.tuning.lock.held(cr.job_id) as hold:
                 record = await _apply_holding(cr, phase, attempt, feedback, hold)
@@ -70,7 +71,9 @@ async def _apply_holding(
     paths = cr.store.attempt(phase, attempt)
     tag = attempt_tag(cr, phase, attempt)
     current = await cr.tuning.current_version()
-    published = await cr.tuning.repo.find_published(tag, current)
+    # Only an apply that started before (its folder is there) can have published already.
+    started_before = any(paths.root.glob("apply-*"))
+    published = await cr.tuning.repo.find_published(tag, current) if started_before else None
     if published is not None:
         output = await _output_of(cr, published)
         await cr.emit("apply_recovered", phase=phase, attempt=attempt, detail=published[:12])
@@ -106,7 +109,7 @@ async def _apply_holding(
             version = await cr.tuning.repo.commit(tree, current, message)
         if version is not None:
             await hold.publish(version)
-            await cr.tuning.repo.update_main(version)
+            await cr.tuning.repo.update_main(version, base=current)
             await _mirror(cr, version)
     duration_ms = int((time.monotonic() - began) * 1000)
     return ApplyRecord(

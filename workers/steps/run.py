@@ -79,7 +79,7 @@ async def _run_once(
     memory.mkdir(parents=True, exist_ok=True)
     (work / "workspace").mkdir()
     input_file = work / "input.json"
-    write_json(input_file, {"input": cr.case.input, "case": cr.case.id, "rev": cr.case.rev})
+    write_json(input_file, {"input": cr.case.input, "case": cr.case.id, "rev": cr.case.rev}, durable=False)
     version = await cr.tuning.current_version()
     expected = expected_skills(cr, phase, attempt)
     request = RunRequest(
@@ -93,7 +93,7 @@ async def _run_once(
         output_file=work / "output.json",
         expected_skills=expected,
     )
-    await cr.at("run", phase, attempt)
+    cr.at("run", phase, attempt)
     await cr.emit(
         "step_started",
         step="run",
