@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import time
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,17 +15,30 @@ from service.errors import StoreError
 M = TypeVar("M", bound=BaseModel)
 
 
+def _create_temp(path: Path) -> tuple[int, str]:
+    """An exclusive temp file beside `path` (its folder made on first use)."""
+    tmp = f"{path.parent}/.{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return os.open(tmp, flags, 0o644), tmp
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(tmp, flags, 0o644), tmp
+
+
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write `data` to `path` so that readers see the old file or the new one, never a part.
     `durable` also flushes it to disk first (records); inputs that are made again on a re-run skip it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -65,8 +78,12 @@ def read_model(path: Path, model: type[M]) -> M | None:
 
 def append_line(path: Path, line: str) -> None:
     """Append one line with a single write on an O_APPEND descriptor (whole lines, never interleaved)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o644)
     try:
         os.write(fd, (line.rstrip("\n") + "\n").encode())
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import structlog
 
+from service.files import append_line
 from service.models.case import SLUG_RE
 from service.models.records import ApplyOutput, Feedback, Improvement, RunOutput, Usage
 from service.models.tuning import DemoAdapter
@@ -54,9 +55,7 @@ def _elapsed_ms(started: float) -> int:
 
 def _say(log_file: Path, step: str, *lines: str) -> None:
     """Append lines to the step's log, as an agent's output would be."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("a", encoding="utf-8") as handle:
-        handle.writelines(f"demo-{step}: {line}\n" for line in lines)
+    append_line(log_file, "".join(f"demo-{step}: {line}\n" for line in lines))
 
 
 class _DemoStep:
