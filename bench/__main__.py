@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import math
+import signal
 import sys
 import time
 import traceback
@@ -74,10 +75,14 @@ def text_table(figures: list[Figure]) -> str:
     return "\n".join(lines)
 
 
+def _baseline(figure: Figure) -> str:
+    return f"baseline = {figure.baseline_label}. " if figure.baseline_label else ""
+
+
 def markdown_table(figures: list[Figure]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in rows(figures)]
-    notes = [f"- **{f.bench} / {f.name}**: baseline = {f.baseline_label}. {f.note}".rstrip() for f in figures]
+    notes = [f"- **{f.bench} / {f.name}**: {_baseline(f)}{f.note}" for f in figures]
     return "\n".join(lines) + "\n\nNotes:\n\n" + "\n".join(notes) + "\n"
 
 
@@ -86,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}")
     args = parser.parse_args(argv)
     logs.configure("console", "warning")
+    # A stop (SIGTERM) unwinds like Ctrl-C, so that each benchmark's processes and Redis are ended.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS)}")

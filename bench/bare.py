@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -34,8 +35,6 @@ async def enqueue(env: Env, function: str, count: int, *args: Any, in_flight: in
             for _ in range(count):
                 await pool.enqueue_job(function, *args)
         else:
-            import asyncio
-
             sem = asyncio.Semaphore(in_flight)
 
             async def one() -> None:

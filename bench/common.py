@@ -16,8 +16,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
@@ -70,11 +71,16 @@ class Figure:
         }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process (its threads included), from /proc/<pid>/stat."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a live process (its threads included), from /proc/<pid>/stat."""
     raw = Path(f"/proc/{pid}/stat").read_text()
     fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (its threads included)."""
+    return sum(cpu_times(pid))
 
 
 def rss_mb(pid: int) -> float:
@@ -120,6 +126,13 @@ class RedisStats:
         stats = self.info("commandstats")
         return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
 
+    def reads(self) -> int:
+        """Read events Redis processed so far: one per request a client sent (a pipeline is one)."""
+        return int(self.info("stats")["total_reads_processed"])
+
+    def memory_usage(self, key: str) -> int:
+        return int(cast(int | None, self.client.memory_usage(key)) or 0)
+
     def memory(self) -> int:
         return int(self.info("memory")["used_memory"])
 
@@ -136,6 +149,7 @@ class Monitor:
         self._sock.sendall(b"MONITOR\r\n")
         self.top: Counter[str] = Counter()
         self.lua: Counter[str] = Counter()
+        self.ignored = 0
         self.ignore = ignore or set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -164,7 +178,9 @@ class Monitor:
         name = rest.split(b'"', 2)[1].decode().lower() if rest.startswith(b'"') else "?"
         if source == "lua":
             self.lua[name] += 1
-        elif source not in self.ignore:
+        elif source in self.ignore:
+            self.ignored += 1
+        else:
             self.top[name] += 1
 
     def stop(self) -> None:
@@ -308,11 +324,22 @@ class Env:
         names = cast(list[bytes], self.stats.client.zrange("tf:workers", 0, -1))
         return any(n.decode().endswith(f":{pid}") for n in names)
 
-    def audit(self) -> list[dict[str, Any]]:
-        """What the audit hook saw in this benchmark's processes (git subprocesses)."""
+    def _audit_records(self) -> list[dict[str, Any]]:
         if not self.audit_log.exists():
             return []
         return [json.loads(line) for line in self.audit_log.read_text().splitlines() if line]
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The git subprocesses the audit hook saw in this benchmark's processes."""
+        return [r for r in self._audit_records() if "git" in r]
+
+    def fs_counts(self, pid: int) -> Counter[str]:
+        """The filesystem operations of a process so far (with BENCH_AUDIT_FS=1; flushed every second)."""
+        last: dict[str, int] = {}
+        for record in self._audit_records():
+            if record.get("pid") == pid and "fs" in record:
+                last = record["fs"]
+        return Counter(last)
 
 
 def wait_for(
@@ -351,26 +378,32 @@ def run_async(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-@dataclass
-class Stopwatch:
-    began: float = field(default_factory=time.monotonic)
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.began
-
-
 def steps_of(events: list[dict[str, Any]]) -> Counter[str]:
     """Recorded steps (step_finished events) by step name."""
     return Counter(e["step"] for e in events if e["kind"] == "step_finished")
 
 
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait()
+def event_time(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["at"])).timestamp()
 
 
-def iter_lines(path: Path) -> Iterator[str]:
-    if path.exists():
-        yield from path.read_text().splitlines()
+def makespan(events: list[dict[str, Any]]) -> tuple[int, float]:
+    """(steps recorded, seconds from the first step start to the last step end)."""
+    starts = [event_time(e) for e in events if e["kind"] == "step_started"]
+    ends = [event_time(e) for e in events if e["kind"] == "step_finished"]
+    return len(ends), max(ends) - min(starts)
+
+
+def start_gaps(events: list[dict[str, Any]], step: str) -> list[float]:
+    """Per case, seconds from a step's end to the start of the next `step` (the loop's own delay)."""
+    last: dict[str, float] = {}
+    gaps: list[float] = []
+    for event in events:
+        name = event.get("case")
+        if name is None:
+            continue
+        if event["kind"] == "step_finished":
+            last[name] = event_time(event)
+        elif event["kind"] == "step_started" and event["step"] == step and name in last:
+            gaps.append(event_time(event) - last[name])
+    return gaps

@@ -14,20 +14,20 @@ from collections import Counter
 from typing import Any
 
 from bench import bare
-from bench.profile import Profiler
 from bench.common import (
     Env,
     Figure,
     Monitor,
     apply_cases,
     client_addr,
-    cpu_seconds,
+    cpu_times,
     run_async,
     simple_cases,
     steps_of,
     wait_for,
     zero_latency,
 )
+from bench.profile import Profiler
 
 NAME = "overhead"
 SIMPLE = 80
@@ -38,18 +38,22 @@ MAX_CPU_JOBS = 5
 MAX_COMMANDS = 10
 
 
-def _drain(env: Env, pid: int, done: Any, timeout_s: float) -> tuple[float, float, Monitor]:
-    """Thaw the frozen worker and wait until `done()`; (CPU seconds, wall seconds, commands seen)."""
+def _drain(env: Env, pid: int, done: Any, timeout_s: float) -> tuple[float, float, Monitor, int, float]:
+    """Thaw the frozen worker and wait until `done()`; (CPU seconds, wall seconds, commands seen, round
+    trips: requests Redis read less the harness's own, system CPU seconds)."""
     monitor = Monitor(env.port, ignore={client_addr(env.stats.client)})
+    reads0 = env.stats.reads()
     with Profiler(env.name, pid):
-        cpu0 = cpu_seconds(pid)
+        user0, sys0 = cpu_times(pid)
         began = time.monotonic()
         os.kill(pid, signal.SIGCONT)
         wait_for(done, timeout_s, "the drain", interval_s=0.01)
         wall = time.monotonic() - began
-        cpu = cpu_seconds(pid) - cpu0
+        user1, sys1 = cpu_times(pid)
+        cpu = user1 + sys1 - user0 - sys0
     monitor.stop()
-    return cpu, wall, monitor
+    reads = env.stats.reads() - reads0 - monitor.ignored - 1
+    return cpu, wall, monitor, reads, sys1 - sys0
 
 
 def measure_tunefleet(env: Env) -> dict[str, Any]:
@@ -64,7 +68,7 @@ def measure_tunefleet(env: Env) -> dict[str, Any]:
     def finished() -> bool:
         return env.results_done() >= len(cases) and env.stats.client.zcard(env.settings.queue) == 0
 
-    cpu, wall, monitor = _drain(env, worker.pid, finished, 300)
+    cpu, wall, monitor, reads, system = _drain(env, worker.pid, finished, 300)
     events = env.events()
     steps = steps_of(events)
     total = sum(steps.values())
@@ -78,9 +82,11 @@ def measure_tunefleet(env: Env) -> dict[str, Any]:
         "steps": total,
         "by_step": dict(steps),
         "cpu": cpu,
+        "system": system,
         "wall": wall,
         "top": monitor.top,
         "lua": monitor.lua,
+        "reads": reads,
         "runs": steps["run"],
         "versions": len(versions),
         "folders": len(folders),
@@ -95,27 +101,42 @@ def measure_bare(env: Env) -> dict[str, Any]:
     time.sleep(0.3)
     os.kill(worker.pid, signal.SIGSTOP)
     run_async(bare.enqueue(env, "noop", BARE_JOBS))
-    cpu, wall, monitor = _drain(env, worker.pid, lambda: bare.queue_len(env) == 0, 120)
-    return {"jobs": BARE_JOBS, "cpu": cpu, "wall": wall, "top": monitor.top, "lua": monitor.lua}
+    cpu, wall, monitor, reads, _ = _drain(env, worker.pid, lambda: bare.queue_len(env) == 0, 120)
+    return {
+        "jobs": BARE_JOBS,
+        "cpu": cpu,
+        "wall": wall,
+        "top": monitor.top,
+        "lua": monitor.lua,
+        "reads": reads,
+    }
 
 
-def _top(counter: Counter[str], per: float, n: int = 6) -> str:
+def _top(counter: Counter[str], per: float, n: int = 8) -> str:
     return ", ".join(f"{name} {count / per:.1f}" for name, count in counter.most_common(n))
 
 
+def _mean(a: dict[str, Any], b: dict[str, Any], key: str) -> float:
+    return (float(a[key]) / int(a["jobs"]) + float(b[key]) / int(b["jobs"])) / 2
+
+
 def run() -> list[Figure]:
+    with Env(NAME + "-arq") as env:
+        arq1 = measure_bare(env)
     with Env(NAME) as env:
         tf = measure_tunefleet(env)
     with Env(NAME + "-arq") as env:
-        arq = measure_bare(env)
+        arq2 = measure_bare(env)
     steps = tf["steps"]
     cpu_step = tf["cpu"] / steps * 1000
-    cpu_job = arq["cpu"] / arq["jobs"] * 1000
+    cpu_job = _mean(arq1, arq2, "cpu") * 1000
+    trips_step = tf["reads"] / steps
+    trips_job = _mean(arq1, arq2, "reads")
     top_step = sum(tf["top"].values()) / steps
     lua_step = sum(tf["lua"].values()) / steps
-    top_job = sum(arq["top"].values()) / arq["jobs"]
-    lua_job = sum(arq["lua"].values()) / arq["jobs"]
+    top_job = (sum(arq1["top"].values()) + sum(arq2["top"].values())) / (arq1["jobs"] + arq2["jobs"])
     by_step = ", ".join(f"{k} {v}" for k, v in sorted(tf["by_step"].items()))
+    arq_cpu = f"{arq1['cpu'] / arq1['jobs'] * 1000:.2f} before, {arq2['cpu'] / arq2['jobs'] * 1000:.2f} after"
     return [
         Figure(
             NAME,
@@ -123,21 +144,34 @@ def run() -> list[Figure]:
             cpu_step,
             "ms",
             cpu_job,
-            "bare arq CPU per no-op job",
+            f"bare arq CPU per no-op job ({arq_cpu}; {arq1['jobs']} jobs each)",
             f"<= {MAX_CPU_JOBS} bare jobs",
             cpu_step <= MAX_CPU_JOBS * cpu_job,
-            f"{steps} steps ({by_step}) in {tf['cpu']:.2f} CPU-s; arq {arq['jobs']} jobs in {arq['cpu']:.2f}",
+            f"{steps} steps ({by_step}) of {SIMPLE + WITH_APPLY} cases in {tf['cpu']:.2f} CPU-s, "
+            f"{100 * tf['system'] / tf['cpu']:.0f}% of it in the kernel (system time)",
         ),
         Figure(
             NAME,
             "wall time per step",
             tf["wall"] / steps * 1000,
             "ms",
-            arq["wall"] / arq["jobs"] * 1000,
-            "bare arq wall per job",
+            _mean(arq1, arq2, "wall") * 1000,
+            "bare arq wall per no-op job",
             "",
             None,
-            f"{CONCURRENCY} cases at once on one worker; arq: {CONCURRENCY} jobs at once",
+            f"{CONCURRENCY} cases at once on one worker (arq: {CONCURRENCY} jobs at once); "
+            f"the inverse of the drain rate",
+        ),
+        Figure(
+            NAME,
+            "Redis round trips per step",
+            trips_step,
+            "rt",
+            trips_job,
+            "bare arq round trips per job",
+            f"<= {MAX_COMMANDS}",
+            trips_step <= MAX_COMMANDS,
+            "requests Redis read (INFO stats total_reads_processed; a pipeline is one)",
         ),
         Figure(
             NAME,
@@ -148,8 +182,8 @@ def run() -> list[Figure]:
             "bare arq commands per job",
             f"<= {MAX_COMMANDS}",
             top_step <= MAX_COMMANDS,
-            f"sent by clients; +{lua_step:.1f} inside scripts (arq: +{lua_job:.1f}); "
-            f"top: {_top(tf['top'], steps)}",
+            f"sent by clients (MONITOR), +{lua_step:.1f} more run inside Lua scripts; "
+            f"per step: {_top(tf['top'], steps)}; in scripts: {_top(tf['lua'], steps, 5)}",
         ),
         Figure(
             NAME,
@@ -160,7 +194,8 @@ def run() -> list[Figure]:
             "",
             "1 (not per run)",
             tf["archives"] <= tf["versions"] and tf["folders"] == tf["versions"],
-            f"{tf['versions']} versions, {tf['folders']} snapshot folders, {tf['archives']} git archive, "
-            f"{tf['runs']} runs, 1 worker; git processes per apply {tf['git_per_apply']:.1f}",
+            f"{tf['versions']} versions run, {tf['folders']} snapshot folders, "
+            f"{tf['archives']} `git archive` for {tf['runs']} runs on 1 worker; "
+            f"git processes per apply: {tf['git_per_apply']:.1f}",
         ),
     ]

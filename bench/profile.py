@@ -1,6 +1,7 @@
 """Sampling profiles of a benchmark's worker process with py-spy, when BENCH_PROFILE is set.
 
-BENCH_PROFILE=1 python -m bench overhead   # writes var/bench/profiles/<bench>-<pid>.txt (collapsed stacks)
+BENCH_PROFILE=cpu python -m bench overhead   # var/bench/profiles/<bench>-<pid>.txt: collapsed stacks (CPU)
+BENCH_PROFILE=wall python -m bench overhead  # the same with idle samples, per thread (where the time goes)
 python -m bench.profile FILE [N]           # the N functions with the most samples, inclusive and self
 """
 
@@ -28,8 +29,8 @@ def enabled() -> bool:
 
 
 class Profiler:
-    """py-spy recording one process (idle samples included: a blocking fsync is idle to the CPU but not
-    to the event loop) while the `with` body runs; does nothing unless BENCH_PROFILE is set."""
+    """py-spy recording one process while the `with` body runs; does nothing unless BENCH_PROFILE is set.
+    `wall` includes idle samples: a blocking fsync is idle to the CPU but not to the event loop."""
 
     def __init__(self, bench: str, pid: int, rate: int = 200) -> None:
         self.path = PROFILES / f"{bench}-{pid}.txt"
@@ -42,8 +43,9 @@ class Profiler:
         if enabled() and Path(spy).exists():
             PROFILES.mkdir(parents=True, exist_ok=True)
             self._proc = subprocess.Popen(
-                [spy, "record", "-p", str(self._pid), "-r", str(self._rate), "-f", "raw", "--idle"]
-                + ["-o", str(self.path), "--nonblocking"],
+                [spy, "record", "-p", str(self._pid), "-r", str(self._rate), "-f", "raw", "--nonblocking"]
+                + (["--idle", "--threads"] if os.environ["BENCH_PROFILE"] == "wall" else [])
+                + ["-o", str(self.path)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

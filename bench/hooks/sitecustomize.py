@@ -1,26 +1,60 @@
 """Loaded by the benchmarks' child processes (their PYTHONPATH starts with this folder): records every
 git subprocess a worker starts, so a benchmark can count snapshot extractions and git calls per step
-without touching the product's code."""
+without touching the product's code. With BENCH_AUDIT_FS=1 it also counts the filesystem operations
+of the process (open, mkdir, rename, remove, copy...) and appends the totals every second; with
+BENCH_AUDIT_FS=2, also per file name."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import threading
 import time
+from collections import Counter
 from typing import Any
 
 _path = os.environ.get("BENCH_AUDIT_LOG")
+_FS = {
+    "open",
+    "os.mkdir",
+    "os.rename",
+    "os.remove",
+    "os.rmdir",
+    "os.chmod",
+    "os.scandir",
+    "os.listdir",
+    "shutil.copyfile",
+    "shutil.copytree",
+    "shutil.rmtree",
+    "tempfile.mkstemp",
+}
 
 if _path:
     _out = open(_path, "a", buffering=1)  # noqa: SIM115 - kept open for the life of the process
+    _counts: Counter[str] = Counter()
+    _count_fs = os.environ.get("BENCH_AUDIT_FS") in ("1", "2")
+    _by_name = os.environ.get("BENCH_AUDIT_FS") == "2"
 
     def _hook(event: str, args: tuple[Any, ...]) -> None:
+        if _count_fs and event in _FS:
+            _counts[event] += 1
+            if _by_name and args and isinstance(args[0], str | bytes | os.PathLike):
+                name = os.path.basename(os.fsdecode(args[0]))
+                _counts[f"{event} {name.split('.')[0] if name.startswith('.') else name}"] += 1
         if event != "subprocess.Popen":
             return
         argv = [str(a) for a in (args[1] or [])]
         if argv and os.path.basename(argv[0]) == "git":
             sub = next((a for a in argv[1:] if not a.startswith("-")), "?")
-            _out.write(json.dumps({"pid": os.getpid(), "at": time.time(), "git": sub, "argv": argv[1:6]}) + "\n")
+            record = {"pid": os.getpid(), "at": time.time(), "git": sub, "argv": argv[1:6]}
+            _out.write(json.dumps(record) + "\n")
+
+    def _flush() -> None:
+        while True:
+            time.sleep(1.0)
+            _out.write(json.dumps({"pid": os.getpid(), "at": time.time(), "fs": dict(_counts)}) + "\n")
 
     sys.addaudithook(_hook)
+    if _count_fs:
+        threading.Thread(target=_flush, daemon=True).start()

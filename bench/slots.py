@@ -1,0 +1,93 @@
+"""2. Slot utilization: one worker with N slots, demo agents taking L per step, simple passing cases
+(run + analyze in nomem and in mem: 4 steps each). The achieved step rate against the ideal N / L.
+
+The rate is taken over the makespan, from the first step start to the last step end (event times);
+with cases a multiple of N, a perfect worker keeps every slot busy all along. The baseline is a bare
+arq worker with the same N slots running jobs of 4 x L each on the same Redis: the same ideal rate."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bench import bare
+from bench.common import (
+    Env,
+    Figure,
+    cpu_seconds,
+    makespan,
+    median,
+    run_async,
+    simple_cases,
+    start_gaps,
+    wait_for,
+)
+from bench.profile import Profiler
+from tests.support.fleet import demo_adapter
+
+NAME = "slots"
+SLOTS = 100
+LATENCY_S = 1.0
+CASES = 200
+STEPS_PER_CASE = 4
+TARGET = 0.98
+
+
+def measure_tunefleet() -> tuple[float, float, str]:
+    """(utilization, makespan s, note)."""
+    ms = int(LATENCY_S * 1000)
+    with Env(NAME) as env:
+        tuning = run_async(env.register(env.tuning([], adapter=demo_adapter(ms, ms, ms))))
+        run_async(env.submit(tuning, simple_cases(CASES)))
+        worker = env.start_worker(SLOTS)
+        env.wait_worker_ready(worker, timeout_s=60)
+        cpu0 = cpu_seconds(worker.pid)
+        with Profiler(NAME, worker.pid):
+            wait_for(lambda: env.results_done() >= CASES, 120, "every case's result", worker, interval_s=0.1)
+        cpu = cpu_seconds(worker.pid) - cpu0
+        events = env.events()
+    steps, span = makespan(events)
+    gap = median(start_gaps(events, "analyze")) * 1000
+    achieved = steps / span
+    ideal = SLOTS / LATENCY_S
+    return (
+        achieved / ideal,
+        span,
+        f"{steps} steps in {span:.2f} s = {achieved:.1f} steps/s vs ideal {ideal:.0f}; "
+        f"worker CPU {cpu:.1f} s ({100 * cpu / span:.0f}% of a core); "
+        f"run end -> analyze start within a case: median {gap:.0f} ms",
+    )
+
+
+def measure_bare() -> tuple[float, float]:
+    """(utilization, makespan s) of bare arq jobs of STEPS_PER_CASE x L on N slots."""
+    with Env(NAME + "-arq") as env:
+        worker = env.start_arq_worker("--max-jobs", str(SLOTS), "--job-timeout", "600")
+        bare.wait_ready(env, worker)
+        run_async(bare.enqueue(env, "mark", CASES, "slot", time.time(), STEPS_PER_CASE * LATENCY_S))
+        wait_for(lambda: bare.queue_len(env) == 0, 120, "the bare jobs", worker, interval_s=0.1)
+        os.kill(worker.pid, 9)
+        records = bare.starts(env)
+    first = min(r["started"] for r in records)
+    last_end = max(r["started"] for r in records) + STEPS_PER_CASE * LATENCY_S
+    makespan = last_end - first
+    ideal = CASES * STEPS_PER_CASE * LATENCY_S / SLOTS
+    return ideal / makespan, makespan
+
+
+def run() -> list[Figure]:
+    util, _, note = measure_tunefleet()
+    base, base_span = measure_bare()
+    return [
+        Figure(
+            NAME,
+            f"step throughput / ideal (N={SLOTS}, L={LATENCY_S:g} s)",
+            100 * util,
+            "%",
+            100 * base,
+            f"bare arq, {SLOTS} slots, {CASES} jobs of {STEPS_PER_CASE} x L (makespan {base_span:.2f} s)",
+            f">= {100 * TARGET:.0f}%",
+            util >= TARGET,
+            f"{CASES} cases; {note}",
+        )
+    ]

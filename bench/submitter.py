@@ -1,0 +1,26 @@
+"""A submitting process of the queue benchmark: `python -m bench.submitter TUNING PREFIX COUNT` submits
+COUNT simple cases through TunefleetClient.submit, one after the other (settings from TUNEFLEET_*)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from bench.common import simple_cases
+from service import logs
+from service.client import TunefleetClient
+from service.models.case import Case
+from service.settings import FleetSettings
+
+
+async def submit(tuning: str, prefix: str, count: int) -> int:
+    accepted = 0
+    async with TunefleetClient(FleetSettings()) as client:
+        for item in simple_cases(count, prefix=prefix):
+            accepted += await client.submit(tuning, Case.model_validate(item))
+    return accepted
+
+
+if __name__ == "__main__":
+    logs.configure("console", "warning")
+    print(asyncio.run(submit(sys.argv[1], sys.argv[2], int(sys.argv[3]))))
