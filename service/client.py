@@ -7,26 +7,47 @@ async with TunefleetClient(settings) as client:
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from arq.connections import ArqRedis
+from arq.jobs import serialize_job
 
 from service import keys
-from service.connection import connect
+from service.connection import JOB_EXPIRY_MS, connect
 from service.errors import CaseFileError, TunefleetError, UnknownTuningError
 from service.events import EventSink
 from service.models.case import Case
-from service.models.jobs import CASE_FUNCTION, CaseJob
+from service.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.models.records import CaseResult
 from service.models.status import CaseDetail, FleetStatus, Refusal, ResultRow, SubmitReport
 from service.models.tuning import TuningConfig
 from service.queries import case_detail, fleet_status, results
 from service.settings import FleetSettings
 from service.store import CaseStore, Store, TuningStore
+
+SUBMIT_BATCH = 500
+
+ENQUEUE = """
+-- arq's enqueue_job for one job, in one step: refused while the job or its result exists.
+-- KEYS: job result queue ; ARGV: record expires_ms score job_id
+if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+return 1
+"""
+
+
+def _stored(store: CaseStore, case: Case) -> CaseResult | None:
+    """Write the case's file unless that rev is already there; the result it already has, if any."""
+    if store.load_case() is None:
+        store.write_case(case)
+    return store.result()
 
 
 class TunefleetClient:
@@ -111,6 +132,43 @@ class TunefleetClient:
         )
         return True
 
+    async def submit_many(self, tuning: str, cases: list[Case]) -> list[bool]:
+        """Submit cases in batches of SUBMIT_BATCH, with the result of `submit` for each: the case files
+        are written from a few threads at once, a batch is enqueued in one round trip (the checks of
+        arq's enqueue_job, made in one script per case) and its events are emitted in another."""
+        tuning_store = self.tuning_store(tuning)
+        accepted: list[bool] = []
+        for start in range(0, len(cases), SUBMIT_BATCH):
+            accepted += await self._submit_batch(tuning, tuning_store, cases[start : start + SUBMIT_BATCH])
+        return accepted
+
+    async def _submit_batch(self, tuning: str, tuning_store: TuningStore, cases: list[Case]) -> list[bool]:
+        stores = [tuning_store.case(case.id, case.rev) for case in cases]
+        done = await asyncio.gather(
+            *(asyncio.to_thread(_stored, s, c) for s, c in zip(stores, cases, strict=True))
+        )
+        accepted = [False] * len(cases)
+        fresh = [i for i, result in enumerate(done) if result is None]
+        for i, result in enumerate(done):
+            if result is not None and result.state == "failed":
+                accepted[i] = await self._run_again(tuning, stores[i])
+        now_ms = int(time.time() * 1000)
+        enqueue = self.redis.register_script(ENQUEUE)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for i in fresh:
+                job = CaseJob(tuning=tuning, case=cases[i].id, rev=cases[i].rev)
+                record = serialize_job(
+                    CASE_FUNCTION, (job.model_dump(),), {}, None, now_ms, serializer=dump_job
+                )
+                job_keys = [keys.arq_job(job.job_id), keys.arq_result(job.job_id), self.settings.queue]
+                await enqueue(job_keys, [record, JOB_EXPIRY_MS, now_ms, job.job_id], client=pipe)
+            replies = await pipe.execute()
+        for i, reply in zip(fresh, replies, strict=True):
+            accepted[i] = bool(reply)
+        queued = [{"case": cases[i].id, "rev": cases[i].rev} for i in fresh if accepted[i]]
+        await self._sink().emit_many("case_queued", tuning, queued)
+        return accepted
+
     async def submit_path(self, tuning: str, path: Path) -> SubmitReport:
         """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest."""
         from service.cases import case_files, load_case  # YAML: only when submitting files
@@ -123,9 +181,8 @@ class TunefleetClient:
                 cases.append(load_case(file))
             except CaseFileError as exc:
                 report.refused.append(Refusal(file=str(file), error=str(exc)))
-        for case in cases:
-            label = f"{case.id}@{case.rev}"
-            (report.accepted if await self.submit(tuning, case) else report.duplicates).append(label)
+        for case, accepted in zip(cases, await self.submit_many(tuning, cases), strict=True):
+            (report.accepted if accepted else report.duplicates).append(f"{case.id}@{case.rev}")
         return report
 
     async def requeue_failed(self, tuning: str) -> list[str]:

@@ -162,6 +162,10 @@ class TuningStore:
     def append_event(self, event: Event) -> None:
         append_line(self.events_file, event.model_dump_json(exclude_defaults=True))
 
+    def append_events(self, lines: list[str]) -> None:
+        """Several events' lines in one write (O_APPEND: never interleaved with other writers' lines)."""
+        append_line(self.events_file, "\n".join(line.rstrip("\n") for line in lines))
+
     def submit_memory(self, case_id: str, rev: int, source: Path) -> Path:
         """Keep the memory a passing run started from and passed with."""
         target = self.memories / case_id / f"r{rev}"
