@@ -35,21 +35,25 @@ def inline(code: str, *args: str) -> dict[str, Any]:
     return {"kind": "command", "argv": [sys.executable, "-c", escaped, *args], "timeout_s": 20}
 
 
+async def start_one_case(fleet: Fleet, tmp_path: Path, **roles: dict[str, Any]) -> None:
+    """Register a tuning of one case (the contract agent in every role unless overridden); start a worker."""
+    adapters = {
+        "runner": agent("normal", "run"),
+        "analyzer": agent("normal", "analyze"),
+        "applier": agent("normal", "apply"),
+        **roles,
+    }
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [R1_CASE], name="t1", **adapters))
+    fleet.start_worker()
+
+
 def case_root(fleet: Fleet) -> Path:
     return fleet.settings.store / "tunings" / "t1" / "cases" / "c1" / "r1"
 
 
 async def test_command_agents_run_a_case_to_completion(fleet: Fleet, tmp_path: Path) -> None:
     """Runner, analyzer and applier as real subprocesses: the case passes and its agent output is kept."""
-    tuning = write_tuning(
-        tmp_path / "t",
-        [R1_CASE],
-        runner=agent("normal", "run"),
-        analyzer=agent("normal", "analyze"),
-        applier=agent("normal", "apply"),
-    )
-    await fleet.start_tuning(tuning)
-    fleet.start_worker()
+    await start_one_case(fleet, tmp_path)
     rows = await fleet.wait_finished(1)
     assert rows["c1"].state == "completed"
     run = read_model(case_root(fleet) / "nomem" / "1" / "run.json", RunRecord)
@@ -62,15 +66,7 @@ async def test_a_hung_runner_is_killed_at_its_timeout_and_the_run_is_void(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """A runner that never exits is killed at its timeout: a void run; three make the case failed."""
-    tuning = write_tuning(
-        tmp_path / "t",
-        [R1_CASE],
-        runner=agent("hang", "run", timeout_s=0.5),
-        analyzer=agent("normal", "analyze"),
-        applier=agent("normal", "apply"),
-    )
-    await fleet.start_tuning(tuning)
-    fleet.start_worker()
+    await start_one_case(fleet, tmp_path, runner=agent("hang", "run", timeout_s=0.5))
     rows = await fleet.wait_finished(1)
     assert rows["c1"].state == "failed" and "timed out after 0.5 s" in (rows["c1"].reason or "")
     assert sorted(p.name for p in (case_root(fleet) / "nomem").iterdir()) == [
@@ -84,15 +80,7 @@ async def test_the_sandbox_exit_code_opens_the_breaker_and_marks_nothing(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """The sandbox exit code records no run, opens the fleet's breaker, and leaves the case unmarked."""
-    tuning = write_tuning(
-        tmp_path / "t",
-        [R1_CASE],
-        runner=agent("sandbox", "run"),
-        analyzer=agent("normal", "analyze"),
-        applier=agent("normal", "apply"),
-    )
-    await fleet.start_tuning(tuning)
-    fleet.start_worker()
+    await start_one_case(fleet, tmp_path, runner=agent("sandbox", "run"))
     await wait_until(
         lambda: any(e["kind"] == "breaker_opened" for e in fleet.events()), 20, "the breaker to open"
     )
@@ -106,15 +94,7 @@ async def test_an_analyzer_writing_invalid_feedback_fails_the_case_naming_file_a
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """Feedback that breaks the schema (twice) ends the case failed naming the file and the field."""
-    tuning = write_tuning(
-        tmp_path / "t",
-        [R1_CASE],
-        runner=agent("normal", "run"),
-        analyzer=agent("bad-json", "analyze"),
-        applier=agent("normal", "apply"),
-    )
-    await fleet.start_tuning(tuning)
-    fleet.start_worker()
+    await start_one_case(fleet, tmp_path, analyzer=agent("bad-json", "analyze"))
     rows = await fleet.wait_finished(1)
     reason = rows["c1"].reason or ""
     assert rows["c1"].state == "failed"
@@ -132,15 +112,7 @@ async def test_an_analysis_that_edits_the_system_is_reported_and_discarded(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """The analyzer only gets a private copy: its edit is reported as an event and never reaches a version."""
-    tuning = write_tuning(
-        tmp_path / "t",
-        [R1_CASE],
-        runner=agent("normal", "run"),
-        analyzer=inline(EDITING_ANALYZER, "{system}", "{feedback}"),
-        applier=agent("normal", "apply"),
-    )
-    await fleet.start_tuning(tuning)
-    fleet.start_worker()
+    await start_one_case(fleet, tmp_path, analyzer=inline(EDITING_ANALYZER, "{system}", "{feedback}"))
     await fleet.wait_finished(1)
     edited = [e for e in fleet.events() if e["kind"] == "analysis_edited_system"]
     assert len(edited) == 2  # one per analysis (nomem/1 and mem/1)
@@ -170,15 +142,12 @@ async def test_a_run_that_misses_the_skills_of_the_last_apply_records_it(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """Skills made by the previous apply but not loaded by the run are recorded and told to the analyzer."""
-    tuning = write_tuning(
-        tmp_path / "t",
-        [R1_CASE],
-        runner=agent("normal", "run"),
+    await start_one_case(
+        fleet,
+        tmp_path,
         analyzer=inline(FAIL_THEN_PASS, "{attempt}", "{phase}", "{feedback}"),
         applier=inline(SKILL_APPLIER, "{worktree}", "{output}"),
     )
-    await fleet.start_tuning(tuning)
-    fleet.start_worker()
     rows = await fleet.wait_finished(1)
     assert rows["c1"].state == "completed"
     second = read_model(case_root(fleet) / "nomem" / "2" / "run.json", RunRecord)
@@ -189,14 +158,6 @@ async def test_a_run_that_misses_the_skills_of_the_last_apply_records_it(
 
 async def test_demo_and_command_adapters_mix_in_one_tuning(fleet: Fleet, tmp_path: Path) -> None:
     """A demo runner with a command analyzer: adapters are chosen per role."""
-    tuning = write_tuning(
-        tmp_path / "t",
-        [R1_CASE],
-        runner=demo_adapter(),
-        analyzer=agent("normal", "analyze"),
-        applier=demo_adapter(),
-    )
-    await fleet.start_tuning(tuning)
-    fleet.start_worker()
+    await start_one_case(fleet, tmp_path, runner=demo_adapter(), applier=demo_adapter())
     rows = await fleet.wait_finished(1)
     assert rows["c1"].state == "completed"
