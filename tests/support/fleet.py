@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -181,23 +182,23 @@ async def wait_until(
     return time.monotonic() - began
 
 
+def _step_counts(events: list[dict[str, Any]], case_id: str, kind: str) -> dict[tuple[str, int, str], int]:
+    counts: Counter[tuple[str, int, str]] = Counter(
+        (e["phase"], e["attempt"], e["step"])
+        for e in events
+        if e.get("case") == case_id and e["kind"] == kind
+    )
+    return dict(counts)
+
+
 def step_starts(events: list[dict[str, Any]], case_id: str) -> dict[tuple[str, int, str], int]:
     """How often each (phase, attempt, step) of a case was started."""
-    counts: dict[tuple[str, int, str], int] = {}
-    for event in events:
-        if event.get("case") == case_id and event["kind"] == "step_started":
-            key = (event["phase"], event["attempt"], event["step"])
-            counts[key] = counts.get(key, 0) + 1
-    return counts
+    return _step_counts(events, case_id, "step_started")
 
 
 def step_finishes(events: list[dict[str, Any]], case_id: str) -> dict[tuple[str, int, str], int]:
-    counts: dict[tuple[str, int, str], int] = {}
-    for event in events:
-        if event.get("case") == case_id and event["kind"] == "step_finished":
-            key = (event["phase"], event["attempt"], event["step"])
-            counts[key] = counts.get(key, 0) + 1
-    return counts
+    """How often each (phase, attempt, step) of a case was recorded."""
+    return _step_counts(events, case_id, "step_finished")
 
 
 def steps_run_twice(events: list[dict[str, Any]], case_id: str) -> dict[tuple[str, int, str], int]:
