@@ -234,6 +234,7 @@ class TunefleetClient:
         await self.redis.delete(keys.paused())
 
     async def running(self, tuning: str) -> dict[str, dict[str, object]]:
+        """The cases of a tuning under way now: job id -> worker, step, phase, attempt, since."""
         raw = await self.redis.hgetall(keys.running(tuning))  # type: ignore[misc]
         return {k.decode(): json.loads(v) for k, v in raw.items()}
 

@@ -4,11 +4,14 @@
     tuning.json                  the registered config (absolute paths)
     system.git/                  the system repository (bare); see service.system
     snapshots/<version>/         read-only trees of system versions
+    worktrees/                   an apply's private worktree while it runs
     events.jsonl                 every event of the tuning
     memories/<case>/r<rev>/      memories kept by the memory store
     cases/<case>/r<rev>/
         case.json  result.json  notes.jsonl  failed-<n>.json
-        <phase>/<attempt>/       run.json feedback.json apply.json and the agents' files
+        void-baseline.json       voids already counted when the case last ended failed
+        <phase>/<attempt>/       run.json feedback.json analysis.md apply.json, and the
+                                 per-lease work folders run-<token>/ analyze-<token>/ apply-<token>/
         <phase>/<attempt>.void-<n>/   a void try, set aside
 """
 
@@ -29,24 +32,15 @@ PHASES: tuple[Phase, ...] = ("nomem", "mem")
 
 
 class AttemptPaths:
-    """The files of one attempt's folder."""
+    """The records of one attempt's folder. The agents' own files (input, memory, workspace, logs)
+    live in the per-lease work folders beside them: `run-<token>/`, `analyze-<token>/`, `apply-<token>/`."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.input = root / "input.json"
         self.run = root / "run.json"
-        self.run_output = root / "output.json"
-        self.run_log = root / "run.log"
-        self.memory = root / "memory"
-        self.workspace = root / "workspace"
-        self.brief = root / "brief.json"
         self.feedback = root / "feedback.json"
         self.analysis = root / "analysis.md"
-        self.analysis_system = root / "analysis-system"
-        self.analyze_log = root / "analyze.log"
         self.apply = root / "apply.json"
-        self.apply_output = root / "apply-output.json"
-        self.apply_log = root / "apply.log"
 
 
 class CaseStore:

@@ -11,7 +11,7 @@ import structlog
 from pydantic import BaseModel
 
 from service.events import EventSink
-from service.files import write_atomic, write_model
+from service.files import write_model
 from service.models.case import Case
 from service.models.records import Phase, StepName
 from service.settings import FleetSettings
@@ -74,10 +74,6 @@ class CaseRun:
         """A fenced write: refused (LeaseLost) once the lease has moved on."""
         await self.lease.check()
         write_model(path, model)
-
-    async def write_bytes(self, path: Path, data: bytes) -> None:
-        await self.lease.check()
-        write_atomic(path, data)
 
     async def emit(self, kind: str, **fields: Any) -> None:
         where, self._where = self._where, None

@@ -4,7 +4,6 @@ TunefleetError
 └── WorkerError
     ├── LeaseLost            the case's lease moved to another worker: stop, write nothing
     ├── LockLost             the improvements lock was lost mid-apply: abandon the apply
-    ├── StopRequested        the worker is stopping: leave the case to resume elsewhere
     └── CaseFault            the case cannot go on for a reason of its own: it ends failed
         └── VoidsExhausted   too many void runs in a row
 """
@@ -24,10 +23,6 @@ class LeaseLost(WorkerError):
 
 class LockLost(WorkerError):
     """The improvements lock is no longer this applier's."""
-
-
-class StopRequested(WorkerError):
-    """The worker is stopping; the case goes back to the queue untouched."""
 
 
 class CaseFault(WorkerError):
