@@ -2,6 +2,8 @@
 
 BENCH_PROFILE=cpu python -m bench overhead   # var/bench/profiles/<bench>-<pid>.txt: collapsed stacks (CPU)
 BENCH_PROFILE=wall python -m bench overhead  # the same with idle samples, per thread (where the time goes)
+BENCH_PROFILE=perf python -m bench overhead  # <bench>-<pid>.perf.data: `perf record -g`, kernel time included
+                                             # (read it with `perf report -i FILE --no-children --sort sym`)
 python -m bench.profile FILE [N]           # the N functions with the most samples, inclusive and self
 """
 
@@ -24,15 +26,11 @@ PROFILES = ROOT / "var" / "bench" / "profiles"
 _LINE = re.compile(r" \(([^)]*?)(?::\d+)?\)$")
 
 
-def enabled() -> bool:
-    return bool(os.environ.get("BENCH_PROFILE"))
-
-
 class Profiler:
     """py-spy recording one process while the `with` body runs; does nothing unless BENCH_PROFILE is set.
     `wall` includes idle samples: a blocking fsync is idle to the CPU but not to the event loop."""
 
-    def __init__(self, bench: str, pid: int, rate: int = 200) -> None:
+    def __init__(self, bench: str, pid: int, rate: int = 500) -> None:
         self.path = PROFILES / f"{bench}-{pid}.txt"
         self._pid = pid
         self._rate = rate
@@ -40,11 +38,20 @@ class Profiler:
 
     def __enter__(self) -> Self:
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        if enabled() and Path(spy).exists():
+        mode = os.environ.get("BENCH_PROFILE", "")
+        if mode == "perf" and shutil.which("perf"):
+            PROFILES.mkdir(parents=True, exist_ok=True)
+            self.path = self.path.with_suffix(".perf.data")
+            self._proc = subprocess.Popen(
+                ["perf", "record", "-g", "-F", str(self._rate), "-p", str(self._pid), "-o", str(self.path)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        elif mode in ("cpu", "wall") and Path(spy).exists():
             PROFILES.mkdir(parents=True, exist_ok=True)
             self._proc = subprocess.Popen(
                 [spy, "record", "-p", str(self._pid), "-r", str(self._rate), "-f", "raw", "--nonblocking"]
-                + (["--idle", "--threads"] if os.environ["BENCH_PROFILE"] == "wall" else [])
+                + (["--idle", "--threads"] if mode == "wall" else [])
                 + ["-o", str(self.path)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -1,5 +1,5 @@
 """Emitting events: one line in the tuning's `events.jsonl`, one entry in the Redis stream, and the
-live counters the event moves, in one round trip."""
+live counters the event moves, in one round trip (one script call)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,23 @@ from redis.asyncio import Redis
 
 from service import keys
 from service.models.events import Event
-from service.store import Store
+from service.store import Store, TuningStore
 
 log = structlog.get_logger()
+
+EMIT = """
+-- KEYS: events stream, stats hash, running hash
+-- ARGV: stream max length, event JSON, running action ('' | 'set' | 'del'), job id, job state,
+--       then (counter, amount) pairs
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'event', ARGV[2])
+for i = 6, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+if ARGV[3] == 'set' then
+  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+elseif ARGV[3] == 'del' then
+  redis.call('HDEL', KEYS[3], ARGV[4])
+end
+return 1
+"""
 
 COST_SCALE = 1_000_000
 """Cost is counted in micro-dollars so that Redis can add it atomically as an integer."""
@@ -48,6 +62,14 @@ class EventSink:
         self._store = store
         self._events_max = events_max
         self._worker = worker
+        self._emit = redis.register_script(EMIT)
+        self._tunings: dict[str, TuningStore] = {}
+
+    def _tuning(self, name: str) -> TuningStore:
+        found = self._tunings.get(name)
+        if found is None:
+            found = self._tunings[name] = self._store.tuning(name)
+        return found
 
     async def emit(
         self, kind: str, tuning: str, *, running: tuple[str, str | None] | None = None, **fields: Any
@@ -58,23 +80,16 @@ class EventSink:
         event = Event(
             at=datetime.now(UTC), kind=kind, tuning=tuning, worker=self._worker, data=data, **fields
         )
-        self._store.tuning(tuning).append_event(event)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xadd(
-                keys.events(),
-                {"event": event.model_dump_json(exclude_defaults=True)},
-                maxlen=self._events_max,
-                approximate=True,
-            )
-            for field, amount in counter_moves(event).items():
-                pipe.hincrby(keys.stats(tuning), field, amount)
-            if running is not None:
-                job_id, state = running
-                if state is None:
-                    pipe.hdel(keys.running(tuning), job_id)
-                else:
-                    pipe.hset(keys.running(tuning), job_id, state)
-            await pipe.execute()
+        line = event.model_dump_json(exclude_defaults=True)
+        self._tuning(tuning).append_events([line])
+        action, job_id, state = "", "", ""
+        if running is not None:
+            job_id, running_state = running
+            action, state = ("del", "") if running_state is None else ("set", running_state)
+        args: list[str | int] = [self._events_max, line, action, job_id, state]
+        for field, amount in counter_moves(event).items():
+            args += [field, amount]
+        await self._emit([keys.events(), keys.stats(tuning), keys.running(tuning)], args)
         log.info(kind, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
         return event
 
@@ -86,7 +101,7 @@ class EventSink:
         now = datetime.now(UTC)
         events = [Event(at=now, kind=kind, tuning=tuning, worker=self._worker, **item) for item in items]
         lines = [event.model_dump_json(exclude_defaults=True) for event in events]
-        self._store.tuning(tuning).append_events(lines)
+        self._tuning(tuning).append_events(lines)
         moves: dict[str, int] = {}
         for event in events:
             for field, amount in counter_moves(event).items():

@@ -8,6 +8,7 @@ per task with structlog.contextvars. Keys that look like secrets are masked.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import MutableMapping
 from typing import Any, Literal
@@ -15,11 +16,12 @@ from typing import Any, Literal
 import structlog
 
 SECRET_MARKERS = ("password", "token", "secret", "authorization", "api_key")
+_SECRET_KEY = re.compile("|".join(SECRET_MARKERS), re.IGNORECASE)
 
 
 def mask_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    for key in list(event):
-        if any(marker in key.lower() for marker in SECRET_MARKERS) and isinstance(event[key], str):
+    for key, value in event.items():
+        if isinstance(value, str) and _SECRET_KEY.search(key):
             event[key] = "***"
     return event
 

@@ -24,7 +24,6 @@ from pathlib import Path
 from service.errors import UnknownTuningError
 from service.files import append_line, read_model, write_model
 from service.models.case import Case
-from service.models.events import Event
 from service.models.records import CaseResult, Note, Phase
 from service.models.tuning import TuningConfig
 
@@ -152,9 +151,6 @@ class TuningStore:
         for case in self.case_revs():
             last[case.case_id] = case
         yield from last.values()
-
-    def append_event(self, event: Event) -> None:
-        append_line(self.events_file, event.model_dump_json(exclude_defaults=True))
 
     def append_events(self, lines: list[str]) -> None:
         """Several events' lines in one write (O_APPEND: never interleaved with other writers' lines)."""

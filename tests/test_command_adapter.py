@@ -39,12 +39,10 @@ def _runner_argv(mode: str, pid_file: str = "{attempt_dir}/agent.pid") -> list[s
 
 def _run_request(tmp_path: Path) -> RunRequest:
     attempt_dir = tmp_path / "attempt"
-    for folder in ("attempt", "system", "memory", "workspace"):
+    for folder in ("attempt", "system", "memory"):  # the runner makes the workspace and the input file
         (tmp_path / folder).mkdir()
     case_file = tmp_path / "case.json"
     case_file.write_text(CASE.model_dump_json())
-    input_file = attempt_dir / "input.json"
-    input_file.write_text(json.dumps({"input": CASE.input, "case": CASE.id, "rev": CASE.rev}))
     return RunRequest(
         tuning="t1",
         case=CASE,
@@ -58,7 +56,7 @@ def _run_request(tmp_path: Path) -> RunRequest:
         system_dir=tmp_path / "system",
         memory_dir=tmp_path / "memory",
         workspace_dir=tmp_path / "workspace",
-        input_file=input_file,
+        input_file=attempt_dir / "input.json",
         output_file=attempt_dir / "output.json",
     )
 
@@ -190,9 +188,12 @@ async def test_analyzer_writes_valid_feedback(tmp_path: Path) -> None:
     argv = _agent(
         "normal", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}"
     )
-    step = await CommandAnalyzer(CommandAdapter(argv=argv), GRACE_S).analyze(request)
+    graded = await CommandAnalyzer(CommandAdapter(argv=argv), GRACE_S).analyze(request)
+    step = graded.exit
     assert step.exit_code == 0 and step.error is None and not step.timed_out
-    assert Feedback.model_validate_json(request.feedback_file.read_text()).verdict == "pass"
+    assert graded.feedback is not None and Feedback.model_validate_json(graded.feedback).verdict == "pass"
+    assert graded.source == str(request.feedback_file)
+    assert json.loads(request.brief_file.read_text())["run"]["work"] == "run-1"  # its process had a brief
 
 
 async def test_analyzer_invalid_feedback_is_left_for_the_caller(tmp_path: Path) -> None:
@@ -201,10 +202,10 @@ async def test_analyzer_invalid_feedback_is_left_for_the_caller(tmp_path: Path) 
     argv = _agent(
         "bad-json", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}"
     )
-    step = await CommandAnalyzer(CommandAdapter(argv=argv), GRACE_S).analyze(request)
-    assert step.exit_code == 0 and step.error is None
+    graded = await CommandAnalyzer(CommandAdapter(argv=argv), GRACE_S).analyze(request)
+    assert graded.exit.exit_code == 0 and graded.exit.error is None and graded.feedback is not None
     with pytest.raises(ValidationError) as caught:
-        Feedback.model_validate_json(request.feedback_file.read_text())
+        Feedback.model_validate_json(graded.feedback)
     assert ("verdict",) in [error["loc"] for error in caught.value.errors()]
 
 
@@ -212,7 +213,7 @@ async def test_hung_analyzer_times_out(tmp_path: Path) -> None:
     """An analyzer that hangs is ended at its timeout and says so in its StepExit."""
     request = _analyze_request(tmp_path)
     argv = _agent("hang", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}")
-    step = await CommandAnalyzer(CommandAdapter(argv=argv, timeout_s=1.0), GRACE_S).analyze(request)
+    step = (await CommandAnalyzer(CommandAdapter(argv=argv, timeout_s=1.0), GRACE_S).analyze(request)).exit
     assert step.timed_out and step.error == "timed out after 1 s"
     assert _is_gone(_pids(request.attempt_dir / "agent.pid")[0])
 
@@ -231,9 +232,9 @@ async def test_applier_edits_worktree(tmp_path: Path) -> None:
         output_file=base.attempt_dir / "apply-output.json",
     )
     argv = _agent("normal", "apply", "--worktree", "{worktree}", "--output", "{output}")
-    step = await CommandApplier(CommandAdapter(argv=argv), GRACE_S).apply(request)
-    assert step.exit_code == 0
-    assert ApplyOutput.model_validate_json(request.output_file.read_text()).summary == "added a rule"
+    applied = await CommandApplier(CommandAdapter(argv=argv), GRACE_S).apply(request)
+    assert applied.exit.exit_code == 0 and applied.output is not None
+    assert ApplyOutput.model_validate_json(applied.output).summary == "added a rule"
     assert (worktree / "rules.md").read_text() == "- rule: be-brief\n"
 
 

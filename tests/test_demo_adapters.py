@@ -1,9 +1,8 @@
-"""The built-in demo runner, analyzer and applier: seeded, file-writing, and faithful to the case's knobs."""
+"""The built-in demo runner, analyzer and applier: seeded, schema-true, and faithful to the case's knobs."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -99,9 +98,15 @@ class Attempt:
 
 async def _run_and_grade(attempt: Attempt, config: DemoAdapter = FAST) -> tuple[RunOutcome, Feedback]:
     outcome = await DemoRunner(config).run(attempt.run_request())
-    step = await DemoAnalyzer(config).analyze(attempt.analyze_request(outcome))
-    assert step.exit_code == 0 and attempt.analyze_request(outcome).analysis_file.exists()
-    return outcome, Feedback.model_validate_json((attempt.dir / "feedback.json").read_text())
+    graded = await DemoAnalyzer(config).analyze(attempt.analyze_request(outcome))
+    assert graded.exit.exit_code == 0 and graded.analysis is not None and graded.feedback is not None
+    return outcome, Feedback.model_validate_json(graded.feedback)
+
+
+async def _apply(attempt: Attempt, feedback: Feedback) -> ApplyOutput:
+    applied = await DemoApplier(FAST).apply(attempt.apply_request(feedback))
+    assert applied.exit.exit_code == 0 and applied.output is not None
+    return ApplyOutput.model_validate_json(applied.output)
 
 
 async def test_same_seed_gives_same_runs(tmp_path: Path) -> None:
@@ -132,7 +137,8 @@ async def test_run_passes_only_when_the_prose_holds_every_rule(tmp_path: Path) -
     outcome = await DemoRunner(FAST).run(attempt.run_request())
     assert outcome.output is not None and outcome.output.answer == "pass"
     assert (attempt.memory / "memory.md").exists()
-    assert json.loads(attempt.run_request().output_file.read_text())["answer"] == "pass"
+    assert not attempt.run_request().output_file.exists()  # in-process: the outcome carries the output
+    assert "demo-run: answer: pass" in attempt.run_request().log_file.read_text()
 
 
 async def test_kills_then_voids_follow_the_run_index(tmp_path: Path) -> None:
@@ -180,12 +186,11 @@ async def test_analysis_and_apply_converge_on_the_rules(tmp_path: Path) -> None:
     outcome, feedback = await _run_and_grade(attempt)
     assert [i.lead for i in feedback.prose()] == ["add rule a", "add rule b", "add rule c"]
     assert feedback.rubric == {"r1": 0.0, "r2": 1.0}
-    await DemoApplier(FAST).apply(attempt.apply_request(feedback))
-    applied = ApplyOutput.model_validate_json((attempt.dir / "apply.json").read_text())
+    applied = await _apply(attempt, feedback)
     assert applied.skills == ["a", "b"] and (attempt.system / "skills" / "a.md").exists()
     outcome, feedback = await _run_and_grade(attempt)
     assert outcome.output is not None and outcome.output.skills_loaded == ["a", "b"]
-    await DemoApplier(FAST).apply(attempt.apply_request(feedback))
+    await _apply(attempt, feedback)
     outcome, feedback = await _run_and_grade(attempt)
     assert feedback.verdict == "pass" and feedback.done and feedback.rubric == {"r1": 1.0, "r2": 1.0}
     assert (attempt.system / "rules.md").read_text().splitlines()[-3:] == [
@@ -200,8 +205,7 @@ async def test_structural_case_is_refused_by_the_applier(tmp_path: Path) -> None
     attempt = Attempt(tmp_path, _case(rules=["a"], structural=True))
     _, feedback = await _run_and_grade(attempt)
     assert [i.lead.split(" ")[0] for i in feedback.prose()] == ["Split"]
-    await DemoApplier(FAST).apply(attempt.apply_request(feedback))
-    applied = ApplyOutput.model_validate_json((attempt.dir / "apply.json").read_text())
+    applied = await _apply(attempt, feedback)
     assert applied.structural is not None and not (attempt.system / "rules.md").exists()
 
 

@@ -36,9 +36,22 @@ if _path:
     _count_fs = os.environ.get("BENCH_AUDIT_FS") in ("1", "2")
     _by_name = os.environ.get("BENCH_AUDIT_FS") == "2"
 
+    def _creates(event: str, args: tuple[Any, ...]) -> bool:
+        """A call that may make a new inode: mkdir, or an open for writing that may create."""
+        if event == "os.mkdir":
+            return True
+        if event != "open" or len(args) < 3:
+            return False
+        mode, flags = args[1], args[2]
+        if isinstance(mode, str):
+            return any(c in mode for c in "wax")
+        return isinstance(flags, int) and bool(flags & os.O_CREAT)
+
     def _hook(event: str, args: tuple[Any, ...]) -> None:
         if _count_fs and event in _FS:
             _counts[event] += 1
+            if _creates(event, args):
+                _counts["creates (files and folders)"] += 1
             if _by_name and args and isinstance(args[0], str | bytes | os.PathLike):
                 name = os.path.basename(os.fsdecode(args[0]))
                 _counts[f"{event} {name.split('.')[0] if name.startswith('.') else name}"] += 1

@@ -2,14 +2,20 @@
 
 Every adapter is async and cancellable: cancelling the coroutine ends the agent's processes
 (TERM, then KILL after the grace period) before the cancellation propagates.
-Adapters write their results into files; the steps read and validate those files, so a command
-adapter and the demo adapter are held to the same schema.
+
+An adapter hands its results back as they were written (the JSON bytes of a feedback or an apply
+output, the report's text) and the steps validate them, so a command adapter and the demo adapter
+are held to the same schema. The files an agent process works with (its input, its brief, the
+empty workspace, the output files it writes) are the command adapters' business: they make them
+before the process starts and read them back after it ends. The in-process demo adapters take
+everything from the request and write only what the loop keeps (the run's memory, its log).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,10 +44,13 @@ class RunRequest(StepRequest):
     version: str
     system_dir: Path = Field(description="Read-only snapshot of the system version.")
     memory_dir: Path = Field(description="Memory to start from (empty in phase nomem); the run may write it.")
-    workspace_dir: Path = Field(description="An empty folder for the agent's files.")
-    input_file: Path = Field(description="JSON: {input: str, case: str, rev: int}.")
-    output_file: Path = Field(description="Where the runner writes its RunOutput JSON.")
+    workspace_dir: Path = Field(description="An empty folder for the agent (made by a command runner).")
+    input_file: Path = Field(description="JSON {input, case, rev}, written by a command runner.")
+    output_file: Path = Field(description="Where a runner process writes its RunOutput JSON.")
     expected_skills: list[str] = Field(default_factory=list)
+
+    def input_json(self) -> str:
+        return json.dumps({"input": self.case.input, "case": self.case.id, "rev": self.case.rev})
 
 
 class RunOutcome(BaseModel):
@@ -56,6 +65,18 @@ class RunOutcome(BaseModel):
     sandbox_down: str | None = Field(default=None, description="The sandbox was unavailable: not a run.")
 
 
+class EarlierTry(BaseModel):
+    """What an analyzer is told of one earlier try of the case."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    phase: Phase
+    attempt: int
+    verdict: str
+    rubric: dict[str, float]
+    summary: str
+
+
 class AnalyzeRequest(StepRequest):
     """Grade one run against the case's rubric."""
 
@@ -64,9 +85,21 @@ class AnalyzeRequest(StepRequest):
     system_dir: Path = Field(description="A private copy of the run's system version; edits are discarded.")
     memory_dir: Path
     workspace_dir: Path
-    brief_file: Path = Field(description="JSON: the case, this run, and the earlier tries' feedback.")
-    feedback_file: Path = Field(description="Where the analyzer writes its Feedback JSON.")
-    analysis_file: Path = Field(description="Where the analyzer writes its human report (Markdown).")
+    earlier: list[EarlierTry] = Field(default_factory=list, description="The earlier tries, in loop order.")
+    brief_file: Path = Field(description="Where a command analyzer puts `brief()` for its process.")
+    feedback_file: Path = Field(description="Where an analyzer process writes its Feedback JSON.")
+    analysis_file: Path = Field(description="Where an analyzer process writes its human report (Markdown).")
+
+    def brief(self) -> dict[str, Any]:
+        """The case, this run and the earlier tries' feedback, as `brief.json` holds them."""
+        return {
+            "case": self.case.model_dump(mode="json"),
+            "phase": self.phase,
+            "attempt": self.attempt,
+            "run": self.run.model_dump(mode="json"),
+            "missed_skills": self.run.missed_skills,
+            "earlier": [e.model_dump() for e in self.earlier],
+        }
 
 
 class ApplyRequest(StepRequest):
@@ -75,11 +108,11 @@ class ApplyRequest(StepRequest):
     feedback: Feedback
     feedback_file: Path
     worktree_dir: Path = Field(description="A git worktree of the current version: edit it in place.")
-    output_file: Path = Field(description="Where the applier writes its ApplyOutput JSON.")
+    output_file: Path = Field(description="Where an applier process writes its ApplyOutput JSON.")
 
 
 class StepExit(BaseModel):
-    """How an analyzer's or applier's process ended; its result is in the files it wrote."""
+    """How an analyzer's or applier's process ended."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -87,6 +120,27 @@ class StepExit(BaseModel):
     duration_ms: int = Field(ge=0)
     timed_out: bool = False
     error: str | None = None
+
+
+class AnalyzeOutcome(BaseModel):
+    """An analysis as the analyzer wrote it; the step validates the feedback."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit: StepExit
+    feedback: bytes | None = Field(default=None, description="The Feedback JSON; None if none was written.")
+    analysis: bytes | None = Field(default=None, description="The report for people (Markdown), if any.")
+    source: str = Field(description="Where the feedback comes from (its file), for error messages.")
+
+
+class ApplyOutcome(BaseModel):
+    """An apply as the applier reported it; the step validates the output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit: StepExit
+    output: bytes | None = Field(default=None, description="The ApplyOutput JSON; None if none was written.")
+    source: str = Field(description="Where the output comes from (its file), for error messages.")
 
 
 class Runner(Protocol):
@@ -99,11 +153,11 @@ class Analyzer(Protocol):
     memory directly. An agent process is not trusted: it gets private copies, and its edits are
     reported and discarded."""
 
-    async def analyze(self, request: AnalyzeRequest) -> StepExit: ...
+    async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome: ...
 
 
 class Applier(Protocol):
-    async def apply(self, request: ApplyRequest) -> StepExit: ...
+    async def apply(self, request: ApplyRequest) -> ApplyOutcome: ...
 
 
 class Prober(Protocol):

@@ -14,9 +14,18 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.errors import ConfigError
+from service.files import write_atomic, write_json
 from service.models.records import RunOutput
 from service.models.tuning import PLACEHOLDERS, CommandAdapter
-from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunOutcome, RunRequest, StepExit
+from workers.adapters.base import (
+    AnalyzeOutcome,
+    AnalyzeRequest,
+    ApplyOutcome,
+    ApplyRequest,
+    RunOutcome,
+    RunRequest,
+    StepExit,
+)
 from workers.adapters.process import ProcessResult, ProcessSpec, run_process
 from workers.adapters.sandbox import SandboxMounts, check_sandbox, is_sandbox_setup_failure, wrap_argv
 
@@ -83,6 +92,14 @@ def _step_exit(result: ProcessResult, timeout_s: float) -> StepExit:
     return StepExit(exit_code=result.exit_code, duration_ms=result.duration_ms, error=error)
 
 
+def _written(path: Path) -> bytes | None:
+    """What a process left in `path`, None if it wrote nothing there."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
 def _read_run_output(path: Path, result: ProcessResult) -> RunOutput:
     """The runner's output file; a missing or invalid one becomes a RunOutput with an error."""
     code = result.exit_code
@@ -130,6 +147,8 @@ class CommandRunner(_CommandStep):
         super().__init__(config, grace_s, "runner", RUN_PLACEHOLDERS)
 
     async def run(self, request: RunRequest) -> RunOutcome:
+        request.workspace_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(request.input_file, request.input_json().encode(), durable=False)
         values = {
             "case": str(request.case_file),
             "input": str(request.input_file),
@@ -183,14 +202,17 @@ class CommandRunner(_CommandStep):
 
 
 class CommandAnalyzer(_CommandStep):
-    """Grades a run; it writes the feedback and analysis files, which the caller validates."""
+    """Grades a run: its process reads the brief and writes the feedback and analysis files."""
 
     trusted = False
 
     def __init__(self, config: CommandAdapter, grace_s: float) -> None:
         super().__init__(config, grace_s, "analyzer", ANALYZE_PLACEHOLDERS)
 
-    async def analyze(self, request: AnalyzeRequest) -> StepExit:
+    async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
+        request.workspace_dir.mkdir(parents=True, exist_ok=True)  # its cwd: a demo runner makes none
+        write_json(request.brief_file, request.brief(), durable=False)
+        request.feedback_file.unlink(missing_ok=True)  # a second round must not read the first one's
         values = {
             "case": str(request.case_file),
             "run": str(request.run_file),
@@ -205,16 +227,22 @@ class CommandAnalyzer(_CommandStep):
             "attempt": str(request.attempt),
         }
         result = await run_process(self._spec(values, request.log_file, request.workspace_dir))
-        return _step_exit(result, self._config.timeout_s)
+        return AnalyzeOutcome(
+            exit=_step_exit(result, self._config.timeout_s),
+            feedback=_written(request.feedback_file),
+            analysis=_written(request.analysis_file),
+            source=str(request.feedback_file),
+        )
 
 
 class CommandApplier(_CommandStep):
-    """Edits the worktree; it writes the apply output file, which the caller validates."""
+    """Edits the worktree; its process writes the apply output file."""
 
     def __init__(self, config: CommandAdapter, grace_s: float) -> None:
         super().__init__(config, grace_s, "applier", APPLY_PLACEHOLDERS)
 
-    async def apply(self, request: ApplyRequest) -> StepExit:
+    async def apply(self, request: ApplyRequest) -> ApplyOutcome:
+        request.output_file.unlink(missing_ok=True)
         values = {
             "case": str(request.case_file),
             "feedback": str(request.feedback_file),
@@ -225,4 +253,8 @@ class CommandApplier(_CommandStep):
             "attempt": str(request.attempt),
         }
         result = await run_process(self._spec(values, request.log_file, request.worktree_dir))
-        return _step_exit(result, self._config.timeout_s)
+        return ApplyOutcome(
+            exit=_step_exit(result, self._config.timeout_s),
+            output=_written(request.output_file),
+            source=str(request.output_file),
+        )

@@ -1,5 +1,7 @@
-"""The built-in demo runner, analyzer and applier: in-process, seeded, and writing the same files
-a command agent writes, so the loop, the tests and the demo run for real without a model.
+"""The built-in demo runner, analyzer and applier: in-process and seeded, so the loop, the tests and
+the demo run for real without a model. They hand back the same JSON a command agent writes (the
+steps validate it against the same schema), write the run's memory and a log, and edit a real
+worktree, but make no input or output files: nothing reads them.
 
 The system's prose holds a rule when one of its files has a line `- rule: <slug>`; a skill is a
 file `skills/<name>.md`. A case's `demo` knobs say which rules it needs and which faults it injects.
@@ -20,7 +22,16 @@ from service.files import append_line
 from service.models.case import SLUG_RE
 from service.models.records import ApplyOutput, Feedback, Improvement, RunOutput, Usage
 from service.models.tuning import DemoAdapter
-from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunOutcome, RunRequest, StepExit, StepRequest
+from workers.adapters.base import (
+    AnalyzeOutcome,
+    AnalyzeRequest,
+    ApplyOutcome,
+    ApplyRequest,
+    RunOutcome,
+    RunRequest,
+    StepExit,
+    StepRequest,
+)
 
 log = structlog.get_logger()
 
@@ -53,14 +64,40 @@ def _elapsed_ms(started: float) -> int:
     return max(0, int((time.monotonic() - started) * 1000))
 
 
-def _say(log_file: Path, step: str, *lines: str) -> None:
-    """Append lines to the step's log, as an agent's output would be."""
-    append_line(log_file, "".join(f"demo-{step}: {line}\n" for line in lines))
+class _StepLog:
+    """A step's log lines, as an agent's output would be, appended to its log file in one write."""
+
+    def __init__(self, log_file: Path, step: str) -> None:
+        self._file = log_file
+        self._step = step
+        self._lines: list[str] = []
+
+    def say(self, line: str) -> None:
+        self._lines.append(f"demo-{self._step}: {line}")
+
+    def flush(self) -> None:
+        if self._lines:
+            append_line(self._file, "\n".join(self._lines))
+            self._lines.clear()
 
 
 class _DemoStep:
+    VIEWS_KEPT = 64
+
     def __init__(self, config: DemoAdapter) -> None:
         self._config = config
+        self._views: dict[str, tuple[frozenset[str], list[str]]] = {}
+
+    def _version_view(self, version: str, system_dir: Path) -> tuple[frozenset[str], list[str]]:
+        """The rules and skills of a system version's read-only snapshot, read once per version (a
+        version's content never changes)."""
+        view = self._views.get(version)
+        if view is None:
+            view = frozenset(system_rules(system_dir)), system_skills(system_dir)
+            if len(self._views) >= self.VIEWS_KEPT:
+                self._views.pop(next(iter(self._views)))
+            self._views[version] = view
+        return view
 
     def _rng(self, request: StepRequest, step: str, run_index: int = 0) -> random.Random:
         key = (self._config.seed, request.tuning, request.case.id, request.phase, request.attempt, run_index)
@@ -79,13 +116,16 @@ class _DemoStep:
         return Usage(input_tokens=input_tokens, output_tokens=tokens - input_tokens, cost_usd=cost_usd)
 
 
-def _maybe_kill_worker(request: RunRequest) -> None:
+def _maybe_kill_worker(request: RunRequest, log: _StepLog) -> None:
     """The `kills_worker` fault: the run takes its whole worker process down (SIGKILL), as a poison case
     does. Marker files in the attempt folder count how often it already did, across processes."""
+    if request.case.demo.kills_worker == 0:
+        return
     done = len(list(request.attempt_dir.glob("worker-killed-*")))
     if done < request.case.demo.kills_worker:
         (request.attempt_dir / f"worker-killed-{done + 1}").touch()
-        _say(request.log_file, "run", "taking the worker down")
+        log.say("taking the worker down")
+        log.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -93,41 +133,44 @@ class DemoRunner(_DemoStep):
     """Passes when the prose holds all the case's rules (and, in phase mem, memory helps)."""
 
     async def run(self, request: RunRequest) -> RunOutcome:
+        log = _StepLog(request.log_file, "run")
+        try:
+            return await self._run(request, log)
+        finally:
+            log.flush()
+
+    async def _run(self, request: RunRequest, log: _StepLog) -> RunOutcome:
         started = time.monotonic()
         outage = self._config.outage_file
         if outage is not None and outage.exists():
-            _say(request.log_file, "run", f"sandbox is down: {outage} exists")
+            log.say(f"sandbox is down: {outage} exists")
             return RunOutcome(exit_code=OUTAGE_EXIT, duration_ms=0, sandbox_down="demo sandbox is down")
         rng = self._rng(request, "run", request.run_index)
         random_void = rng.random() < self._config.void_rate
         knobs = request.case.demo
-        _say(request.log_file, "run", f"case {request.case.id} {request.phase} try {request.attempt}")
+        log.say(f"case {request.case.id} {request.phase} try {request.attempt}")
         await self._pause(request, self._config.latency.run_ms, rng)
         key = f"{request.phase}-{request.attempt}"
-        _maybe_kill_worker(request)
+        _maybe_kill_worker(request, log)
         kills = knobs.kills.get(key, 0)
         if request.run_index <= kills:
-            _say(request.log_file, "run", "Killed")
+            log.say("Killed")
             return RunOutcome(
                 exit_code=137, duration_ms=_elapsed_ms(started), void="killed for memory (exit 137)"
             )
         if request.run_index <= kills + knobs.voids.get(key, 0) or random_void:
-            _say(request.log_file, "run", "error: the tool server went away")
+            log.say("error: the tool server went away")
             output = RunOutput(error=INJECTED_FAULT, usage=self._usage(request))
         else:
-            output = self._attempt(request, rng)
-        request.output_file.parent.mkdir(parents=True, exist_ok=True)
-        request.output_file.write_text(output.model_dump_json(indent=2), encoding="utf-8")
-        log.debug("demo_run_done", case=request.case.id, phase=request.phase, answer=output.answer)
+            output = self._attempt(request, rng, log)
         return RunOutcome(exit_code=0, duration_ms=_elapsed_ms(started), output=output)
 
-    def _attempt(self, request: RunRequest, rng: random.Random) -> RunOutput:
+    def _attempt(self, request: RunRequest, rng: random.Random, log: _StepLog) -> RunOutput:
         knobs = request.case.demo
-        present = system_rules(request.system_dir)
-        skills = system_skills(request.system_dir)
+        present, skills = self._version_view(request.version, request.system_dir)
         missing = [rule for rule in knobs.rules if rule not in present]
         has_memory = (request.memory_dir / MEMORY_FILE).is_file()
-        _say(request.log_file, "run", f"loaded skills: {', '.join(skills) or '(none)'}")
+        log.say(f"loaded skills: {', '.join(skills) or '(none)'}")
         if missing:
             answer = "missing: " + ", ".join(missing)
         elif request.phase == "mem" and not (knobs.memory_helps and has_memory):
@@ -140,8 +183,8 @@ class DemoRunner(_DemoStep):
                 f"# Memory of case {request.case.id}\n\n- The rules that worked: {', '.join(knobs.rules)}\n",
                 encoding="utf-8",
             )
-            _say(request.log_file, "run", f"wrote {MEMORY_FILE}")
-        _say(request.log_file, "run", f"answer: {answer}")
+            log.say(f"wrote {MEMORY_FILE}")
+        log.say(f"answer: {answer}")
         return RunOutput(
             answer=answer, turns=rng.randint(2, 9), skills_loaded=skills, usage=self._usage(request)
         )
@@ -152,23 +195,24 @@ class DemoAnalyzer(_DemoStep):
 
     trusted = True
 
-    async def analyze(self, request: AnalyzeRequest) -> StepExit:
+    async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
         started = time.monotonic()
         await self._pause(request, self._config.latency.analyze_ms, self._rng(request, "analyze"))
         feedback = self._grade(request)
-        request.feedback_file.parent.mkdir(parents=True, exist_ok=True)
-        request.feedback_file.write_text(feedback.model_dump_json(indent=2), encoding="utf-8")
         none = "(none)\n"
         scores = "".join(f"- {item}: {score:.1f}\n" for item, score in feedback.rubric.items()) or none
         changes = "".join(f"- ({imp.target}) {imp.lead}\n" for imp in feedback.improvements) or none
-        request.analysis_file.write_text(
+        report = (
             f"# Analysis of {request.case.id}, {request.phase} try {request.attempt}\n\n"
             f"Verdict: **{feedback.verdict}**\n\n{feedback.summary}\n\n"
-            f"## Scores\n\n{scores}\n## Improvements\n\n{changes}",
-            encoding="utf-8",
+            f"## Scores\n\n{scores}\n## Improvements\n\n{changes}"
         )
-        _say(request.log_file, "analyze", f"verdict: {feedback.verdict}")
-        return StepExit(exit_code=0, duration_ms=_elapsed_ms(started))
+        return AnalyzeOutcome(
+            exit=StepExit(exit_code=0, duration_ms=_elapsed_ms(started)),
+            feedback=feedback.model_dump_json(indent=2).encode(),
+            analysis=report.encode(),
+            source="the demo analyzer's feedback",
+        )
 
     def _grade(self, request: AnalyzeRequest) -> Feedback:
         run, knobs, ids = request.run, request.case.demo, request.case.rubric_ids
@@ -199,7 +243,7 @@ class DemoAnalyzer(_DemoStep):
             improvements = [Improvement(target="prose", change=change)]
             summary = "The instructions need restructuring."
         else:
-            present = system_rules(request.system_dir)
+            present, _ = self._version_view(run.version, request.system_dir)
             improvements = [
                 Improvement(target="prose", change=f"{ADD_RULE_LEAD}{rule}\nThe prose never states `{rule}`.")
                 for rule in knobs.rules
@@ -219,7 +263,7 @@ class DemoAnalyzer(_DemoStep):
 class DemoApplier(_DemoStep):
     """Adds the rules that `add rule <slug>` improvements ask for, a few per apply, each with a skill."""
 
-    async def apply(self, request: ApplyRequest) -> StepExit:
+    async def apply(self, request: ApplyRequest) -> ApplyOutcome:
         started = time.monotonic()
         await self._pause(request, self._config.latency.apply_ms, self._rng(request, "apply"))
         if request.case.demo.structural:
@@ -231,10 +275,14 @@ class DemoApplier(_DemoStep):
             added = self._add_rules(request)
             summary = f"added rules: {', '.join(added)}" if added else "nothing to add"
             output = ApplyOutput(skills=added, summary=summary, usage=self._usage(request))
-        request.output_file.parent.mkdir(parents=True, exist_ok=True)
-        request.output_file.write_text(output.model_dump_json(indent=2), encoding="utf-8")
-        _say(request.log_file, "apply", output.structural or output.summary)
-        return StepExit(exit_code=0, duration_ms=_elapsed_ms(started))
+        log = _StepLog(request.log_file, "apply")
+        log.say(output.structural or output.summary)
+        log.flush()
+        return ApplyOutcome(
+            exit=StepExit(exit_code=0, duration_ms=_elapsed_ms(started)),
+            output=output.model_dump_json(indent=2).encode(),
+            source="the demo applier's output",
+        )
 
     def _add_rules(self, request: ApplyRequest) -> list[str]:
         worktree = request.worktree_dir

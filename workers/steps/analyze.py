@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from service.files import describe_validation, read_model, write_atomic, write_json, write_model
+from service.files import describe_validation, read_model, write_atomic, write_model
 from service.models.case import Case
 from service.models.records import Feedback, Note, Phase, RunRecord
 from service.system import tree_digest
-from workers.adapters.base import AnalyzeRequest
+from workers.adapters.base import AnalyzeRequest, EarlierTry
 from workers.case import CaseRun
 from workers.errors import CaseFault
 
@@ -44,23 +44,16 @@ def read_feedback(path_text: str, raw: bytes | None, case: Case) -> Feedback:
     return feedback
 
 
-def earlier_tries(cr: CaseRun, phase: Phase, attempt: int) -> list[dict[str, object]]:
+def earlier_tries(cr: CaseRun, phase: Phase, attempt: int) -> list[EarlierTry]:
     """What the analyzer is told of the case's earlier tries."""
-    earlier: list[dict[str, object]] = []
+    earlier: list[EarlierTry] = []
     for p, n, paths in cr.store.attempts():
         if (p, n) == (phase, attempt):
             break
         feedback = read_model(paths.feedback, Feedback)
         if feedback is not None:
-            earlier.append(
-                {
-                    "phase": p,
-                    "attempt": n,
-                    "verdict": feedback.verdict,
-                    "rubric": feedback.rubric,
-                    "summary": feedback.summary,
-                }
-            )
+            graded = feedback.model_dump(include={"verdict", "rubric", "summary"})
+            earlier.append(EarlierTry(phase=p, attempt=n, **graded))
     return earlier
 
 
@@ -78,32 +71,20 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         except FeedbackInvalid:
             cr.log.warning("feedback_invalid_rerun", file=str(paths.feedback))
     work = paths.root / cr.work_name("analyze")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     run_work = paths.root / run.work
     trusted = cr.tuning.analyzer.trusted
     if trusted:  # in-process code that never edits: the shared snapshot and the run's memory as they are
         system = await cr.tuning.repo.snapshot(run.version)
         memory = run_work / "memory"
     else:  # an agent: private copies; phase mem starts from the run's own memory, not the analyzer's
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
         system = await cr.tuning.repo.private_copy(run.version, work / "system")
         memory = work / "memory"
         if (run_work / "memory").is_dir():
             shutil.copytree(run_work / "memory", memory)
         memory.mkdir(exist_ok=True)
     before = None if trusted else tree_digest(system)
-    write_json(
-        work / "brief.json",
-        {
-            "case": cr.case.model_dump(mode="json"),
-            "phase": phase,
-            "attempt": attempt,
-            "run": run.model_dump(mode="json"),
-            "missed_skills": run.missed_skills,
-            "earlier": earlier_tries(cr, phase, attempt),
-        },
-        durable=False,
-    )
     request = AnalyzeRequest(
         **cr.where(phase, attempt, work / "analyze.log"),
         run=run,
@@ -111,6 +92,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         system_dir=system,
         memory_dir=memory,
         workspace_dir=run_work / "workspace",
+        earlier=earlier_tries(cr, phase, attempt),
         brief_file=work / "brief.json",
         feedback_file=work / "feedback.json",
         analysis_file=work / "analysis.md",
@@ -118,7 +100,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     cr.at("analyze", phase, attempt)
     await cr.emit("step_started", step="analyze", phase=phase, attempt=attempt)
     began = datetime.now(UTC)
-    feedback = await _analyze(cr, request)
+    feedback, report = await _analyze(cr, request)
     if before is not None and tree_digest(system) != before:
         await cr.emit(
             "analysis_edited_system",
@@ -129,8 +111,8 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     if not trusted:
         shutil.rmtree(system, ignore_errors=True)
     await cr.lease.check()  # one fence for both records
-    if request.analysis_file.exists():
-        write_atomic(paths.analysis, request.analysis_file.read_bytes())
+    if report is not None:
+        write_atomic(paths.analysis, report)
     write_model(paths.feedback, feedback)
     cr.store.add_note(
         Note(
@@ -161,17 +143,16 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     return feedback
 
 
-async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> Feedback:
+async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, bytes | None]:
+    """Valid feedback and the report, from at most ANALYZER_ROUNDS runs of the analyzer."""
     problem = ""
     for _ in range(ANALYZER_ROUNDS):
-        request.feedback_file.unlink(missing_ok=True)
-        exit_ = await cr.tuning.analyzer.analyze(request)
-        raw = request.feedback_file.read_bytes() if request.feedback_file.exists() else None
+        outcome = await cr.tuning.analyzer.analyze(request)
         try:
-            return read_feedback(str(request.feedback_file), raw, cr.case)
+            return read_feedback(outcome.source, outcome.feedback, cr.case), outcome.analysis
         except FeedbackInvalid as exc:
             problem = str(exc)
-            if exit_.timed_out:
+            if outcome.exit.timed_out:
                 problem += " (the analyzer timed out)"
-            cr.log.warning("feedback_invalid", problem=problem, exit_code=exit_.exit_code)
+            cr.log.warning("feedback_invalid", problem=problem, exit_code=outcome.exit.exit_code)
     raise CaseFault(f"analysis wrote no usable feedback: {problem}")

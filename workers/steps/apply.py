@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from service.errors import SystemRepoError
 from service.files import describe_validation, read_model
 from service.models.records import ApplyOutput, ApplyRecord, Feedback, Phase
-from workers.adapters.base import ApplyRequest
+from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
 from workers.errors import CaseFault, LockLost
 from workers.lock import LockHold
@@ -98,8 +98,7 @@ async def _apply_holding(
             worktree_dir=tree,
             output_file=work / "output.json",
         )
-        exit_ = await cr.tuning.applier.apply(request)
-        output = _read_output(request, exit_.timed_out)
+        output = _read_output(await cr.tuning.applier.apply(request))
         version = None
         if output.structural is None:
             message = (
@@ -130,15 +129,14 @@ async def _mirror(cr: CaseRun, version: str) -> None:
         await cr.emit("mirror_failed", detail=str(exc)[:300])
 
 
-def _read_output(request: ApplyRequest, timed_out: bool) -> ApplyOutput:
-    path = request.output_file
-    if not path.exists():
-        why = "timed out" if timed_out else "wrote no output"
-        raise CaseFault(f"{path}: missing (the applier {why})")
+def _read_output(outcome: ApplyOutcome) -> ApplyOutput:
+    if outcome.output is None:
+        why = "timed out" if outcome.exit.timed_out else "wrote no output"
+        raise CaseFault(f"{outcome.source}: missing (the applier {why})")
     try:
-        return ApplyOutput.model_validate_json(path.read_bytes())
+        return ApplyOutput.model_validate_json(outcome.output)
     except ValidationError as exc:
-        raise CaseFault(f"{path}: {describe_validation(exc)}") from exc
+        raise CaseFault(f"{outcome.source}: {describe_validation(exc)}") from exc
 
 
 async def _output_of(cr: CaseRun, version: str) -> ApplyOutput:

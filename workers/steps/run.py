@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.files import read_model, write_json
+from service.files import read_model
 from service.models.records import ApplyRecord, Phase, RunOutput, RunRecord
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
@@ -77,9 +77,6 @@ async def _run_once(
     if memory_from is not None and memory_from.is_dir():
         shutil.copytree(memory_from, memory)
     memory.mkdir(parents=True, exist_ok=True)
-    (work / "workspace").mkdir()
-    input_file = work / "input.json"
-    write_json(input_file, {"input": cr.case.input, "case": cr.case.id, "rev": cr.case.rev}, durable=False)
     version = await cr.tuning.current_version()
     expected = expected_skills(cr, phase, attempt)
     request = RunRequest(
@@ -89,7 +86,7 @@ async def _run_once(
         system_dir=await cr.tuning.repo.snapshot(version),
         memory_dir=memory,
         workspace_dir=work / "workspace",
-        input_file=input_file,
+        input_file=work / "input.json",
         output_file=work / "output.json",
         expected_skills=expected,
     )
