@@ -22,6 +22,7 @@ from service import keys
 from service.connection import JOB_EXPIRY_MS, connect
 from service.errors import CaseFileError, TunefleetError, UnknownTuningError
 from service.events import EventSink
+from service.files import model_bytes, publish_temps, write_temp
 from service.models.case import Case
 from service.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.models.records import CaseResult
@@ -32,6 +33,8 @@ from service.settings import FleetSettings
 from service.store import CaseStore, Store, TuningStore
 
 SUBMIT_BATCH = 500
+SUBMIT_THREADS = 4
+"""Threads writing a batch's case files (creating folders and files waits on the disk, not the CPU)."""
 
 ENQUEUE = """
 -- arq's enqueue_job for one job, in one step: refused while the job or its result exists.
@@ -43,11 +46,29 @@ return 1
 """
 
 
-def _stored(store: CaseStore, case: Case) -> CaseResult | None:
-    """Write the case's file unless that rev is already there; the result it already has, if any."""
+def _begin(store: CaseStore, case: Case, staging: Path) -> tuple[CaseResult | None, str | None]:
+    """Start writing the case's file unless that rev has it already: (the result the rev already has,
+    the temp file written in `staging` for `publish_temps`). No folder is made before the file is whole."""
+    tmp = None
     if store.load_case() is None:
-        store.write_case(case)
-    return store.result()
+        tmp = write_temp(staging, f"case.{case.id}.r{case.rev}", model_bytes(case))
+    return store.result(), tmp
+
+
+def _begin_all(
+    items: list[tuple[CaseStore, Case]], staging: Path
+) -> list[tuple[CaseResult | None, str | None]]:
+    """`_begin` for each case; when one fails, the temp files of those before are removed."""
+    begun: list[tuple[CaseResult | None, str | None]] = []
+    try:
+        for store, case in items:
+            begun.append(_begin(store, case, staging))
+    except BaseException:
+        for _, tmp in begun:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+        raise
+    return begun
 
 
 class TunefleetClient:
@@ -133,20 +154,56 @@ class TunefleetClient:
         return True
 
     async def submit_many(self, tuning: str, cases: list[Case]) -> list[bool]:
-        """Submit cases in batches of SUBMIT_BATCH, with the result of `submit` for each: the case files
-        are written from a few threads at once, a batch is enqueued in one round trip (the checks of
+        """Submit cases in batches of SUBMIT_BATCH, with the result of `submit` for each. A batch's case
+        files are written from SUBMIT_THREADS threads and flushed to disk together (`publish_temps`)
+        while the batch before is enqueued; then the batch is enqueued in one round trip (the checks of
         arq's enqueue_job, made in one script per case) and its events are emitted in another."""
         tuning_store = self.tuning_store(tuning)
+        batches = [cases[start : start + SUBMIT_BATCH] for start in range(0, len(cases), SUBMIT_BATCH)]
+        if not batches:
+            return []
+        stores = [[tuning_store.case(case.id, case.rev) for case in batch] for batch in batches]
         accepted: list[bool] = []
-        for start in range(0, len(cases), SUBMIT_BATCH):
-            accepted += await self._submit_batch(tuning, tuning_store, cases[start : start + SUBMIT_BATCH])
+        writing = asyncio.create_task(self._write_cases(tuning_store.root, stores[0], batches[0]))
+        try:
+            for k, batch in enumerate(batches):
+                done = await writing
+                if k + 1 < len(batches):
+                    following = self._write_cases(tuning_store.root, stores[k + 1], batches[k + 1])
+                    writing = asyncio.create_task(following)
+                accepted += await self._enqueue_batch(tuning, stores[k], batch, done)
+        finally:
+            # After a failure, the batch written meanwhile is on disk without its jobs, as after a crash
+            # (the daemon's reconciliation enqueues such cases); no thread of it outlives this call.
+            await asyncio.gather(writing, return_exceptions=True)
         return accepted
 
-    async def _submit_batch(self, tuning: str, tuning_store: TuningStore, cases: list[Case]) -> list[bool]:
-        stores = [tuning_store.case(case.id, case.rev) for case in cases]
-        done = await asyncio.gather(
-            *(asyncio.to_thread(_stored, s, c) for s, c in zip(stores, cases, strict=True))
+    async def _write_cases(
+        self, staging: Path, stores: list[CaseStore], cases: list[Case]
+    ) -> list[CaseResult | None]:
+        """Write the case files of a batch that are not on disk yet, durably, through temp files in
+        `staging`; the result each rev already has."""
+        items = list(zip(stores, cases, strict=True))
+        size = -(-len(items) // SUBMIT_THREADS)
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        parts = await asyncio.gather(
+            *(asyncio.to_thread(_begin_all, chunk, staging) for chunk in chunks), return_exceptions=True
         )
+        begun = [pair for part in parts if not isinstance(part, BaseException) for pair in part]
+        failed = [part for part in parts if isinstance(part, BaseException)]
+        if failed:
+            for _, tmp in begun:
+                if tmp is not None:
+                    Path(tmp).unlink(missing_ok=True)
+            raise failed[0]
+        temps = [(tmp, store.case_file) for store, (_, tmp) in zip(stores, begun, strict=True) if tmp]
+        await asyncio.to_thread(publish_temps, temps, self.store.root)
+        return [result for result, _ in begun]
+
+    async def _enqueue_batch(
+        self, tuning: str, stores: list[CaseStore], cases: list[Case], done: list[CaseResult | None]
+    ) -> list[bool]:
+        """Enqueue the cases of a batch whose files are on disk (`failed` ones run again); accepted or not."""
         accepted = [False] * len(cases)
         fresh = [i for i, result in enumerate(done) if result is None]
         for i, result in enumerate(done):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +45,75 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_temp(folder: Path, name: str, data: bytes) -> str:
+    """The first half of an atomic write, without its fsync: `data` in a new temp file `.<name>...tmp`
+    in `folder`, which must exist; the temp file's name. `publish_temps` ends several such writes at once."""
+    tmp = f"{folder}/.{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def sync_filesystem(path: Path) -> bool:
+    """Flush to disk everything written so far to the filesystem holding `path`, files and folders alike
+    (syncfs(2), one device flush); False, doing nothing, where the C library has no syncfs."""
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if syncfs is None:
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), str(path))
+    finally:
+        os.close(fd)
+    return True
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(folder, exist_ok=True)
+
+
+def publish_temps(temps: Sequence[tuple[str, Path]], filesystem: Path) -> None:
+    """End the atomic writes begun with `write_temp` (temp file, final path, on the same filesystem) with
+    one flush for all: the temp files' contents reach the disk (`sync_filesystem` on `filesystem`), then
+    each takes its name (its folder made when missing), then the folders and names reach the disk too.
+    When this returns each file is whole and durable under its name; a crash before leaves some of them
+    missing, never one in part. Without syncfs each temp file is fsync'd before its rename."""
+    if not temps:
+        return
+    if not sync_filesystem(filesystem):
+        for tmp, _ in temps:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for tmp, path in temps:
+        _make_folder(path.parent)
+        os.replace(tmp, path)
+    sync_filesystem(filesystem)
+
+
+def model_bytes(model: BaseModel) -> bytes:
+    """A model as `write_model` writes it."""
+    return (model.model_dump_json(indent=2) + "\n").encode()
 
 
 def write_model(path: Path, model: BaseModel) -> None:
