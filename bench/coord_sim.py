@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from service import keys, logs
+from service.batch import RedisBatch
 from service.connection import connect
 from service.events import EventSink
 from service.models.jobs import job_id_for
@@ -104,8 +105,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     sink = EventSink(redis, Store(settings.store), settings.events_max, worker="sim")
     leases = []
     for i in range(args.first, args.first + args.count):
-        lease, *_ = await CaseLease.acquire(
-            redis, settings.queue, job_id_for(TUNING, case_name(i), 1), settings.lease_s, TUNING
+        lease, *_ = await CaseLease.acquire(  # a batch of its own: no renewals share a round trip
+            RedisBatch(redis), settings.queue, job_id_for(TUNING, case_name(i), 1), settings.lease_s, TUNING
         )
         if lease is None:
             raise RuntimeError(f"lease {i} held elsewhere")

@@ -10,6 +10,7 @@ import structlog
 from redis.asyncio import Redis
 
 from service import keys
+from service.batch import RedisBatch
 from service.models.events import Event
 from service.store import Store, TuningStore
 
@@ -57,8 +58,16 @@ def counter_moves(event: Event) -> dict[str, int]:
 class EventSink:
     """Where every process of the fleet sends its events."""
 
-    def __init__(self, redis: Redis, store: Store, events_max: int, worker: str | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        store: Store,
+        events_max: int,
+        worker: str | None = None,
+        batch: RedisBatch | None = None,
+    ) -> None:
         self.redis = redis
+        self._batch = batch or RedisBatch(redis)
         self._store = store
         self._events_max = events_max
         self._worker = worker
@@ -89,7 +98,7 @@ class EventSink:
         args: list[str | int] = [self._events_max, line, action, job_id, state]
         for field, amount in counter_moves(event).items():
             args += [field, amount]
-        await self._emit([keys.events(), keys.stats(tuning), keys.running(tuning)], args)
+        await self._batch.script(self._emit, [keys.events(), keys.stats(tuning), keys.running(tuning)], args)
         log.info(kind, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
         return event
 

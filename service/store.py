@@ -161,7 +161,10 @@ class TuningStore:
         target = self.memories / case_id / f"r{rev}"
         staging = target.with_name(target.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(source, staging)
+        if source.is_dir():
+            shutil.copytree(source, staging, copy_function=shutil.copyfile)
+        else:  # the run wrote no memory
+            staging.mkdir(parents=True)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
         return target

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,7 @@ import structlog
 from pydantic import BaseModel
 
 from service.events import EventSink
-from service.files import write_model
+from service.files import write_atomic, write_model
 from service.models.case import Case
 from service.models.records import Phase, StepName
 from service.settings import FleetSettings
@@ -20,6 +21,12 @@ from workers.breaker import BreakerGate
 from workers.control import Controls
 from workers.lease import CaseLease
 from workers.tuning import TuningRuntime
+
+
+def _write_records(path: Path, model: BaseModel, also: tuple[tuple[Path, bytes], ...]) -> None:
+    for other, data in also:
+        write_atomic(other, data, durable=False)
+    write_model(path, model)
 
 
 class CaseRun:
@@ -70,10 +77,12 @@ class CaseRun:
             "log_file": log_file,
         }
 
-    async def write(self, path: Path, model: BaseModel) -> None:
-        """A fenced write: refused (LeaseLost) once the lease has moved on."""
+    async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
+        """A fenced, durable write (with `also` files, written first and not flushed): refused
+        (LeaseLost) once the lease has moved on. The files are written off the event loop, so the other
+        cases of this worker carry on while the disk flushes."""
         await self.lease.check()
-        write_model(path, model)
+        await asyncio.to_thread(_write_records, path, model, also)
 
     async def emit(self, kind: str, **fields: Any) -> None:
         where, self._where = self._where, None

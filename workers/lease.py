@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service import keys
+from service.batch import RedisBatch
 from workers.errors import LeaseLost
 
 log = structlog.get_logger()
@@ -65,10 +65,11 @@ return 1
 class CaseLease:
     """The lease one worker holds on one running case."""
 
-    def __init__(self, redis: Redis, queue: str, job_id: str, lease_s: float, token: int) -> None:
-        self._renew = redis.register_script(RENEW)
-        self._check = redis.register_script(CHECK)
-        self._requeue = redis.register_script(REQUEUE)
+    def __init__(self, batch: RedisBatch, queue: str, job_id: str, lease_s: float, token: int) -> None:
+        self._batch = batch
+        self._renew = batch.redis.register_script(RENEW)
+        self._check = batch.redis.register_script(CHECK)
+        self._requeue = batch.redis.register_script(REQUEUE)
         self._queue = queue
         self.job_id = job_id
         self.lease_ms = int(lease_s * 1000)
@@ -77,7 +78,7 @@ class CaseLease:
 
     @classmethod
     async def acquire(
-        cls, redis: Redis, queue: str, job_id: str, lease_s: float, tuning: str
+        cls, batch: RedisBatch, queue: str, job_id: str, lease_s: float, tuning: str
     ) -> tuple[CaseLease | None, int, bool]:
         """The lease, how many leases the case lost before, and whether it was cancelled;
         (None, 0, False) if another worker holds it."""
@@ -90,13 +91,15 @@ class CaseLease:
             queue,
             keys.cancelled(tuning),
         ]
-        token, lost, cancelled = await redis.register_script(ACQUIRE)(keys_, [int(lease_s * 1000), job_id])
+        acquire = batch.redis.register_script(ACQUIRE)
+        token, lost, cancelled = await batch.script(acquire, keys_, [int(lease_s * 1000), job_id])
         if int(token) == 0:
             return None, 0, False
-        return cls(redis, queue, job_id, lease_s, int(token)), int(lost), bool(cancelled)
+        return cls(batch, queue, job_id, lease_s, int(token)), int(lost), bool(cancelled)
 
     async def renew(self) -> None:
-        ok = await self._renew(
+        ok = await self._batch.script(
+            self._renew,
             [keys.lease(self.job_id), keys.arq_in_progress(self.job_id), self._queue],
             [self.token, self.lease_ms, self.job_id],
         )
@@ -108,7 +111,7 @@ class CaseLease:
         """Raise LeaseLost unless the lease is still this token's (call before every write)."""
         if self.lost:
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
-        ok = await self._check([keys.lease(self.job_id)], [self.token])
+        ok = await self._batch.script(self._check, [keys.lease(self.job_id)], [self.token])
         if not ok:
             self.lost = True
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")

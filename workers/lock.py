@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service import keys
+from service.batch import RedisBatch
 from workers.errors import LockLost
 from workers.tasks import watched
 
@@ -114,8 +115,11 @@ class LockHold:
 class ImprovementsLock:
     """The fleet-wide lock of one tuning's system."""
 
-    def __init__(self, redis: Redis, tuning: str, lease_s: float, poll_s: float = 0.05) -> None:
+    def __init__(
+        self, redis: Redis, tuning: str, lease_s: float, poll_s: float = 0.05, batch: RedisBatch | None = None
+    ) -> None:
         self._redis = redis
+        self._batch = batch or RedisBatch(redis)
         self._acquire = redis.register_script(ACQUIRE)
         self._release = redis.register_script(RELEASE)
         self._mark = redis.register_script(MARK_PENDING)
@@ -171,7 +175,7 @@ class ImprovementsLock:
         """The applies waiting for or holding the lock (only those of `among`, if given)."""
         if among == []:
             return []
-        return list(await self._pending([keys.lock_pending(self.tuning)], among or []))
+        return list(await self._batch.script(self._pending, [keys.lock_pending(self.tuning)], among or []))
 
     async def wait_idle(self, max_wait_s: float, poll_s: float) -> float:
         """Wait (at most `max_wait_s`) until the applies pending now are done; the seconds waited.

@@ -10,6 +10,7 @@ import structlog
 from arq import Retry
 from arq.connections import ArqRedis
 
+from service.batch import RedisBatch
 from service.errors import CaseFileError
 from service.events import EventSink
 from service.models.jobs import CaseJob
@@ -37,7 +38,8 @@ class WorkerRuntime:
         self.redis = redis
         self.store = Store(settings.store)
         self.name = name or worker_name()
-        self.sink = EventSink(redis, self.store, settings.events_max, worker=self.name)
+        self.batch = RedisBatch(redis)
+        self.sink = EventSink(redis, self.store, settings.events_max, worker=self.name, batch=self.batch)
         self.breaker = Breaker(redis, settings.breaker_probe_base_s, settings.breaker_probe_max_s)
         self.controls = Controls(redis, settings.poll_delay_s)
         self.gate = BreakerGate(self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0)
@@ -49,7 +51,7 @@ class WorkerRuntime:
         current = self._tunings.get(name)
         if current is None or current.is_stale():
             current = TuningRuntime(
-                self.redis, self.store.tuning(name), self.settings.lock_lease_s, self.settings.stop_grace_s
+                self.batch, self.store.tuning(name), self.settings.lock_lease_s, self.settings.stop_grace_s
             )
             self._tunings[name] = current
         return current
@@ -61,7 +63,7 @@ class WorkerRuntime:
         """The case's lease (with its lease losses and whether it was cancelled), or Retry when another
         worker still holds it."""
         lease, lost, cancelled = await CaseLease.acquire(
-            self.redis, self.settings.queue, job.job_id, self.settings.lease_s, job.tuning
+            self.batch, self.settings.queue, job.job_id, self.settings.lease_s, job.tuning
         )
         if lease is None:
             log.info("case_held_elsewhere", job_id=job.job_id)

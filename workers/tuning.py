@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from redis.asyncio import Redis
-
 from service import keys
+from service.batch import RedisBatch
 from service.models.tuning import TuningConfig
 from service.store import TuningStore
 from service.system import SystemRepo
@@ -16,25 +15,26 @@ from workers.lock import ImprovementsLock
 class TuningRuntime:
     """One tuning as a worker process sees it; rebuilt when the registered config changes."""
 
-    def __init__(self, redis: Redis, store: TuningStore, lock_lease_s: float, grace_s: float) -> None:
+    def __init__(self, batch: RedisBatch, store: TuningStore, lock_lease_s: float, grace_s: float) -> None:
         self.store = store
         self.config: TuningConfig = store.config()
         self.config_mtime_ns = store.config_file.stat().st_mtime_ns
         self.name = self.config.name
         self.repo = SystemRepo(store.repo, store.snapshots, store.worktrees)
-        self.lock = ImprovementsLock(redis, self.name, lock_lease_s)
+        self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
         self.runner: Runner = build_runner(self.config.runner, grace_s)
         self.analyzer: Analyzer = build_analyzer(self.config.analyzer, grace_s)
         self.applier: Applier = build_applier(self.config.applier, grace_s)
         self.prober: Prober = build_prober(self.config.runner)
-        self._redis = redis
+        self._batch = batch
+        self._redis = batch.redis
 
     def is_stale(self) -> bool:
         return self.store.config_file.stat().st_mtime_ns != self.config_mtime_ns
 
     async def current_version(self) -> str:
         """The current system version: Redis's fenced pointer, else the repository's main."""
-        value = await self._redis.get(keys.version(self.name))
+        value = await self._batch.command("GET", keys.version(self.name))
         if value is not None:
             return str(value.decode())
         head = await self.repo.head()

@@ -43,7 +43,7 @@ class RunRequest(StepRequest):
     run_index: int = Field(ge=1, description="1 for the try's first run, +1 for each run set aside.")
     version: str
     system_dir: Path = Field(description="Read-only snapshot of the system version.")
-    memory_dir: Path = Field(description="Memory to start from (empty in phase nomem); the run may write it.")
+    memory_dir: Path = Field(description="Memory to start from (none in phase nomem); the run may write it.")
     workspace_dir: Path = Field(description="An empty folder for the agent (made by a command runner).")
     input_file: Path = Field(description="JSON {input, case, rev}, written by a command runner.")
     output_file: Path = Field(description="Where a runner process writes its RunOutput JSON.")

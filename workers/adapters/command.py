@@ -147,7 +147,8 @@ class CommandRunner(_CommandStep):
         super().__init__(config, grace_s, "runner", RUN_PLACEHOLDERS)
 
     async def run(self, request: RunRequest) -> RunOutcome:
-        request.workspace_dir.mkdir(parents=True, exist_ok=True)
+        for folder in (request.workspace_dir, request.memory_dir):
+            folder.mkdir(parents=True, exist_ok=True)
         write_atomic(request.input_file, request.input_json().encode(), durable=False)
         values = {
             "case": str(request.case_file),

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from service.files import describe_validation, read_model, write_atomic, write_model
+from service.files import describe_validation, read_model
 from service.models.case import Case
 from service.models.records import Feedback, Note, Phase, RunRecord
 from service.system import tree_digest
@@ -110,10 +110,8 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         )
     if not trusted:
         shutil.rmtree(system, ignore_errors=True)
-    await cr.lease.check()  # one fence for both records
-    if report is not None:
-        write_atomic(paths.analysis, report)
-    write_model(paths.feedback, feedback)
+    # analysis.md is for people; feedback.json is the record (flushed to disk), under the same fence
+    await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
     cr.store.add_note(
         Note(
             at=datetime.now(UTC),

@@ -73,10 +73,11 @@ async def _run_once(
     paths = cr.store.attempt(phase, attempt)
     work = paths.root / cr.work_name("run")
     shutil.rmtree(work, ignore_errors=True)
-    memory = work / "memory"
+    memory = work / "memory"  # made by the runner if it starts empty (an in-process one may never need it)
     if memory_from is not None and memory_from.is_dir():
-        shutil.copytree(memory_from, memory)
-    memory.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(memory_from, memory, copy_function=shutil.copyfile)
+    else:
+        work.mkdir(parents=True)
     version = await cr.tuning.current_version()
     expected = expected_skills(cr, phase, attempt)
     request = RunRequest(
