@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench.common import ROOT, Figure
+from bench.common import ROOT, Figure, empty_trash
 from service import logs
 
 BENCHMARKS = [
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "latest.md").write_text(markdown_table(figures))
     print(text_table(figures))
     print(f"\n{len(figures)} figures in {total:.0f} s; notes in {Path('var/bench/latest.md')}")
+    empty_trash()
     return 1 if failed else 0
 
 

@@ -3,7 +3,9 @@ process, against a bare arq no-op job drained by a bare arq worker process on th
 
 Both workers are started, left idle until ready, then frozen (SIGSTOP) while their work is queued,
 so that the figures hold the draining only: the worker's CPU time (/proc/<pid>/stat) and the Redis
-commands it sent (MONITOR: commands sent by clients apart from those run inside Lua scripts)."""
+commands it sent (MONITOR: commands sent by clients apart from those run inside Lua scripts).
+The drains alternate, ROUNDS of tunefleet between ROUNDS + 1 of arq, and the CPU figure is the
+median round's ratio: on a shared machine one drain can be off by a third."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from bench.common import (
     apply_cases,
     client_addr,
     cpu_times,
+    median,
     run_async,
     simple_cases,
     steps_of,
@@ -36,6 +39,7 @@ CONCURRENCY = 10
 BARE_JOBS = 2000
 MAX_CPU_JOBS = 5
 MAX_COMMANDS = 10
+ROUNDS = 3
 
 
 def _drain(env: Env, pid: int, done: Any, timeout_s: float) -> tuple[float, float, Monitor, int, float]:
@@ -116,27 +120,38 @@ def _top(counter: Counter[str], per: float, n: int = 8) -> str:
     return ", ".join(f"{name} {count / per:.1f}" for name, count in counter.most_common(n))
 
 
-def _mean(a: dict[str, Any], b: dict[str, Any], key: str) -> float:
-    return (float(a[key]) / int(a["jobs"]) + float(b[key]) / int(b["jobs"])) / 2
+def _per(results: list[dict[str, Any]], key: str, per: str) -> float:
+    return median([float(r[key]) / int(r[per]) for r in results])
 
 
 def run() -> list[Figure]:
+    """ROUNDS drains of each, interleaved (arq, tunefleet, arq, ..., arq): the CPU ratio is the median
+    of each tunefleet round against the mean of the arq rounds on either side of it."""
+    arqs: list[dict[str, Any]] = []
+    tfs: list[dict[str, Any]] = []
+    for _ in range(ROUNDS):
+        with Env(NAME + "-arq") as env:
+            arqs.append(measure_bare(env))
+        with Env(NAME) as env:
+            tfs.append(measure_tunefleet(env))
     with Env(NAME + "-arq") as env:
-        arq1 = measure_bare(env)
-    with Env(NAME) as env:
-        tf = measure_tunefleet(env)
-    with Env(NAME + "-arq") as env:
-        arq2 = measure_bare(env)
+        arqs.append(measure_bare(env))
+    cpu_steps = [t["cpu"] / t["steps"] * 1000 for t in tfs]
+    cpu_jobs = [a["cpu"] / a["jobs"] * 1000 for a in arqs]
+    ratios = [c / ((cpu_jobs[i] + cpu_jobs[i + 1]) / 2) for i, c in enumerate(cpu_steps)]
+    middle = sorted(range(ROUNDS), key=lambda i: ratios[i])[ROUNDS // 2]
+    tf = tfs[middle]  # the round with the median ratio gives the breakdowns
     steps = tf["steps"]
-    cpu_step = tf["cpu"] / steps * 1000
-    cpu_job = _mean(arq1, arq2, "cpu") * 1000
-    trips_step = tf["reads"] / steps
-    trips_job = _mean(arq1, arq2, "reads")
+    cpu_step = cpu_steps[middle]
+    cpu_job = cpu_step / ratios[middle]
+    trips_step = _per(tfs, "reads", "steps")
+    trips_job = _per(arqs, "reads", "jobs")
     top_step = sum(tf["top"].values()) / steps
     lua_step = sum(tf["lua"].values()) / steps
-    top_job = (sum(arq1["top"].values()) + sum(arq2["top"].values())) / (arq1["jobs"] + arq2["jobs"])
+    top_job = median([sum(a["top"].values()) / a["jobs"] for a in arqs])
     by_step = ", ".join(f"{k} {v}" for k, v in sorted(tf["by_step"].items()))
-    arq_cpu = f"{arq1['cpu'] / arq1['jobs'] * 1000:.2f} before, {arq2['cpu'] / arq2['jobs'] * 1000:.2f} after"
+    rounds = ", ".join(f"{c:.2f} ms / {r:.1f}x" for c, r in zip(cpu_steps, ratios, strict=True))
+    arq_cpu = ", ".join(f"{c:.2f}" for c in cpu_jobs)
     return [
         Figure(
             NAME,
@@ -144,23 +159,25 @@ def run() -> list[Figure]:
             cpu_step,
             "ms",
             cpu_job,
-            f"bare arq CPU per no-op job ({arq_cpu}; {arq1['jobs']} jobs each)",
+            f"bare arq CPU per no-op job, the mean of the drains before and after the median round "
+            f"(every drain: {arq_cpu} ms; {BARE_JOBS} jobs each)",
             f"<= {MAX_CPU_JOBS} bare jobs",
-            cpu_step <= MAX_CPU_JOBS * cpu_job,
-            f"{steps} steps ({by_step}) of {SIMPLE + WITH_APPLY} cases in {tf['cpu']:.2f} CPU-s, "
+            ratios[middle] <= MAX_CPU_JOBS,
+            f"median of {ROUNDS} rounds ({rounds}); that round: {steps} steps ({by_step}) of "
+            f"{SIMPLE + WITH_APPLY} cases in {tf['cpu']:.2f} CPU-s, "
             f"{100 * tf['system'] / tf['cpu']:.0f}% of it in the kernel (system time)",
         ),
         Figure(
             NAME,
             "wall time per step",
-            tf["wall"] / steps * 1000,
+            _per(tfs, "wall", "steps") * 1000,
             "ms",
-            _mean(arq1, arq2, "wall") * 1000,
+            _per(arqs, "wall", "jobs") * 1000,
             "bare arq wall per no-op job",
             "",
             None,
             f"{CONCURRENCY} cases at once on one worker (arq: {CONCURRENCY} jobs at once); "
-            f"the inverse of the drain rate",
+            f"the inverse of the drain rate; medians of the rounds",
         ),
         Figure(
             NAME,
@@ -171,7 +188,7 @@ def run() -> list[Figure]:
             "bare arq round trips per job",
             f"<= {MAX_COMMANDS}",
             trips_step <= MAX_COMMANDS,
-            "requests Redis read (INFO stats total_reads_processed; a pipeline is one)",
+            "requests Redis read (INFO stats total_reads_processed; a pipeline is one); round medians",
         ),
         Figure(
             NAME,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,12 +20,6 @@ from workers.breaker import BreakerGate
 from workers.control import Controls
 from workers.lease import CaseLease
 from workers.tuning import TuningRuntime
-
-
-def _write_records(path: Path, model: BaseModel, also: tuple[tuple[Path, bytes], ...]) -> None:
-    for other, data in also:
-        write_atomic(other, data, durable=False)
-    write_model(path, model)
 
 
 class CaseRun:
@@ -79,10 +72,12 @@ class CaseRun:
 
     async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
         """A fenced, durable write (with `also` files, written first and not flushed): refused
-        (LeaseLost) once the lease has moved on. The files are written off the event loop, so the other
-        cases of this worker carry on while the disk flushes."""
+        (LeaseLost) once the lease has moved on. Written on the event loop: handing the write to a
+        thread costs more CPU than the flush it would take off the loop (docs/benchmarks.md)."""
         await self.lease.check()
-        await asyncio.to_thread(_write_records, path, model, also)
+        for other, data in also:
+            write_atomic(other, data, durable=False)
+        write_model(path, model)
 
     async def emit(self, kind: str, **fields: Any) -> None:
         where, self._where = self._where, None
