@@ -1,5 +1,6 @@
 """A submitting process of the queue benchmark: `python -m bench.submitter TUNING PREFIX COUNT` submits
-COUNT simple cases through TunefleetClient.submit, one after the other (settings from TUNEFLEET_*)."""
+COUNT simple cases through TunefleetClient.submit_many, as `tunefleet submit` does (settings from
+TUNEFLEET_*); prints how many were accepted."""
 
 from __future__ import annotations
 
@@ -14,11 +15,9 @@ from service.settings import FleetSettings
 
 
 async def submit(tuning: str, prefix: str, count: int) -> int:
-    accepted = 0
+    cases = [Case.model_validate(item) for item in simple_cases(count, prefix=prefix)]
     async with TunefleetClient(FleetSettings()) as client:
-        for item in simple_cases(count, prefix=prefix):
-            accepted += await client.submit(tuning, Case.model_validate(item))
-    return accepted
+        return sum(await client.submit_many(tuning, cases))
 
 
 if __name__ == "__main__":

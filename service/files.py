@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,7 +52,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
 def write_temp(folder: Path, name: str, data: bytes) -> str:
     """The first half of an atomic write, without its fsync: `data` in a new temp file `.<name>...tmp`
     in `folder`, which must exist; the temp file's name. `publish_temps` ends several such writes at once."""
-    tmp = f"{folder}/.{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    tmp = f"{folder}/.{name}.{os.getpid()}.{threading.get_native_id()}.{time.monotonic_ns()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
@@ -81,13 +83,16 @@ def sync_filesystem(path: Path) -> bool:
     return True
 
 
-def _make_folder(folder: Path) -> None:
+def _make_folder(folder: str) -> None:
+    """Make `folder` and whichever of its parents are missing (one call when only it is missing)."""
     try:
         os.mkdir(folder)
     except FileExistsError:
         pass
     except FileNotFoundError:
-        os.makedirs(folder, exist_ok=True)
+        _make_folder(os.path.dirname(folder))
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder)
 
 
 def publish_temps(temps: Sequence[tuple[str, Path]], filesystem: Path) -> None:
@@ -95,20 +100,33 @@ def publish_temps(temps: Sequence[tuple[str, Path]], filesystem: Path) -> None:
     one flush for all: the temp files' contents reach the disk (`sync_filesystem` on `filesystem`), then
     each takes its name (its folder made when missing), then the folders and names reach the disk too.
     When this returns each file is whole and durable under its name; a crash before leaves some of them
-    missing, never one in part. Without syncfs each temp file is fsync'd before its rename."""
+    missing, never one in part, and a failure leaves no temp file. Without syncfs each temp file is
+    fsync'd before its rename, as `write_atomic` does (and the names are not flushed)."""
     if not temps:
         return
-    if not sync_filesystem(filesystem):
-        for tmp, _ in temps:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    for tmp, path in temps:
-        _make_folder(path.parent)
-        os.replace(tmp, path)
-    sync_filesystem(filesystem)
+    named = 0
+    try:
+        if not sync_filesystem(filesystem):
+            for tmp, _ in temps:
+                _fsync_file(tmp)
+        for tmp, path in temps:
+            _make_folder(os.path.dirname(path))
+            os.replace(tmp, path)
+            named += 1
+        sync_filesystem(filesystem)
+    except BaseException:
+        for tmp, _ in temps[named:]:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def model_bytes(model: BaseModel) -> bytes:

@@ -198,3 +198,15 @@ async def test_published_temp_files_are_whole_under_their_names(tmp_path: Path) 
         "c",
         "c/y.json",
     ]
+
+
+async def test_a_temp_file_that_cannot_take_its_name_leaves_no_temp_file_behind(tmp_path: Path) -> None:
+    """When one rename of publish_temps fails, the files named before it stay, and the temp files of it
+    and of those after it are removed before the error is raised."""
+    (tmp_path / "blocker").write_bytes(b"a file where a folder should be")
+    targets = [tmp_path / "a" / "x.json", tmp_path / "blocker" / "y.json", tmp_path / "c" / "z.json"]
+    temps = [(write_temp(tmp_path, path.name, path.name.encode()), path) for path in targets]
+    with pytest.raises(NotADirectoryError):
+        publish_temps(temps, tmp_path)
+    assert targets[0].read_bytes() == b"x.json" and not targets[2].exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "blocker"]
