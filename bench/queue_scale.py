@@ -10,10 +10,11 @@ into the store), no worker running.
 - No mass deletion right before the measurement: ext4 without a journal does not hand out an inode
   freed in the last 30 s and scans past every such inode at each creation (`recently_deleted`); making
   case folders and files right after removing 30,000 to 400,000 inodes nearby measured 1.3 to 1.8 times
-  slower. So nothing is deleted on that disk before the rounds (the bulk of the cases goes to tmpfs, and
-  this benchmark's folder is removed at its end), and the rounds wait until var/bench, where every
-  benchmark's folder is made and removed, has not changed for INODE_REUSE_S (a run right after another
-  waits up to 30 s). Other processes' deletions during the rounds are not under its control.
+  slower. So nothing is deleted on that disk before the rounds: the bulk of the cases goes to tmpfs, this
+  benchmark's folder goes to the harness's trash (emptied when the run ends), and when there is no trash
+  (so it may have been emptied just now) the rounds wait until var/bench has not changed for
+  INODE_REUSE_S (a run right after another waits up to 30 s). Other processes' deletions during the
+  rounds are not under its control.
 - The rest up to TOTAL is submitted by PROCESSES client processes at once (`bench.submitter`, through
   `submit_many`), into a second store on tmpfs (/dev/shm) registered for the same tuning, to stay within
   the time budget (Redis sees the same); their rate is noted.
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench import bare
-from bench.common import ROOT, Env, Figure, median, run_async, simple_cases, zero_latency
+from bench.common import ROOT, TRASH, Env, Figure, median, run_async, simple_cases, zero_latency
 from service.client import SUBMIT_BATCH, TunefleetClient
 from service.events import EventSink
 from service.models.case import Case
@@ -84,9 +85,13 @@ def cli_ms(env: Env, runs: int = 3) -> float:
 
 
 def settle() -> float:
-    """Wait until no benchmark folder was made or removed in var/bench for INODE_REUSE_S; the seconds."""
-    base = ROOT / "var" / "bench"
-    wait_s = INODE_REUSE_S - (time.time() - base.stat().st_mtime) if base.is_dir() else 0.0
+    """Wait until the last mass deletion in var/bench is INODE_REUSE_S old; the seconds waited. While
+    the trash exists nothing was deleted since the run began; without it, var/bench's last change
+    (the trash's removal, or a folder's) is taken as the last deletion."""
+    base = TRASH.parent
+    if TRASH.exists() or not base.is_dir():
+        return 0.0
+    wait_s = INODE_REUSE_S - (time.time() - base.stat().st_mtime)
     if wait_s > 0:
         time.sleep(wait_s)
     return max(wait_s, 0.0)
@@ -246,7 +251,7 @@ def run() -> list[Figure]:
     )
     setup = (
         f"{ROUNDS} rounds, order rotating (arq, submit_many, submit); waited {waited_s:.0f} s for the last "
-        f"deletion in var/bench to age {INODE_REUSE_S:.0f} s. "
+        f"deletion in var/bench to be {INODE_REUSE_S:.0f} s old. "
     )
     return [
         Figure(
