@@ -1,0 +1,41 @@
+"""How a worker claims cases: every free slot in one poll, and a freed slot refilled without waiting
+for the next poll."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from tests.support.fleet import Fleet, case, demo_adapter, event_time_s, write_tuning
+
+POLL_S = 3.0
+
+
+def _times(events: list[dict[str, Any]], kind: str) -> dict[str, float]:
+    return {e["case"]: event_time_s(e) for e in events if e["kind"] == kind}
+
+
+async def test_one_poll_fills_every_free_slot(fleet: Fleet, tmp_path: Path) -> None:
+    """Four queued cases and four free slots: all four start within one poll, not one per poll."""
+    fleet.settings = fleet.settings.model_copy(update={"poll_delay_s": POLL_S})
+    cases = [case(f"c{i}") for i in range(4)]
+    await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=demo_adapter(run_ms=200)))
+    fleet.start_worker(concurrency=4)
+    await fleet.wait_finished(4)
+    started = _times(fleet.events(), "case_started")
+    assert max(started.values()) - min(started.values()) < POLL_S / 2, started
+
+
+async def test_a_freed_slot_takes_the_next_case_before_the_next_poll(fleet: Fleet, tmp_path: Path) -> None:
+    """With one slot and a long poll delay, each case starts as soon as the one before it ends."""
+    fleet.settings = fleet.settings.model_copy(update={"poll_delay_s": POLL_S})
+    cases = [case(f"c{i}") for i in range(3)]
+    await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=demo_adapter(run_ms=100)))
+    fleet.start_worker(concurrency=1)
+    await fleet.wait_finished(3)
+    events = fleet.events()
+    started, ended = _times(events, "case_started"), _times(events, "case_completed")
+    order = sorted(started, key=started.__getitem__)
+    waits_s = [started[after] - ended[before] for before, after in itertools.pairwise(order)]
+    assert len(waits_s) == 2 and all(w < POLL_S / 2 for w in waits_s), waits_s
