@@ -16,25 +16,25 @@ def _times(events: list[dict[str, Any]], kind: str) -> dict[str, float]:
     return {e["case"]: event_time_s(e) for e in events if e["kind"] == kind}
 
 
+async def _run(fleet: Fleet, tmp_path: Path, cases: int, slots: int) -> list[dict[str, Any]]:
+    """Passing cases of 100 ms steps through one worker with `slots` slots and a long poll delay."""
+    fleet.settings = fleet.settings.model_copy(update={"poll_delay_s": POLL_S})
+    items = [case(f"c{i}") for i in range(cases)]
+    await fleet.start_tuning(write_tuning(tmp_path / "t", items, adapter=demo_adapter(run_ms=100)))
+    fleet.start_worker(concurrency=slots)
+    await fleet.wait_finished(cases)
+    return fleet.events()
+
+
 async def test_one_poll_fills_every_free_slot(fleet: Fleet, tmp_path: Path) -> None:
     """Four queued cases and four free slots: all four start within one poll, not one per poll."""
-    fleet.settings = fleet.settings.model_copy(update={"poll_delay_s": POLL_S})
-    cases = [case(f"c{i}") for i in range(4)]
-    await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=demo_adapter(run_ms=200)))
-    fleet.start_worker(concurrency=4)
-    await fleet.wait_finished(4)
-    started = _times(fleet.events(), "case_started")
+    started = _times(await _run(fleet, tmp_path, cases=4, slots=4), "case_started")
     assert max(started.values()) - min(started.values()) < POLL_S / 2, started
 
 
 async def test_a_freed_slot_takes_the_next_case_before_the_next_poll(fleet: Fleet, tmp_path: Path) -> None:
     """With one slot and a long poll delay, each case starts as soon as the one before it ends."""
-    fleet.settings = fleet.settings.model_copy(update={"poll_delay_s": POLL_S})
-    cases = [case(f"c{i}") for i in range(3)]
-    await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=demo_adapter(run_ms=100)))
-    fleet.start_worker(concurrency=1)
-    await fleet.wait_finished(3)
-    events = fleet.events()
+    events = await _run(fleet, tmp_path, cases=3, slots=1)
     started, ended = _times(events, "case_started"), _times(events, "case_completed")
     order = sorted(started, key=started.__getitem__)
     waits_s = [started[after] - ended[before] for before, after in itertools.pairwise(order)]
