@@ -30,15 +30,19 @@ def _create_temp(path: Path) -> tuple[int, str]:
         return os.open(tmp, flags, 0o644), tmp
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write `data` to `path` so that readers see the old file or the new one, never a part.
     `durable` also flushes it to disk first (records); inputs that are made again on a re-run skip it."""
     fd, tmp = _create_temp(path)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             if durable:
                 os.fsync(fd)
         finally:
@@ -56,9 +60,7 @@ def write_temp(folder: Path, name: str, data: bytes) -> str:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
         finally:
             os.close(fd)
     except BaseException:
@@ -135,7 +137,7 @@ def model_bytes(model: BaseModel) -> bytes:
 
 
 def write_model(path: Path, model: BaseModel) -> None:
-    write_atomic(path, (model.model_dump_json(indent=2) + "\n").encode())
+    write_atomic(path, model_bytes(model))
 
 
 def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
