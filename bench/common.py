@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ import redis
 from service.client import TunefleetClient
 from service.models.case import Case
 from service.settings import FleetSettings
-from tests.support.fleet import Fleet, case, demo_adapter, settings_env, write_tuning
+from tests.support.fleet import Fleet, case, demo_adapter, kill_all, settings_env, write_tuning
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,11 +210,7 @@ class Procs:
         return proc
 
     def kill_all(self) -> None:
-        for proc in self.items:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        kill_all(self.items)
 
 
 def discard(folder: Path) -> None:

@@ -99,6 +99,15 @@ def settings_env(settings: FleetSettings) -> dict[str, str]:
     return env
 
 
+def kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every process still running (thawed first, so that a frozen one dies too) and reap it."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+
+
 class Fleet:
     """Worker processes of one test; whatever is left running is killed at teardown."""
 
@@ -135,11 +144,7 @@ class Fleet:
         return (self.logs / f"worker-{n}.log").read_text()
 
     def teardown(self) -> None:
-        for proc in self.workers:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        kill_all(self.workers)
 
     def client(self) -> TunefleetClient:
         return TunefleetClient(self.settings)
