@@ -3,6 +3,7 @@
 Reconciliation runs at start, every `reconcile_interval_s`, and at once when the daemon finds
 that Redis lost the fleet's state (the epoch key is gone): every unfinished case that has neither
 a queue entry nor a live lease is enqueued again, once; its recorded steps are kept in the store.
+Beside it runs the mirror (`service.mirror`), which pushes each tuning's current version to its remote.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from redis.exceptions import RedisError
 from service import keys
 from service.client import TunefleetClient
 from service.events import COST_SCALE
+from service.mirror import Mirror
 from service.models.jobs import CASE_FUNCTION, CaseJob
 from service.models.status import SubmitReport
 from service.store import TuningStore
@@ -138,7 +140,17 @@ class Daemon:
             await pipe.execute()
 
     async def run(self) -> None:
-        """Watch for Redis loss every second and reconcile periodically, until `stopping` is set."""
+        """Watch for Redis loss every second, reconcile periodically and mirror the tunings' versions to
+        their remotes (`service.mirror`), until `stopping` is set; a push under way is then cancelled."""
+        mirror = Mirror(self.client.redis, self.client.store, self.settings)
+        async with asyncio.TaskGroup() as group:
+            mirroring = group.create_task(mirror.run(self.stopping), name="mirror")
+            try:
+                await self._watch()
+            finally:
+                mirroring.cancel()
+
+    async def _watch(self) -> None:
         last = time.monotonic()
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):

@@ -51,6 +51,11 @@ def version(tuning: str) -> str:
     return f"{PREFIX}:version:{tuning}"
 
 
+def mirror(tuning: str) -> str:
+    """HASH: the daemon's push of a tuning's current version to its `remote` (`MirrorState`)."""
+    return f"{PREFIX}:mirror:{tuning}"
+
+
 def breaker() -> str:
     """HASH: the fleet-wide sandbox circuit breaker."""
     return f"{PREFIX}:breaker"

@@ -14,15 +14,23 @@ from service.models.status import (
     AttemptView,
     CaseDetail,
     FleetStatus,
+    MirrorState,
     ResultRow,
     TuningStatus,
     WorkerStatus,
 )
 from service.store import TuningStore
 
+TUNING_REPLIES = 4
+"""Replies per tuning in the status query's second round trip: stats, running, version, mirror."""
+
 
 def _tuning_status(
-    name: str, stats: dict[bytes, bytes], running: dict[bytes, bytes], version: bytes | None
+    name: str,
+    stats: dict[bytes, bytes],
+    running: dict[bytes, bytes],
+    version: bytes | None,
+    mirror: dict[bytes, bytes],
 ) -> TuningStatus:
     counts = {k.decode(): int(v) for k, v in stats.items()}
     by_step: dict[str, int] = {}
@@ -45,6 +53,7 @@ def _tuning_status(
         tokens=counts.get("tokens", 0),
         cost_usd=counts.get("cost_usd_micros", 0) / COST_SCALE,
         version=version.decode() if version else None,
+        mirror=MirrorState.from_hash(mirror),
     )
 
 
@@ -64,12 +73,14 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
             pipe.hgetall(keys.stats(name))
             pipe.hgetall(keys.running(name))
             pipe.get(keys.version(name))
+            pipe.hgetall(keys.mirror(name))
         for worker in worker_names:
             pipe.get(keys.worker(worker))
         replies = await pipe.execute()
-    tunings = [_tuning_status(n, *replies[i * 3 : i * 3 + 3]) for i, n in enumerate(names)]
+    per = TUNING_REPLIES
+    tunings = [_tuning_status(n, *replies[i * per : (i + 1) * per]) for i, n in enumerate(names)]
     workers = []
-    for (name, seen), raw in zip(workers_raw, replies[len(names) * 3 :], strict=True):
+    for (name, seen), raw in zip(workers_raw, replies[len(names) * per :], strict=True):
         if raw is None:
             continue
         info = json.loads(raw)

@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from service.models.status import CaseDetail, FleetStatus, ResultRow
+from service.models.status import CaseDetail, FleetStatus, ResultRow, TuningStatus
 
 STATE_STYLE = {"completed": "green", "difficult": "yellow", "failed": "red", "cancelled": "magenta"}
 
@@ -52,7 +52,25 @@ def status_table(status: FleetStatus) -> Group:
             f"{t.tokens:,}",
             f"{t.cost_usd:.4f}",
         )
-    return Group(head, table)
+    mirrors = [mirror_line(t) for t in status.tunings if t.mirror is not None]
+    return Group(head, table, *mirrors)
+
+
+def mirror_line(tuning: TuningStatus) -> Text:
+    """Where the daemon's pushes of a tuning's versions to its remote stand."""
+    m = tuning.mirror
+    assert m is not None
+    where = f"mirror {tuning.name} → {m.remote} {m.branch}: "
+    if m.error is not None:
+        since = m.failing_since or m.at
+        tries = f"{m.attempts} attempt{'s' if m.attempts != 1 else ''}"
+        return Text.assemble(
+            (where, "bold"), (f"failing since {since:%Y-%m-%d %H:%M:%S} UTC ({tries}): {m.error}", "red")
+        )
+    pushed = f"pushed {(m.version or '')[:10]} at {m.pushed_at or m.at:%Y-%m-%d %H:%M:%S} UTC"
+    if tuning.version is not None and m.version != tuning.version:
+        return Text.assemble((where, "bold"), (f"{pushed}; {tuning.version[:10]} not yet pushed", "yellow"))
+    return Text.assemble((where, "bold"), (pushed, "green"))
 
 
 def results_table(rows: list[ResultRow]) -> Table:

@@ -44,6 +44,11 @@ class FleetSettings(BaseSettings):
     )
     lease_s: float = Field(default=10.0, gt=0, description="A running case's lease; renewed every third.")
     stop_grace_s: float = Field(default=10.0, gt=0, description="TERM-to-KILL wait for agent processes.")
+    cgroup_dirs: list[Path] = Field(
+        default_factory=list,
+        description="Cgroup folders (cgroup v2, or one per v1 hierarchy such as pids and memory) in which "
+        "a worker makes one group per agent step, to enforce its processes and memory limits.",
+    )
     max_lease_losses: int = Field(default=5, ge=1, description="Lost leases before a case ends failed.")
 
     lock_lease_s: float = Field(default=30.0, gt=0, description="The improvements lock's lease.")
@@ -54,6 +59,17 @@ class FleetSettings(BaseSettings):
     breaker_probe_max_s: float = Field(default=60.0, gt=0)
 
     reconcile_interval_s: float = Field(default=30.0, gt=0)
+    git_timeout_s: float = Field(
+        default=60.0, gt=0, description="How long one git command on a system repository may run."
+    )
+    mirror_timeout_s: float = Field(
+        default=30.0, gt=0, description="How long one push of a version to a tuning's remote may run."
+    )
+    mirror_retry_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often the daemon pushes each tuning's current version to its remote.",
+    )
     events_max: int = Field(default=100_000, ge=100, description="Events kept in the Redis stream.")
 
     api_host: str = "127.0.0.1"

@@ -1,21 +1,31 @@
 """The system repository: the instructions being tuned, kept as git in the store.
 
 A version is a commit. Runs work on read-only snapshots of one version; an apply edits a
-private worktree and commits there; which commit is *current* is decided by the fenced publish
-in Redis (workers.lock), mirrored to `refs/heads/main` here for when Redis loses it.
+private copy of the current version (a plain folder) and `commit_folder` records it; which commit
+is *current* is decided by the fenced publish in Redis (workers.lock), mirrored to
+`refs/heads/main` here for when Redis loses it.
+
+Every git command runs in its own process group under a timeout: past it the group is ended (TERM,
+so git removes its lock files, then KILL) and SystemRepoError names the command and the seconds.
+A git that fails, cannot be started or times out is always a SystemRepoError, never an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import os
+import re
 import shutil
+import signal
 import stat
 import tarfile
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from service.errors import SystemRepoError
@@ -27,24 +37,120 @@ GIT_IDENTITY = {
     "GIT_COMMITTER_NAME": "tunefleet",
     "GIT_COMMITTER_EMAIL": "tunefleet@localhost",
 }
+LOCATING_ENV = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+    }
+)
+"""Inherited variables that would point git at another repository than the one a command names."""
+DEFAULT_GIT_TIMEOUT_S = 60.0
+GIT_TERM_GRACE_S = 2.0
+"""How long a timed-out git's process group has after TERM before it is KILLed."""
+GITLINK_MODE = "160000"
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
-async def git(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> bytes:
-    """Run one git command; its stdout, or SystemRepoError with its stderr."""
-    env = {**os.environ, **GIT_IDENTITY, "GIT_TERMINAL_PROMPT": "0"}
-    proc = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate(stdin)
-    if proc.returncode != 0:
-        raise SystemRepoError(f"git {' '.join(args)}: exit {proc.returncode}: {err.decode().strip()}")
-    return out
+def mask_credentials(text: str) -> str:
+    """`text` with the user and password of every URL in it replaced by `***`."""
+    return _USERINFO.sub("***@", text)
+
+
+@dataclass(frozen=True)
+class GitResult:
+    """How one git command ended: its exit code (one the caller accepted) and its stdout."""
+
+    exit: int
+    out: bytes
+
+
+def _environment(extra: Mapping[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LOCATING_ENV}
+    return {**env, **GIT_IDENTITY, "GIT_TERMINAL_PROMPT": "0", **(extra or {})}
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+async def _end_group(proc: asyncio.subprocess.Process) -> None:
+    """TERM git's process group (git removes its lock files on TERM), KILL it after the grace."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(GIT_TERM_GRACE_S):
+                await proc.wait()
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)  # also when this wait is itself cancelled
+
+
+async def _start(
+    args: tuple[str, ...], command: str, cwd: Path | None, stdin: bytes | None, env: dict[str, str]
+) -> asyncio.subprocess.Process:
+    try:
+        return await asyncio.create_subprocess_exec(
+            "git",
+            *args,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        if cwd is not None and not cwd.is_dir():
+            raise SystemRepoError(f"{command}: folder {cwd} does not exist") from exc
+        raise SystemRepoError(
+            f"git is not installed or not on PATH: cannot run {command} ({exc.strerror})"
+        ) from exc
+    except OSError as exc:
+        raise SystemRepoError(f"git could not be started: cannot run {command} ({exc})") from exc
+
+
+async def run_git(
+    *args: str,
+    cwd: Path | None = None,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = DEFAULT_GIT_TIMEOUT_S,
+    ok_exits: Collection[int] = (0,),
+) -> GitResult:
+    """Run one git command (`env` adds to the environment); its exit code when it is one of `ok_exits`,
+    else SystemRepoError with the command, the exit code and git's stderr."""
+    command = mask_credentials(f"git {' '.join(args)}")
+    proc = await _start(args, command, cwd, stdin, _environment(env))
+    try:
+        async with asyncio.timeout(timeout_s):
+            out, err = await proc.communicate(stdin)
+    except TimeoutError:
+        raise SystemRepoError(f"{command}: no answer within {timeout_s:g} s: killed") from None
+    finally:
+        if proc.returncode is None:
+            await _end_group(proc)
+    code = proc.returncode
+    assert code is not None
+    if code not in ok_exits:
+        stderr = mask_credentials(err.decode(errors="replace").strip())
+        raise SystemRepoError(f"{command}: exit {code}: {stderr}")
+    return GitResult(exit=code, out=out)
+
+
+async def git(
+    *args: str,
+    cwd: Path | None = None,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = DEFAULT_GIT_TIMEOUT_S,
+) -> bytes:
+    """Run one git command; its stdout, or SystemRepoError (any exit but 0, a timeout, no git)."""
+    return (await run_git(*args, cwd=cwd, stdin=stdin, env=env, timeout_s=timeout_s)).out
 
 
 def tree_digest(root: Path) -> str:
@@ -59,8 +165,11 @@ def tree_digest(root: Path) -> str:
 
 def _make_read_only(root: Path) -> None:
     for path in root.rglob("*"):
-        if path.is_file():
-            path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        if path.is_symlink():
+            continue  # chmod would follow it
+        if path.is_file():  # executable bits kept: they are part of the version
+            executable = path.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH | executable)
         elif path.is_dir():
             path.chmod(
                 stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
@@ -70,21 +179,52 @@ def _make_read_only(root: Path) -> None:
 def _make_writable(root: Path) -> None:
     root.chmod(root.stat().st_mode | stat.S_IWUSR)
     for path in root.rglob("*"):
-        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+        if not path.is_symlink():  # chmod would follow it
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def _links_leaving(folder: Path) -> list[str]:
+    """The symbolic links below `folder` (outside `.git` folders) that point out of it: a version holding
+    one could not be extracted into a snapshot."""
+    root = folder.resolve()
+    leaving = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                continue
+            target = os.readlink(path)
+            if os.path.isabs(target) or not os.path.normpath(path.parent / target).startswith(f"{root}/"):
+                leaving.append(f"{path.relative_to(root)} -> {target}")
+    return leaving
+
+
+def _index_home(folder: Path) -> Path:
+    """Where a temporary index for `folder` may live: the system's temporary folder, unless that is
+    inside `folder`."""
+    home = Path(tempfile.gettempdir()).resolve()
+    return folder.resolve().parent if home.is_relative_to(folder.resolve()) else home
 
 
 class SystemRepo:
     """The bare repository of one tuning, its snapshots and its apply worktrees."""
 
-    def __init__(self, repo: Path, snapshots: Path, worktrees: Path) -> None:
+    def __init__(
+        self, repo: Path, snapshots: Path, worktrees: Path, git_timeout_s: float = DEFAULT_GIT_TIMEOUT_S
+    ) -> None:
         self.repo = repo
         self.snapshots = snapshots
         self.worktrees = worktrees
+        self.git_timeout_s = git_timeout_s
         self._extracting: dict[str, asyncio.Task[Path]] = {}
         """Snapshots this process is extracting now: concurrent runs of one version share one."""
 
     async def _git(self, *args: str) -> str:
-        return (await git(f"--git-dir={self.repo}", *args)).decode().strip()
+        return (await git(f"--git-dir={self.repo}", *args, timeout_s=self.git_timeout_s)).decode().strip()
+
+    async def _run(self, *args: str, ok_exits: Collection[int]) -> GitResult:
+        return await run_git(f"--git-dir={self.repo}", *args, timeout_s=self.git_timeout_s, ok_exits=ok_exits)
 
     async def init_from(self, source: Path) -> str:
         """Create the repository from a folder of instructions (once); the first version."""
@@ -94,13 +234,15 @@ class SystemRepo:
             raise SystemRepoError(f"system folder {source} does not exist")
         staging = self.repo.with_name(self.repo.name + f".init-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
-        await git("init", "--quiet", "--bare", "--initial-branch=main", str(staging))
+        timeout_s = self.git_timeout_s
+        await git("init", "--quiet", "--bare", "--initial-branch=main", str(staging), timeout_s=timeout_s)
         work = Path(str(staging) + "-work")
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(source, work, ignore=shutil.ignore_patterns(".git"))
         base = (f"--git-dir={staging}", f"--work-tree={work}")
-        await git(*base, "add", "--all", ".")
-        await git(*base, "commit", "--quiet", "--allow-empty", "-m", f"tunefleet: import {source.name}")
+        await git(*base, "add", "--all", ".", timeout_s=timeout_s)
+        message = f"tunefleet: import {source.name}"
+        await git(*base, "commit", "--quiet", "--allow-empty", "-m", message, timeout_s=timeout_s)
         shutil.rmtree(work)
         try:
             staging.rename(self.repo)
@@ -116,11 +258,11 @@ class SystemRepo:
         is older than main (it was paused between publish and here) changes nothing. With `base` (the
         version the new one was made from), the common case is one compare-and-set."""
         if base is not None:
-            try:
-                await self._git("update-ref", MAIN_REF, version, base)
+            swapped = await self._run("update-ref", MAIN_REF, version, base, ok_exits=(0, 128))
+            if swapped.exit == 0:
                 return
-            except SystemRepoError:
-                pass  # main is not at base: decide by ancestry below
+            # main is not at base (git's exit 128): decide by ancestry below, which fails loudly on
+            # anything else, such as a version that is no commit
         current = await self.head()
         if current == version or not await self.is_ancestor(current, version):
             return
@@ -139,11 +281,18 @@ class SystemRepo:
         return await asyncio.shield(task)
 
     async def _extract(self, version: str, target: Path) -> Path:
-        archive = await git(f"--git-dir={self.repo}", "archive", "--format=tar", version)
+        archive = await git(
+            f"--git-dir={self.repo}", "archive", "--format=tar", version, timeout_s=self.git_timeout_s
+        )
         staging = self.snapshots / f".{version}.{os.getpid()}.{id(archive)}"
         staging.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(staging, filter="data")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(staging, filter="data")
+        except tarfile.TarError as exc:
+            _make_writable(staging)
+            shutil.rmtree(staging)
+            raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
         _make_read_only(staging)
         try:
             staging.rename(target)
@@ -153,14 +302,70 @@ class SystemRepo:
         return target
 
     async def private_copy(self, version: str, dest: Path) -> Path:
-        """A writable copy of `version` that nothing else sees (for the analyzer)."""
+        """A writable copy of `version` that nothing else sees (for the analyzer, and the folder the
+        applier edits for `commit_folder`); symbolic links stay links."""
         source = await self.snapshot(version)
         if dest.exists():
             _make_writable(dest)
             shutil.rmtree(dest)
-        shutil.copytree(source, dest)
+        shutil.copytree(source, dest, symlinks=True)
         _make_writable(dest)
         return dest
+
+    async def commit_folder(self, folder: Path, base: str, message: str) -> str | None:
+        """A commit on top of `base` whose tree is the content of `folder` (a plain folder, not a git
+        worktree), or None when that is `base`'s tree. Git never treats the folder as a repository: the
+        repository, the work tree and a temporary index outside the folder are all named explicitly,
+        so a `.git` planted in it is not read (and, like every `.git`, not committed). Refused with
+        SystemRepoError: a nested git repository (it would be a gitlink), a symbolic link pointing out of
+        the folder (no snapshot could hold it), and any git failure (never read as "nothing changed")."""
+        if not folder.is_dir():
+            raise SystemRepoError(f"folder {folder} does not exist")
+        leaving = _links_leaving(folder)
+        if leaving:
+            raise SystemRepoError(f"folder {folder}: symbolic link {leaving[0]} points outside the folder")
+        with tempfile.TemporaryDirectory(prefix="tunefleet-index-", dir=_index_home(folder)) as scratch:
+            index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            tree = await self._stage_folder(folder, base, index)
+            if tree is None:
+                return None
+            out = await git(
+                f"--git-dir={self.repo}",
+                "commit-tree",
+                tree,
+                "-p",
+                base,
+                stdin=message.encode(),
+                timeout_s=self.git_timeout_s,
+            )
+        return out.decode().strip()
+
+    async def _stage_folder(self, folder: Path, base: str, index: Mapping[str, str]) -> str | None:
+        """Fill the index `index` names with `folder` on top of `base`; the tree, None if unchanged."""
+        work = folder.resolve()
+        repo = (f"--git-dir={self.repo}", f"--work-tree={work}", "-c", "core.fsmonitor=false")
+        timeout_s = self.git_timeout_s
+        await git(*repo, "read-tree", base, env=index, timeout_s=timeout_s)
+        await git(*repo, "add", "--all", "--force", ".", env=index, timeout_s=timeout_s, cwd=work)
+        staged = await git(*repo, "ls-files", "--stage", "-z", env=index, timeout_s=timeout_s)
+        entries = staged.decode(errors="replace").split("\0")
+        links = [e.split("\t", 1)[-1] for e in entries if e.startswith(f"{GITLINK_MODE} ")]
+        if links:
+            raise SystemRepoError(f"folder {folder} holds a git repository at {links[0]}: commit plain files")
+        changed = await run_git(
+            *repo,
+            "diff-index",
+            "--cached",
+            "--quiet",
+            base,
+            "--",
+            env=index,
+            timeout_s=timeout_s,
+            ok_exits=(0, 1),
+        )
+        if changed.exit == 0:
+            return None
+        return (await git(*repo, "write-tree", env=index, timeout_s=timeout_s)).decode().strip()
 
     @asynccontextmanager
     async def worktree(self, version: str, name: str) -> AsyncIterator[Path]:
@@ -182,15 +387,18 @@ class SystemRepo:
 
     async def commit(self, worktree: Path, base: str, message: str) -> str | None:
         """Commit every change in the worktree on top of whatever the agent committed itself; the new
-        commit, or None when the tree is still `base`'s."""
-        await git("add", "--all", ".", cwd=worktree)
-        try:
-            await git("commit", "--quiet", "-m", message, cwd=worktree)
-        except SystemRepoError:  # nothing staged: did the agent commit by itself?
-            if (await git("rev-parse", "HEAD", cwd=worktree)).decode().strip() == base:
-                return None
-            await git("commit", "--quiet", "--allow-empty", "-m", message, cwd=worktree)
-        return (await git("rev-parse", "HEAD", cwd=worktree)).decode().strip()
+        commit, or None when nothing is staged and HEAD is still `base`. A failing git is an error."""
+        timeout_s = self.git_timeout_s
+        await git("add", "--all", ".", cwd=worktree, timeout_s=timeout_s)
+        staged = await run_git(
+            "diff", "--cached", "--quiet", "HEAD", "--", cwd=worktree, timeout_s=timeout_s, ok_exits=(0, 1)
+        )
+        head = (await git("rev-parse", "HEAD", cwd=worktree, timeout_s=timeout_s)).decode().strip()
+        if staged.exit == 0 and head == base:
+            return None
+        # With nothing staged the agent committed by itself: an empty commit still carries the message.
+        await git("commit", "--quiet", "--allow-empty", "-m", message, cwd=worktree, timeout_s=timeout_s)
+        return (await git("rev-parse", "HEAD", cwd=worktree, timeout_s=timeout_s)).decode().strip()
 
     async def find_published(self, trailer: str, current: str) -> str | None:
         """The commit reachable from `current` whose message holds `trailer`, if any."""
@@ -198,15 +406,23 @@ class SystemRepo:
         return out.splitlines()[0] if out else None
 
     async def is_ancestor(self, older: str, newer: str) -> bool:
-        try:
-            await self._git("merge-base", "--is-ancestor", older, newer)
-        except SystemRepoError:
-            return False
-        return True
+        """Whether `older` is `newer` or an ancestor of it; SystemRepoError when git cannot tell (a bad
+        object, a broken repository)."""
+        answer = await self._run("merge-base", "--is-ancestor", older, newer, ok_exits=(0, 1))
+        return answer.exit == 0
 
-    async def mirror(self, remote: str, branch: str, version: str) -> None:
-        """Push a published version to the user's own remote branch."""
-        await self._git("push", "--quiet", "--force", remote, f"{version}:refs/heads/{branch}")
+    async def mirror(self, remote: str, branch: str, version: str, timeout_s: float | None = None) -> None:
+        """Push `version` to the user's own remote branch (forced), within `timeout_s` (default: the
+        repository's git timeout)."""
+        await git(
+            f"--git-dir={self.repo}",
+            "push",
+            "--quiet",
+            "--force",
+            remote,
+            f"{version}:refs/heads/{branch}",
+            timeout_s=self.git_timeout_s if timeout_s is None else timeout_s,
+        )
 
     async def message(self, version: str) -> str:
         return await self._git("log", "-1", "--format=%B", version)

@@ -10,6 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -17,67 +18,74 @@ from pydantic import ValidationError
 from service.models.case import Case, RubricItem
 from service.models.records import ApplyOutput, Feedback, RunRecord
 from service.models.tuning import CommandAdapter, SandboxConfig
+from tests.support.tools import needs_tool, python_agent_paths
 from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunRequest
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner, PlaceholderError
+from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import SandboxMounts, SandboxProber, wrap_argv
 
 AGENT = str(Path(__file__).parent / "agents" / "contract_agent.py")
 CASE = Case(id="c1", input="say hello", rubric=[RubricItem(id="r1", text="says hello")])
 GRACE_S = 5.0
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+HOST = AgentHost(grace_s=GRACE_S)
+needs_bwrap = needs_tool("bwrap")
 
 
-def _agent(mode: str, *step: str, pid_file: str = "{attempt_dir}/agent.pid") -> list[str]:
+def _agent(mode: str, *step: str, pid_file: str = "{home}/agent.pid") -> list[str]:
     return [sys.executable, AGENT, "--mode", mode, "--pid-file", pid_file, *step]
 
 
-def _runner_argv(mode: str, pid_file: str = "{attempt_dir}/agent.pid") -> list[str]:
+def _runner_argv(mode: str, pid_file: str = "{home}/agent.pid") -> list[str]:
     return _agent(
         mode, "run", "--input", "{input}", "--output", "{output}", "--memory", "{memory}", pid_file=pid_file
     )
 
 
-def _run_request(tmp_path: Path) -> RunRequest:
+def _where(tmp_path: Path, step: str) -> dict[str, Any]:
     attempt_dir = tmp_path / "attempt"
-    for folder in ("attempt", "system", "memory"):  # the runner makes the workspace and the input file
-        (tmp_path / folder).mkdir()
-    case_file = tmp_path / "case.json"
-    case_file.write_text(CASE.model_dump_json())
+    step_dir = attempt_dir / f"{step}-1"
+    return {
+        "tuning": "t1",
+        "case_id": CASE.id,
+        "phase": "nomem",
+        "attempt": 1,
+        "attempt_dir": attempt_dir,
+        "step_dir": step_dir,
+        "log_file": step_dir / f"{step}.log",
+        "demo": CASE.demo,
+    }
+
+
+def _run_request(tmp_path: Path) -> RunRequest:
+    where = _where(tmp_path, "run")
+    (tmp_path / "system").mkdir(exist_ok=True)
     return RunRequest(
-        tuning="t1",
-        case=CASE,
-        phase="nomem",
-        attempt=1,
-        case_file=case_file,
-        attempt_dir=attempt_dir,
-        log_file=attempt_dir / "run.log",
+        **where,
+        task=CASE.task(),
         run_index=1,
         version="abc123",
         system_dir=tmp_path / "system",
-        memory_dir=tmp_path / "memory",
-        workspace_dir=tmp_path / "workspace",
-        input_file=attempt_dir / "input.json",
-        output_file=attempt_dir / "output.json",
+        memory_dir=where["step_dir"] / "memory",
+        workspace_dir=where["step_dir"] / "workspace",
     )
 
 
 def _analyze_request(tmp_path: Path) -> AnalyzeRequest:
-    base = _run_request(tmp_path)
     run = RunRecord(version="abc123", work="run-1", started_at=datetime.now(UTC), duration_ms=5, exit_code=0)
-    run_file = base.attempt_dir / "run.json"
-    run_file.write_text(run.model_dump_json())
+    for folder in ("system", "memory", "workspace"):
+        (tmp_path / folder).mkdir(exist_ok=True)
     return AnalyzeRequest(
-        **base.model_dump(include={"tuning", "case", "phase", "attempt", "case_file", "attempt_dir"}),
-        log_file=base.attempt_dir / "analyze.log",
+        **_where(tmp_path, "analyze"),
+        case=CASE,
         run=run,
-        run_file=run_file,
-        system_dir=base.system_dir,
-        memory_dir=base.memory_dir,
-        workspace_dir=base.workspace_dir,
-        brief_file=base.attempt_dir / "brief.json",
-        feedback_file=base.attempt_dir / "feedback.json",
-        analysis_file=base.attempt_dir / "analysis.md",
+        system_dir=tmp_path / "system",
+        memory_dir=tmp_path / "memory",
+        workspace_dir=tmp_path / "workspace",
     )
+
+
+def _pid_file(request: RunRequest | AnalyzeRequest) -> Path:
+    return request.step_dir / "home" / "agent.pid"
 
 
 def _pids(pid_file: Path) -> list[int]:
@@ -97,7 +105,7 @@ def _is_gone(pid: int) -> bool:
 async def test_normal_run_writes_valid_output(tmp_path: Path) -> None:
     """A run exiting 0 with a valid output file yields that output; its stdout and stderr are logged."""
     request = _run_request(tmp_path)
-    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv("normal")), GRACE_S).run(request)
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv("normal")), HOST).run(request)
     assert outcome.exit_code == 0 and outcome.void is None and outcome.sandbox_down is None
     assert outcome.output is not None and outcome.output.answer == "done: say hello"
     log_text = request.log_file.read_text()
@@ -109,9 +117,9 @@ async def test_hung_runner_is_killed_at_timeout(tmp_path: Path) -> None:
     """A runner that hangs is killed at its timeout, its process is gone, and the run is void."""
     request = _run_request(tmp_path)
     config = CommandAdapter(argv=_runner_argv("hang"), timeout_s=1.0)
-    outcome = await CommandRunner(config, GRACE_S).run(request)
+    outcome = await CommandRunner(config, HOST).run(request)
     assert outcome.void == "timed out after 1 s" and outcome.output is None
-    [pid] = _pids(request.attempt_dir / "agent.pid")
+    [pid] = _pids(_pid_file(request))
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
@@ -120,15 +128,15 @@ async def test_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
     """A timeout ends the agent's children too, not only the agent."""
     request = _run_request(tmp_path)
     config = CommandAdapter(argv=_runner_argv("fork"), timeout_s=1.0)
-    outcome = await CommandRunner(config, GRACE_S).run(request)
+    outcome = await CommandRunner(config, HOST).run(request)
     assert outcome.void is not None
-    pids = _pids(request.attempt_dir / "agent.pid")
+    pids = _pids(_pid_file(request))
     assert len(pids) == 2 and all(_is_gone(pid) for pid in pids)
 
 
 async def test_sandbox_exit_code_is_sandbox_down(tmp_path: Path) -> None:
     """The configured sandbox exit code means the sandbox is down, quoting the runner's last log line."""
-    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv("sandbox")), GRACE_S).run(
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv("sandbox")), HOST).run(
         _run_request(tmp_path)
     )
     assert outcome.sandbox_down == "runner exited 75: bwrap: cannot create the namespace"
@@ -138,9 +146,7 @@ async def test_sandbox_exit_code_is_sandbox_down(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["oom", "sigkill"])
 async def test_memory_kill_is_void(tmp_path: Path, mode: str) -> None:
     """Exit 137 or death by SIGKILL makes the run void: killed for memory."""
-    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv(mode)), GRACE_S).run(
-        _run_request(tmp_path)
-    )
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv(mode)), HOST).run(_run_request(tmp_path))
     assert outcome.exit_code in (137, -9)
     assert outcome.void == "killed for memory (exit 137)" and outcome.output is None
 
@@ -151,9 +157,7 @@ async def test_memory_kill_is_void(tmp_path: Path, mode: str) -> None:
 )
 async def test_failed_run_is_still_a_run(tmp_path: Path, mode: str, error: str) -> None:
     """A runner that fails or writes a broken output file still made a run, whose output carries the error."""
-    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv(mode)), GRACE_S).run(
-        _run_request(tmp_path)
-    )
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv(mode)), HOST).run(_run_request(tmp_path))
     assert outcome.void is None and outcome.sandbox_down is None
     assert outcome.output is not None and error in (outcome.output.error or "")
 
@@ -164,7 +168,7 @@ async def test_cancel_ends_the_agent_within_grace(tmp_path: Path, mode: str, gra
     request = _run_request(tmp_path)
     fifo = tmp_path / "pid.fifo"
     os.mkfifo(fifo)
-    runner = CommandRunner(CommandAdapter(argv=_runner_argv(mode, pid_file=str(fifo))), grace_s)
+    runner = CommandRunner(CommandAdapter(argv=_runner_argv(mode, pid_file=str(fifo))), AgentHost(grace_s))
     task = asyncio.create_task(runner.run(request))
     [pid] = [int(line) for line in (await asyncio.to_thread(fifo.read_text)).split()]
     cancelled_at = time.monotonic()
@@ -179,7 +183,7 @@ async def test_cancel_ends_the_agent_within_grace(tmp_path: Path, mode: str, gra
 def test_unknown_placeholder_is_a_config_error() -> None:
     """An argv template naming a placeholder the step lacks is refused when the adapter is built."""
     with pytest.raises(PlaceholderError, match=r"argv\[2\].*unknown placeholder \{worktree\}"):
-        CommandRunner(CommandAdapter(argv=["agent", "run", "{worktree}"]), GRACE_S)
+        CommandRunner(CommandAdapter(argv=["agent", "run", "{worktree}"]), HOST)
 
 
 async def test_analyzer_writes_valid_feedback(tmp_path: Path) -> None:
@@ -188,12 +192,13 @@ async def test_analyzer_writes_valid_feedback(tmp_path: Path) -> None:
     argv = _agent(
         "normal", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}"
     )
-    graded = await CommandAnalyzer(CommandAdapter(argv=argv), GRACE_S).analyze(request)
+    graded = await CommandAnalyzer(CommandAdapter(argv=argv), HOST).analyze(request)
     step = graded.exit
     assert step.exit_code == 0 and step.error is None and not step.timed_out
     assert graded.feedback is not None and Feedback.model_validate_json(graded.feedback).verdict == "pass"
-    assert graded.source == str(request.feedback_file)
-    assert json.loads(request.brief_file.read_text())["run"]["work"] == "run-1"  # its process had a brief
+    assert graded.source == str(request.step_dir / "out" / "feedback.json")
+    brief = json.loads((request.step_dir / "in" / "brief.json").read_text())
+    assert brief["run"]["work"] == "run-1"  # its process had a brief
 
 
 async def test_analyzer_invalid_feedback_is_left_for_the_caller(tmp_path: Path) -> None:
@@ -202,7 +207,7 @@ async def test_analyzer_invalid_feedback_is_left_for_the_caller(tmp_path: Path) 
     argv = _agent(
         "bad-json", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}"
     )
-    graded = await CommandAnalyzer(CommandAdapter(argv=argv), GRACE_S).analyze(request)
+    graded = await CommandAnalyzer(CommandAdapter(argv=argv), HOST).analyze(request)
     assert graded.exit.exit_code == 0 and graded.exit.error is None and graded.feedback is not None
     with pytest.raises(ValidationError) as caught:
         Feedback.model_validate_json(graded.feedback)
@@ -213,26 +218,23 @@ async def test_hung_analyzer_times_out(tmp_path: Path) -> None:
     """An analyzer that hangs is ended at its timeout and says so in its StepExit."""
     request = _analyze_request(tmp_path)
     argv = _agent("hang", "analyze", "--run", "{run}", "--feedback", "{feedback}", "--analysis", "{analysis}")
-    step = (await CommandAnalyzer(CommandAdapter(argv=argv, timeout_s=1.0), GRACE_S).analyze(request)).exit
+    step = (await CommandAnalyzer(CommandAdapter(argv=argv, timeout_s=1.0), HOST).analyze(request)).exit
     assert step.timed_out and step.error == "timed out after 1 s"
-    assert _is_gone(_pids(request.attempt_dir / "agent.pid")[0])
+    assert _is_gone(_pids(_pid_file(request))[0])
 
 
 async def test_applier_edits_worktree(tmp_path: Path) -> None:
     """An applier edits its worktree and writes a valid ApplyOutput."""
-    base = _run_request(tmp_path)
     worktree = tmp_path / "worktree"
     worktree.mkdir()
     request = ApplyRequest(
-        **base.model_dump(include={"tuning", "case", "phase", "attempt", "case_file", "attempt_dir"}),
-        log_file=base.attempt_dir / "apply.log",
+        **_where(tmp_path, "apply"),
+        case=CASE,
         feedback=Feedback(verdict="fail", done=False),
-        feedback_file=base.attempt_dir / "feedback.json",
         worktree_dir=worktree,
-        output_file=base.attempt_dir / "apply-output.json",
     )
     argv = _agent("normal", "apply", "--worktree", "{worktree}", "--output", "{output}")
-    applied = await CommandApplier(CommandAdapter(argv=argv), GRACE_S).apply(request)
+    applied = await CommandApplier(CommandAdapter(argv=argv), HOST).apply(request)
     assert applied.exit.exit_code == 0 and applied.output is not None
     assert ApplyOutput.model_validate_json(applied.output).summary == "added a rule"
     assert (worktree / "rules.md").read_text() == "- rule: be-brief\n"
@@ -242,11 +244,12 @@ async def test_applier_edits_worktree(tmp_path: Path) -> None:
 async def test_bubblewrap_run_sees_only_its_writable_dirs(tmp_path: Path) -> None:
     """Under bubblewrap the agent runs and writes its output, while the system snapshot stays read-only."""
     request = _run_request(tmp_path)
-    config = CommandAdapter(argv=_runner_argv("normal"), sandbox=SandboxConfig(kind="bubblewrap"))
-    outcome = await CommandRunner(config, GRACE_S).run(request)
+    sandbox = SandboxConfig(kind="bubblewrap", readonly_paths=python_agent_paths())
+    config = CommandAdapter(argv=_runner_argv("normal"), sandbox=sandbox)
+    outcome = await CommandRunner(config, HOST).run(request)
     assert outcome.output is not None and outcome.output.error is None
     probe = CommandAdapter(argv=["touch", "{system}/x"], sandbox=SandboxConfig(kind="bubblewrap"))
-    denied = await CommandRunner(probe, GRACE_S).run(request)
+    denied = await CommandRunner(probe, HOST).run(request)
     assert denied.exit_code != 0 and not (request.system_dir / "x").exists()
 
 
@@ -257,7 +260,12 @@ def test_container_wrap_mounts_paths_and_passes_env_by_name() -> None:
     )
     argv = wrap_argv(["agent", "go"], SandboxConfig(kind="docker", image="img:1"), mounts)
     assert argv[:4] == ["docker", "run", "--rm", "-i"] and argv[-3:] == ["img:1", "agent", "go"]
-    assert "/s/sys:/s/sys:ro" in argv and "/s/ws:/s/ws" in argv and argv[argv.index("-e") + 1] == "KEY"
+    assert (
+        "/s/sys:/s/sys:ro" in argv
+        and "/s/ws:/s/ws" in argv
+        and "KEY" in argv
+        and "KEY=" not in " ".join(argv)
+    )
 
 
 async def test_prober_reports_why_the_sandbox_is_down() -> None:

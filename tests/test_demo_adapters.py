@@ -15,8 +15,10 @@ from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunOutcome, RunR
 from workers.adapters.command import CommandRunner
 from workers.adapters.demo import INJECTED_FAULT, DemoAnalyzer, DemoApplier, DemoRunner
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
+from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
 
+HOST = AgentHost(grace_s=1.0)
 FAST = DemoAdapter(latency=StepLatency(run_ms=0, analyze_ms=0, apply_ms=0))
 
 
@@ -38,25 +40,25 @@ class Attempt:
     def _common(self, log: str) -> dict[str, object]:
         return {
             "tuning": "t1",
-            "case": self.case,
+            "case_id": self.case.id,
             "phase": self.phase,
             "attempt": self.attempt,
-            "case_file": self.root / "case.json",
             "attempt_dir": self.dir,
+            "step_dir": self.dir,
             "log_file": self.dir / log,
+            "demo": self.case.demo,
         }
 
     def run_request(self, run_index: int = 1) -> RunRequest:
         return RunRequest.model_validate(
             {
                 **self._common("run.log"),
+                "task": self.case.task(),
                 "run_index": run_index,
                 "version": "v1",
                 "system_dir": self.system,
                 "memory_dir": self.memory,
                 "workspace_dir": self.root / "workspace",
-                "input_file": self.dir / "input.json",
-                "output_file": self.dir / f"output-{run_index}.json",
             }
         )
 
@@ -73,14 +75,11 @@ class Attempt:
         return AnalyzeRequest.model_validate(
             {
                 **self._common("analyze.log"),
+                "case": self.case,
                 "run": run,
-                "run_file": self.dir / "run.json",
                 "system_dir": self.system,
                 "memory_dir": self.memory,
                 "workspace_dir": self.root / "workspace",
-                "brief_file": self.dir / "brief.json",
-                "feedback_file": self.dir / "feedback.json",
-                "analysis_file": self.dir / "analysis.md",
             }
         )
 
@@ -88,10 +87,9 @@ class Attempt:
         return ApplyRequest.model_validate(
             {
                 **self._common("apply.log"),
+                "case": self.case,
                 "feedback": feedback,
-                "feedback_file": self.dir / "feedback.json",
                 "worktree_dir": self.system,
-                "output_file": self.dir / "apply.json",
             }
         )
 
@@ -137,7 +135,7 @@ async def test_run_passes_only_when_the_prose_holds_every_rule(tmp_path: Path) -
     outcome = await DemoRunner(FAST).run(attempt.run_request())
     assert outcome.output is not None and outcome.output.answer == "pass"
     assert (attempt.memory / "memory.md").exists()
-    assert not attempt.run_request().output_file.exists()  # in-process: the outcome carries the output
+    assert sorted(p.name for p in attempt.dir.iterdir()) == ["run.log"]  # in-process: no output file
     assert "demo-run: answer: pass" in attempt.run_request().log_file.read_text()
 
 
@@ -251,10 +249,10 @@ async def test_demo_run_is_cancellable(tmp_path: Path) -> None:
 
 def test_factory_dispatches_on_the_adapter_kind() -> None:
     """The factory builds demo agents for a demo config and command agents for a command config."""
-    assert isinstance(build_runner(FAST, 1.0), DemoRunner)
-    assert isinstance(build_analyzer(FAST, 1.0), DemoAnalyzer)
-    assert isinstance(build_applier(FAST, 1.0), DemoApplier)
+    assert isinstance(build_runner(FAST, HOST), DemoRunner)
+    assert isinstance(build_analyzer(FAST, HOST), DemoAnalyzer)
+    assert isinstance(build_applier(FAST, HOST), DemoApplier)
     assert isinstance(build_prober(FAST), DemoProber)
     command = CommandAdapter(argv=["agent", "{input}"])
-    assert isinstance(build_runner(command, 1.0), CommandRunner)
+    assert isinstance(build_runner(command, HOST), CommandRunner)
     assert isinstance(build_prober(command), SandboxProber)

@@ -58,16 +58,20 @@ class CaseRun:
         """This lease's private folder name for a step, so a stale holder's agents never collide."""
         return f"{step}-{self.lease.token}"
 
-    def where(self, phase: Phase, attempt: int, log_file: Path) -> dict[str, Any]:
-        """The fields every step request shares (workers.adapters.base.StepRequest)."""
+    def where(self, phase: Phase, attempt: int, step: StepName) -> dict[str, Any]:
+        """The fields every step request shares (workers.adapters.base.StepRequest): the step's own
+        folder for this attempt and this lease, and its log there."""
+        paths = self.store.attempt(phase, attempt)
+        step_dir = paths.root / self.work_name(step)
         return {
             "tuning": self.tuning.name,
-            "case": self.case,
+            "case_id": self.case.id,
             "phase": phase,
             "attempt": attempt,
-            "case_file": self.store.case_file,
-            "attempt_dir": self.store.attempt(phase, attempt).root,
-            "log_file": log_file,
+            "attempt_dir": paths.root,
+            "step_dir": step_dir,
+            "log_file": step_dir / f"{step}.log",
+            "demo": self.case.demo,
         }
 
     async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:

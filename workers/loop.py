@@ -35,6 +35,8 @@ class Passed:
 
     attempt: int
     memory: Path
+    seal: str | None
+    """The passing feedback's seal: the memory phase's first run follows it."""
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,12 @@ async def run_loop(cr: CaseRun) -> CaseResult:
     if done is not None:
         return done
     try:
-        nomem = await run_phase(cr, "nomem", cr.tuning.config.tries, None, out_of_tries="wrong")
+        nomem = await run_phase(cr, "nomem", cr.tuning.config.tries, None, None, out_of_tries="wrong")
         if isinstance(nomem, Difficult):
             return await finish(cr, "difficult", nomem.phase, nomem.reason)
-        mem = await run_phase(cr, "mem", cr.tuning.config.mem_tries, nomem.memory, out_of_tries="memory")
+        mem = await run_phase(
+            cr, "mem", cr.tuning.config.mem_tries, nomem.memory, nomem.seal, out_of_tries="memory"
+        )
         if isinstance(mem, Difficult):
             return await finish(cr, "difficult", mem.phase, mem.reason)
         await cr.lease.check()
@@ -66,12 +70,14 @@ async def run_loop(cr: CaseRun) -> CaseResult:
 
 
 async def run_phase(
-    cr: CaseRun, phase: Phase, tries: int, memory: Path | None, out_of_tries: str
+    cr: CaseRun, phase: Phase, tries: int, memory: Path | None, after: str | None, out_of_tries: str
 ) -> Passed | Difficult:
+    """`after`: the seal of the record the phase's first run follows (the records chain, see
+    service.models.records)."""
     for attempt in range(1, tries + 1):
-        run, feedback = await try_once(cr, phase, attempt, memory)
+        run, feedback = await try_once(cr, phase, attempt, memory, after)
         if feedback.done:
-            return Passed(attempt, cr.store.attempt(phase, attempt).root / run.work / "memory")
+            return Passed(attempt, cr.store.attempt(phase, attempt).root / run.work / "memory", feedback.seal)
         reason = feedback.dataset_only()
         if reason is not None:
             return Difficult(phase, reason)
@@ -79,15 +85,16 @@ async def run_phase(
             applied = await apply_step(cr, phase, attempt, feedback)
             if applied.output.structural is not None:
                 return Difficult(phase, f"structural: {applied.output.structural}")
+            after = applied.seal
     return Difficult(phase, out_of_tries)
 
 
 async def try_once(
-    cr: CaseRun, phase: Phase, attempt: int, memory: Path | None
+    cr: CaseRun, phase: Phase, attempt: int, memory: Path | None, after: str | None
 ) -> tuple[RunRecord, Feedback]:
     """Run and analyze; a void run is set aside and the try runs again, up to `max_voids` in a row."""
     while True:
-        run = await run_step(cr, phase, attempt, memory)
+        run = await run_step(cr, phase, attempt, memory, after)
         feedback = await analyze_step(cr, phase, attempt, run)
         if feedback.verdict != "void":
             return run, feedback
@@ -128,7 +135,9 @@ async def mark_voids_seen(cr: CaseRun, phase: Phase, attempt: int) -> None:
 
 
 def case_usage(cr: CaseRun) -> tuple[Usage, int]:
-    """Tokens and cost of every recorded step (void tries included), and how many steps there were."""
+    """Tokens and cost of every recorded step (void tries included), and how many steps there were.
+    Only the fleet's own records count: a grade must name the run it graded and an apply the grade it
+    applied (their seals), so that nothing an agent left in an attempt folder is added."""
     total = Usage()
     steps = 0
     for phase in ("nomem", "mem"):
@@ -136,13 +145,18 @@ def case_usage(cr: CaseRun) -> tuple[Usage, int]:
         if not folder.is_dir():
             continue
         for attempt_dir in folder.iterdir():
+            if not attempt_dir.is_dir():
+                continue
             run = read_model(attempt_dir / "run.json", RunRecord)
             feedback = read_model(attempt_dir / "feedback.json", Feedback)
             applied = read_model(attempt_dir / "apply.json", ApplyRecord)
+            graded = feedback is not None and run is not None and feedback.run_seal == run.seal
             for usage in (
                 run.output.usage if run else None,
-                feedback.usage if feedback and not (run and run.void) else None,
-                applied.output.usage if applied else None,
+                feedback.usage if feedback and graded and not (run and run.void) else None,
+                applied.output.usage
+                if applied and graded and feedback and applied.feedback_seal == feedback.seal
+                else None,
             ):
                 if usage is not None:
                     total += usage

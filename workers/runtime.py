@@ -17,6 +17,7 @@ from service.models.jobs import CaseJob
 from service.settings import FleetSettings
 from service.store import Store
 from workers.adapters.base import Prober
+from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
 from workers.case import CaseRun
 from workers.control import Controls
@@ -43,6 +44,7 @@ class WorkerRuntime:
         self.breaker = Breaker(redis, settings.breaker_probe_base_s, settings.breaker_probe_max_s)
         self.controls = Controls(redis, settings.poll_delay_s)
         self.gate = BreakerGate(self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0)
+        self.host = AgentHost(grace_s=settings.stop_grace_s, cgroup_dirs=tuple(settings.cgroup_dirs))
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
         """job id -> the lease token this process holds for it (read by the worker's finish_job)."""
@@ -51,7 +53,7 @@ class WorkerRuntime:
         current = self._tunings.get(name)
         if current is None or current.is_stale():
             current = TuningRuntime(
-                self.batch, self.store.tuning(name), self.settings.lock_lease_s, self.settings.stop_grace_s
+                self.batch, self.store.tuning(name), self.settings.lock_lease_s, self.host
             )
             self._tunings[name] = current
         return current

@@ -9,22 +9,23 @@ from service.store import TuningStore
 from service.system import SystemRepo
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
+from workers.adapters.process import AgentHost
 from workers.lock import ImprovementsLock
 
 
 class TuningRuntime:
     """One tuning as a worker process sees it; rebuilt when the registered config changes."""
 
-    def __init__(self, batch: RedisBatch, store: TuningStore, lock_lease_s: float, grace_s: float) -> None:
+    def __init__(self, batch: RedisBatch, store: TuningStore, lock_lease_s: float, host: AgentHost) -> None:
         self.store = store
         self.config: TuningConfig = store.config()
         self.config_mtime_ns = store.config_file.stat().st_mtime_ns
         self.name = self.config.name
         self.repo = SystemRepo(store.repo, store.snapshots, store.worktrees)
         self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
-        self.runner: Runner = build_runner(self.config.runner, grace_s)
-        self.analyzer: Analyzer = build_analyzer(self.config.analyzer, grace_s)
-        self.applier: Applier = build_applier(self.config.applier, grace_s)
+        self.runner: Runner = build_runner(self.config.runner, host)
+        self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host)
+        self.applier: Applier = build_applier(self.config.applier, host)
         self.prober: Prober = build_prober(self.config.runner)
         self._batch = batch
         self._redis = batch.redis

@@ -63,8 +63,19 @@ class Expectation(BaseModel):
     reason: str | None = Field(default=None, description="Prefix the real reason must start with.")
 
 
+class RunTask(BaseModel):
+    """What the runner may see of a case: the task, never how it is graded (no rubric, no expectation,
+    no demo knobs). A command runner gets it as `input.json`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    case: Slug
+    rev: int = Field(ge=1)
+    input: str
+
+
 class Case(BaseModel):
-    """One test case: what the agent is asked and how the run is graded."""
+    """One test case: what the agent is asked and how the run is graded (as the store keeps it)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -88,3 +99,7 @@ class Case(BaseModel):
     @property
     def rubric_ids(self) -> list[str]:
         return [item.id for item in self.rubric]
+
+    def task(self) -> RunTask:
+        """The part of the case the runner is given."""
+        return RunTask(case=self.id, rev=self.rev, input=self.input)

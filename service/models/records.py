@@ -1,11 +1,17 @@
 """What each step leaves in an attempt's folder, and what a finished case leaves in its own.
 
-The command adapters write `run.json`, `feedback.json` and `apply.json` themselves; their JSON
-Schemas (`tunefleet schema`) are the adapter contract.
+Agents write `RunOutput`, `Feedback` and `ApplyOutput` into their own step folders; their JSON
+Schemas (`tunefleet schema`) are the adapter contract. The records in the attempt folder
+(`run.json`, `feedback.json`, `apply.json`) are written by the fleet alone, and chained by seals:
+each record carries a random seal drawn when the fleet wrote it, and the next step's record names
+the seal of the record it was made from. An agent ends before the record after it is written, so
+it cannot know the seal that record will carry: a record it forged is never taken for the
+fleet's (see docs/adapters.md, "Sealed steps").
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Literal
 
@@ -16,6 +22,11 @@ from service.models.case import Slug, State
 Phase = Literal["nomem", "mem"]
 Verdict = Literal["pass", "fail", "void"]
 StepName = Literal["run", "analyze", "apply"]
+
+
+def new_seal() -> str:
+    """A seal for a record the fleet writes: random, so no agent can know it in advance."""
+    return uuid.uuid4().hex
 
 
 class Usage(BaseModel):
@@ -65,6 +76,12 @@ class RunRecord(BaseModel):
     output: RunOutput = Field(default_factory=RunOutput)
     missed_skills: list[str] = Field(default_factory=list)
     memory_in: bool = Field(default=False, description="The run started from a copy of a memory.")
+    seal: str | None = Field(default=None, description="Drawn by the fleet when it wrote this record.")
+    after: str | None = Field(
+        default=None,
+        description="The seal of the record the run followed: the previous try's apply, or the passing "
+        "feedback that the memory phase starts from (None for the first try).",
+    )
 
 
 class Improvement(BaseModel):
@@ -92,6 +109,10 @@ class Feedback(BaseModel):
     summary: str = ""
     infra: str | None = Field(default=None, description="With verdict void: what broke.")
     usage: Usage = Field(default_factory=Usage)
+    run_seal: str | None = Field(
+        default=None, description="Set by the fleet when it records: the seal of the run graded."
+    )
+    seal: str | None = Field(default=None, description="Set by the fleet when it records this feedback.")
 
     def dataset_only(self) -> str | None:
         """The `specification: ...` reason when every finding targets the case and none the prose."""
@@ -125,6 +146,8 @@ class ApplyRecord(BaseModel):
     output: ApplyOutput
     fence: int = Field(description="The improvements lock's fencing token the apply held.")
     duration_ms: int = Field(default=0, ge=0)
+    feedback_seal: str | None = Field(default=None, description="The seal of the feedback applied.")
+    seal: str | None = Field(default=None, description="Drawn by the fleet when it wrote this record.")
 
 
 class CaseResult(BaseModel):

@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from service.models.records import ApplyRecord, Feedback, Phase, RunRecord
+
+
+class MirrorState(BaseModel):
+    """`tf:mirror:<tuning>`: how the daemon's pushes of a tuning's current version to its remote went."""
+
+    remote: str = Field(description="The tuning's remote, credentials masked.")
+    branch: str
+    version: str | None = Field(default=None, description="The last version pushed there.")
+    pushed_at: datetime | None = None
+    error: str | None = Field(
+        default=None, description="Why the latest push failed; unset once one succeeds."
+    )
+    failing_since: datetime | None = Field(default=None, description="The first failure since the last push.")
+    at: datetime = Field(description="When the latest push was tried.")
+    attempts: int = Field(default=0, ge=0, description="Failed pushes in a row.")
+
+    def to_hash(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.model_dump(mode="json", exclude_none=True).items()}
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[bytes, bytes]) -> MirrorState | None:
+        """The state in a Redis hash; None when there is none (or it is not one: it is pushed again)."""
+        if not raw:
+            return None
+        try:
+            return cls.model_validate({k.decode(): v.decode() for k, v in raw.items()})
+        except (ValidationError, UnicodeDecodeError):
+            return None
 
 
 class TuningStatus(BaseModel):
@@ -24,6 +53,9 @@ class TuningStatus(BaseModel):
     tokens: int = 0
     cost_usd: float = 0.0
     version: str | None = None
+    mirror: MirrorState | None = Field(
+        default=None, description="Pushes to the tuning's remote, if it has one."
+    )
 
 
 class WorkerStatus(BaseModel):

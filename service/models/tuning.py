@@ -13,13 +13,12 @@ from service.models.case import Slug
 PLACEHOLDERS: dict[str, frozenset[str]] = {
     "runner": frozenset(
         {
-            "case",
             "input",
             "system",
             "memory",
             "workspace",
+            "home",
             "output",
-            "attempt_dir",
             "version",
             "phase",
             "attempt",
@@ -33,17 +32,26 @@ PLACEHOLDERS: dict[str, frozenset[str]] = {
             "system",
             "memory",
             "workspace",
+            "home",
             "brief",
             "feedback",
             "analysis",
-            "attempt_dir",
             "phase",
             "attempt",
         }
     ),
-    "applier": frozenset({"case", "feedback", "worktree", "output", "attempt_dir", "phase", "attempt"}),
+    "applier": frozenset({"feedback", "worktree", "home", "output", "phase", "attempt"}),
 }
-"""The `{name}` placeholders each role's argv may use (a literal brace is written `{{` or `}}`)."""
+"""The `{name}` placeholders each role's argv may use (a literal brace is written `{{` or `}}`).
+Each role is given only the paths of its own inputs and outputs (docs/adapters.md, "What each role sees")."""
+
+WITHHELD: dict[str, str] = {
+    "case": "the runner never sees the case as the store keeps it (its rubric grades the run): "
+    "use {input}, the task without the rubric",
+    "attempt_dir": "no agent gets the attempt's folder, where the fleet keeps its records: use the "
+    "paths of the role's own files",
+}
+"""Placeholders an earlier contract had and why a role no longer gets them, for the error message."""
 
 SANDBOX_UNAVAILABLE_EXIT = 75
 """The default exit code with which a runner says the sandbox is unavailable (EX_TEMPFAIL)."""
@@ -76,13 +84,36 @@ class DemoAdapter(BaseModel):
     )
 
 
+class AgentLimits(BaseModel):
+    """Resource limits of one agent step (None: no limit). Memory and processes are enforced by a
+    per-step cgroup where the worker's settings name cgroup folders (`cgroup_dirs`), else by
+    `setrlimit` (RLIMIT_AS, RLIMIT_NPROC: counted per user, and not enforced for root); containers use
+    their own options (`--memory`, `--pids-limit`, `--ulimit`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_mb: int | None = Field(default=None, ge=16, description="Memory of the step's processes.")
+    processes: int | None = Field(default=None, ge=8, description="Processes and threads at once.")
+    file_size_mb: int | None = Field(default=None, ge=1, description="The largest file it may write.")
+    open_files: int | None = Field(default=None, ge=16, description="Files it may hold open at once.")
+    tmp_mb: int = Field(default=1024, ge=1, description="Size of the sandbox's private /tmp (bubblewrap).")
+
+
 class SandboxConfig(BaseModel):
-    """A wrapper around the runner's command, and the probe that tells whether it works."""
+    """Where an agent's process runs: its sandbox, its network, its limits, and the probe that tells
+    whether the sandbox works (the runner's probe drives the fleet's breaker)."""
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["none", "bubblewrap", "podman", "docker"] = "none"
     image: str | None = Field(default=None, description="Container image (podman, docker).")
+    network: bool = Field(default=True, description="Whether the agent can reach the network.")
+    readonly_paths: list[Path] = Field(
+        default_factory=list,
+        description="More host paths the agent may read (its own installation, say); bubblewrap and "
+        "containers show nothing else of the host but the system's /usr, /bin, /lib* and /etc essentials.",
+    )
+    limits: AgentLimits = Field(default_factory=AgentLimits)
     extra_args: list[str] = Field(default_factory=list, description="Added to the wrapper's own arguments.")
     probe_argv: list[str] | None = Field(
         default=None, description="Overrides the default probe; exit 0 means the sandbox works."
@@ -144,7 +175,11 @@ class TuningConfig(BaseModel):
                 unknown = sorted(set(fields) - names)
                 if unknown:
                     known = ", ".join(sorted(names))
-                    raise ValueError(
-                        f"{role}.argv[{index}]: unknown placeholder {{{unknown[0]}}}; known: {known}"
+                    why = WITHHELD.get(unknown[0])
+                    what = (
+                        f"{{{unknown[0]}}} is not given to the {role}: {why}"
+                        if why
+                        else (f"unknown placeholder {{{unknown[0]}}}")
                     )
+                    raise ValueError(f"{role}.argv[{index}]: {what}; known: {known}")
         return self

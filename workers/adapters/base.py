@@ -5,64 +5,55 @@ Every adapter is async and cancellable: cancelling the coroutine ends the agent'
 
 An adapter hands its results back as they were written (the JSON bytes of a feedback or an apply
 output, the report's text) and the steps validate them, so a command adapter and the demo adapter
-are held to the same schema. The files an agent process works with (its input, its brief, the
-empty workspace, the output files it writes) are the command adapters' business: they make them
-before the process starts and read them back after it ends. The in-process demo adapters take
-everything from the request and write only what the loop keeps (the run's memory, its log).
+are held to the same schema. The files an agent process works with (its inputs, its HOME, the
+output files it writes) are the command adapters' business: they make them in the step's own
+folder before the process starts and read them back after it ends (workers.adapters.folder).
+The in-process demo adapters take everything from the request and write only what the loop keeps
+(the run's memory, its log).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.models.case import Case
+from service.models.case import Case, DemoKnobs, RunTask
 from service.models.records import Feedback, Phase, RunOutput, RunRecord
 
 
 class StepRequest(BaseModel):
-    """What every step of every adapter knows about where it is."""
+    """What every step of every adapter knows about where it is.
+
+    `step_dir` is the step's own fresh folder for this attempt and this lease: an agent process gets
+    paths inside it (and the read-only inputs of its role), never the attempt folder where the fleet
+    keeps its records. `attempt_dir` and `demo` are for the in-process demo adapters only; a command
+    adapter never passes them to its process.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tuning: str
-    case: Case
+    case_id: str
     phase: Phase
     attempt: int = Field(ge=1)
-    case_file: Path = Field(description="The case as JSON, in the store.")
-    attempt_dir: Path
+    attempt_dir: Path = Field(description="The attempt's folder of records (in-process adapters only).")
+    step_dir: Path = Field(description="The step's own folder for this attempt and lease.")
     log_file: Path = Field(description="The agent's stdout and stderr, appended line by line.")
+    demo: DemoKnobs = Field(description="The demo agents' knobs for this case (in-process adapters only).")
 
 
 class RunRequest(StepRequest):
     """Run the agent on the case, on a read-only snapshot of one system version."""
 
+    task: RunTask = Field(description="What the runner may see of the case: never its rubric.")
     run_index: int = Field(ge=1, description="1 for the try's first run, +1 for each run set aside.")
     version: str
     system_dir: Path = Field(description="Read-only snapshot of the system version.")
     memory_dir: Path = Field(description="Memory to start from (none in phase nomem); the run may write it.")
     workspace_dir: Path = Field(description="An empty folder for the agent (made by a command runner).")
-    input_file: Path = Field(description="JSON {input, case, rev}, written by a command runner.")
-    output_file: Path = Field(description="Where a runner process writes its RunOutput JSON.")
     expected_skills: list[str] = Field(default_factory=list)
-
-    def input_json(self) -> str:
-        return json.dumps({"input": self.case.input, "case": self.case.id, "rev": self.case.rev})
-
-
-class RunOutcome(BaseModel):
-    """How the runner's process ended."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    exit_code: int
-    duration_ms: int = Field(ge=0)
-    output: RunOutput | None = Field(default=None, description="None when the run was void or never ran.")
-    void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
-    sandbox_down: str | None = Field(default=None, description="The sandbox was unavailable: not a run.")
 
 
 class EarlierTry(BaseModel):
@@ -80,15 +71,15 @@ class EarlierTry(BaseModel):
 class AnalyzeRequest(StepRequest):
     """Grade one run against the case's rubric."""
 
+    case: Case
     run: RunRecord
-    run_file: Path
-    system_dir: Path = Field(description="A private copy of the run's system version; edits are discarded.")
-    memory_dir: Path
-    workspace_dir: Path
+    system_dir: Path = Field(
+        description="The run's system version: the shared snapshot (trusted analyzers) "
+        "or a private copy whose edits are discarded."
+    )
+    memory_dir: Path = Field(description="The run's memory (a private copy for an agent process).")
+    workspace_dir: Path = Field(description="The run's workspace (read-only for an agent process).")
     earlier: list[EarlierTry] = Field(default_factory=list, description="The earlier tries, in loop order.")
-    brief_file: Path = Field(description="Where a command analyzer puts `brief()` for its process.")
-    feedback_file: Path = Field(description="Where an analyzer process writes its Feedback JSON.")
-    analysis_file: Path = Field(description="Where an analyzer process writes its human report (Markdown).")
 
     def brief(self) -> dict[str, Any]:
         """The case, this run and the earlier tries' feedback, as `brief.json` holds them."""
@@ -103,12 +94,25 @@ class AnalyzeRequest(StepRequest):
 
 
 class ApplyRequest(StepRequest):
-    """Edit the system in a private worktree according to an analysis's prose improvements."""
+    """Edit the system in a private folder according to an analysis's prose improvements."""
 
+    case: Case
     feedback: Feedback
-    feedback_file: Path
-    worktree_dir: Path = Field(description="A git worktree of the current version: edit it in place.")
-    output_file: Path = Field(description="Where an applier process writes its ApplyOutput JSON.")
+    worktree_dir: Path = Field(
+        description="A private writable copy of the current version: edit it in place."
+    )
+
+
+class RunOutcome(BaseModel):
+    """How the runner's process ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int
+    duration_ms: int = Field(ge=0)
+    output: RunOutput | None = Field(default=None, description="None when the run was void or never ran.")
+    void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
+    sandbox_down: str | None = Field(default=None, description="The sandbox was unavailable: not a run.")
 
 
 class StepExit(BaseModel):
@@ -120,6 +124,7 @@ class StepExit(BaseModel):
     duration_ms: int = Field(ge=0)
     timed_out: bool = False
     error: str | None = None
+    sandbox_down: str | None = Field(default=None, description="The sandbox could not run the agent.")
 
 
 class AnalyzeOutcome(BaseModel):

@@ -7,6 +7,8 @@ when the adapter is built, before any case runs.
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.errors import ConfigError
-from service.files import write_atomic, write_json
+from service.files import write_atomic
 from service.models.records import RunOutput
 from service.models.tuning import PLACEHOLDERS, CommandAdapter
 from workers.adapters.base import (
@@ -26,8 +28,15 @@ from workers.adapters.base import (
     RunRequest,
     StepExit,
 )
-from workers.adapters.process import ProcessResult, ProcessSpec, run_process
-from workers.adapters.sandbox import SandboxMounts, check_sandbox, is_sandbox_setup_failure, wrap_argv
+from workers.adapters.folder import StepFolder
+from workers.adapters.process import AgentHost, ProcessResult, ProcessSpec, run_process
+from workers.adapters.sandbox import (
+    SandboxMounts,
+    check_sandbox,
+    containment,
+    is_sandbox_setup_failure,
+    wrap_argv,
+)
 
 MEMORY_KILL_EXITS = (137, -9)
 """128 + SIGKILL as a shell or container reports it, and SIGKILL as Python reports it."""
@@ -76,9 +85,14 @@ def check_argv(template: Sequence[str], names: frozenset[str], step: str) -> Non
     render_argv(template, dict.fromkeys(names, "x"), step)
 
 
-def _step_exit(result: ProcessResult, timeout_s: float) -> StepExit:
-    if result.start_error:
-        return StepExit(exit_code=result.exit_code, duration_ms=result.duration_ms, error=result.start_error)
+def _step_exit(result: ProcessResult, timeout_s: float, sandbox_down: str | None) -> StepExit:
+    if sandbox_down is not None or result.start_error:
+        return StepExit(
+            exit_code=result.exit_code,
+            duration_ms=result.duration_ms,
+            error=sandbox_down or result.start_error,
+            sandbox_down=sandbox_down,
+        )
     if result.timed_out:
         return StepExit(
             exit_code=result.exit_code,
@@ -122,75 +136,95 @@ def _read_run_output(path: Path, result: ProcessResult) -> RunOutput:
 
 
 class _CommandStep:
-    def __init__(self, config: CommandAdapter, grace_s: float, step: str, names: frozenset[str]) -> None:
+    def __init__(self, config: CommandAdapter, host: AgentHost, step: str, names: frozenset[str]) -> None:
+        check_sandbox(config.sandbox)
         check_argv(config.argv, names, step)
         self._config = config
-        self._grace_s = grace_s
+        self._host = host
         self._step = step
 
-    def _spec(self, values: Mapping[str, str], log_file: Path, default_cwd: Path) -> ProcessSpec:
+    def _spec(
+        self, values: Mapping[str, str], log_file: Path, mounts: SandboxMounts, default_cwd: Path
+    ) -> ProcessSpec:
+        """The process of this step: the rendered argv in the role's sandbox, under its keeper."""
+        sandbox = self._config.sandbox
+        cwd = self._config.cwd or default_cwd
+        name = f"tf-{self._step}-{uuid.uuid4().hex[:12]}"
+        mounts = replace(
+            mounts,
+            readonly=[*mounts.readonly, *([self._config.cwd] if self._config.cwd else [])],
+            cwd=cwd,
+            env_names=sorted(self._config.env),
+        )
+        argv = render_argv(self._config.argv, values, self._step)
         return ProcessSpec(
-            argv=render_argv(self._config.argv, values, self._step),
+            argv=wrap_argv(argv, sandbox, mounts, name),
             log_file=log_file,
             timeout_s=self._config.timeout_s,
-            grace_s=self._grace_s,
+            grace_s=self._host.grace_s,
             env=self._config.env,
-            cwd=self._config.cwd or default_cwd,
+            cwd=cwd,
+            containment=containment(sandbox, self._host.cgroup_dirs, name),
         )
+
+    def _sandbox_down(self, result: ProcessResult) -> str | None:
+        """Why the sandbox could not run the agent at all, if that is how the step ended."""
+        if self._config.sandbox.kind == "none":
+            return None
+        if result.start_error:
+            return f"sandbox: {result.start_error}"
+        if is_sandbox_setup_failure(self._config.sandbox, result.exit_code):
+            return f"{self._step} exited {result.exit_code}: {result.last_line}"
+        return None
+
+    def _exit(self, result: ProcessResult) -> StepExit:
+        return _step_exit(result, self._config.timeout_s, self._sandbox_down(result))
 
 
 class CommandRunner(_CommandStep):
     """Runs the agent on a case; its exit code says whether the run counts."""
 
-    def __init__(self, config: CommandAdapter, grace_s: float) -> None:
-        check_sandbox(config.sandbox)
-        super().__init__(config, grace_s, "runner", RUN_PLACEHOLDERS)
+    def __init__(self, config: CommandAdapter, host: AgentHost) -> None:
+        super().__init__(config, host, "runner", RUN_PLACEHOLDERS)
 
     async def run(self, request: RunRequest) -> RunOutcome:
-        for folder in (request.workspace_dir, request.memory_dir):
-            folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(request.input_file, request.input_json().encode(), durable=False)
+        folder = StepFolder(request.step_dir)
+        folder.prepare()
+        for made in (request.workspace_dir, request.memory_dir):
+            made.mkdir(parents=True, exist_ok=True)
+        input_file = folder.inputs / "input.json"
+        output_file = folder.outputs / "output.json"
+        write_atomic(input_file, request.task.model_dump_json().encode(), durable=False)
         values = {
-            "case": str(request.case_file),
-            "input": str(request.input_file),
+            "input": str(input_file),
             "system": str(request.system_dir),
             "memory": str(request.memory_dir),
             "workspace": str(request.workspace_dir),
-            "output": str(request.output_file),
-            "attempt_dir": str(request.attempt_dir),
+            "home": str(folder.home),
+            "output": str(output_file),
             "version": request.version,
             "phase": request.phase,
             "attempt": str(request.attempt),
             "expected_skills": ",".join(request.expected_skills),
         }
-        spec = self._spec(values, request.log_file, request.workspace_dir)
-        writable = [
-            request.workspace_dir,
-            request.memory_dir,
-            request.attempt_dir,
-            request.output_file.parent,
-        ]
         mounts = SandboxMounts(
-            writable=writable,
-            readonly=[request.system_dir, request.input_file, request.case_file],
-            cwd=spec.cwd,
-            env_names=sorted(self._config.env),
+            writable=[request.workspace_dir, request.memory_dir, folder.outputs, folder.home],
+            readonly=[request.system_dir, folder.inputs],
+            home=folder.home,
         )
-        spec = replace(spec, argv=wrap_argv(spec.argv, self._config.sandbox, mounts))
-        return self._outcome(await run_process(spec), request.output_file)
+        spec = self._spec(values, request.log_file, mounts, request.workspace_dir)
+        return self._outcome(await run_process(spec), output_file)
 
     def _outcome(self, result: ProcessResult, output_file: Path) -> RunOutcome:
         code, duration_ms = result.exit_code, result.duration_ms
-        sandboxed = self._config.sandbox.kind != "none"
-        if result.start_error and sandboxed:
-            return RunOutcome(
-                exit_code=code, duration_ms=duration_ms, sandbox_down=f"sandbox: {result.start_error}"
-            )
+        down = self._sandbox_down(result)
+        if down is not None:
+            return RunOutcome(exit_code=code, duration_ms=duration_ms, sandbox_down=down)
         if result.timed_out:
             return RunOutcome(
                 exit_code=code, duration_ms=duration_ms, void=f"timed out after {self._config.timeout_s:g} s"
             )
-        if code == self._config.sandbox_exit_code or is_sandbox_setup_failure(self._config.sandbox, code):
+        if code == self._config.sandbox_exit_code:
             down = f"runner exited {code}: {result.last_line}"
             return RunOutcome(exit_code=code, duration_ms=duration_ms, sandbox_down=down)
         if code in MEMORY_KILL_EXITS:
@@ -203,59 +237,74 @@ class CommandRunner(_CommandStep):
 
 
 class CommandAnalyzer(_CommandStep):
-    """Grades a run: its process reads the brief and writes the feedback and analysis files."""
+    """Grades a run; its process writes the feedback and the report into its own `out/` folder."""
 
     trusted = False
 
-    def __init__(self, config: CommandAdapter, grace_s: float) -> None:
-        super().__init__(config, grace_s, "analyzer", ANALYZE_PLACEHOLDERS)
+    def __init__(self, config: CommandAdapter, host: AgentHost) -> None:
+        super().__init__(config, host, "analyzer", ANALYZE_PLACEHOLDERS)
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
-        request.workspace_dir.mkdir(parents=True, exist_ok=True)  # its cwd: a demo runner makes none
-        write_json(request.brief_file, request.brief(), durable=False)
-        request.feedback_file.unlink(missing_ok=True)  # a second round must not read the first one's
+        folder = StepFolder(request.step_dir)
+        folder.prepare()
+        inputs = {
+            "case": (folder.inputs / "case.json", request.case.model_dump_json(indent=2)),
+            "run": (folder.inputs / "run.json", request.run.model_dump_json(indent=2)),
+            "brief": (folder.inputs / "brief.json", json.dumps(request.brief(), indent=2)),
+        }
+        for path, text in inputs.values():
+            write_atomic(path, text.encode(), durable=False)
+        feedback_file = folder.outputs / "feedback.json"
+        analysis_file = folder.outputs / "analysis.md"
         values = {
-            "case": str(request.case_file),
-            "run": str(request.run_file),
+            **{name: str(path) for name, (path, _) in inputs.items()},
             "system": str(request.system_dir),
             "memory": str(request.memory_dir),
             "workspace": str(request.workspace_dir),
-            "brief": str(request.brief_file),
-            "feedback": str(request.feedback_file),
-            "analysis": str(request.analysis_file),
-            "attempt_dir": str(request.attempt_dir),
+            "home": str(folder.home),
+            "feedback": str(feedback_file),
+            "analysis": str(analysis_file),
             "phase": request.phase,
             "attempt": str(request.attempt),
         }
-        result = await run_process(self._spec(values, request.log_file, request.workspace_dir))
+        mounts = SandboxMounts(
+            writable=[request.system_dir, request.memory_dir, folder.outputs, folder.home],
+            readonly=[folder.inputs, request.workspace_dir],
+            home=folder.home,
+        )
+        result = await run_process(self._spec(values, request.log_file, mounts, request.step_dir))
         return AnalyzeOutcome(
-            exit=_step_exit(result, self._config.timeout_s),
-            feedback=_written(request.feedback_file),
-            analysis=_written(request.analysis_file),
-            source=str(request.feedback_file),
+            exit=self._exit(result),
+            feedback=_written(feedback_file),
+            analysis=_written(analysis_file),
+            source=str(feedback_file),
         )
 
 
 class CommandApplier(_CommandStep):
-    """Edits the worktree; its process writes the apply output file."""
+    """Edits its copy of the system; its process writes the apply output into its own `out/` folder."""
 
-    def __init__(self, config: CommandAdapter, grace_s: float) -> None:
-        super().__init__(config, grace_s, "applier", APPLY_PLACEHOLDERS)
+    def __init__(self, config: CommandAdapter, host: AgentHost) -> None:
+        super().__init__(config, host, "applier", APPLY_PLACEHOLDERS)
 
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
-        request.output_file.unlink(missing_ok=True)
+        folder = StepFolder(request.step_dir)
+        folder.prepare()
+        feedback_file = folder.inputs / "feedback.json"
+        write_atomic(feedback_file, request.feedback.model_dump_json(indent=2).encode(), durable=False)
+        output_file = folder.outputs / "output.json"
         values = {
-            "case": str(request.case_file),
-            "feedback": str(request.feedback_file),
+            "feedback": str(feedback_file),
             "worktree": str(request.worktree_dir),
-            "output": str(request.output_file),
-            "attempt_dir": str(request.attempt_dir),
+            "home": str(folder.home),
+            "output": str(output_file),
             "phase": request.phase,
             "attempt": str(request.attempt),
         }
-        result = await run_process(self._spec(values, request.log_file, request.worktree_dir))
-        return ApplyOutcome(
-            exit=_step_exit(result, self._config.timeout_s),
-            output=_written(request.output_file),
-            source=str(request.output_file),
+        mounts = SandboxMounts(
+            writable=[request.worktree_dir, folder.outputs, folder.home],
+            readonly=[folder.inputs],
+            home=folder.home,
         )
+        result = await run_process(self._spec(values, request.log_file, mounts, request.worktree_dir))
+        return ApplyOutcome(exit=self._exit(result), output=_written(output_file), source=str(output_file))

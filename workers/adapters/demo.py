@@ -100,17 +100,17 @@ class _DemoStep:
         return view
 
     def _rng(self, request: StepRequest, step: str, run_index: int = 0) -> random.Random:
-        key = (self._config.seed, request.tuning, request.case.id, request.phase, request.attempt, run_index)
+        key = (self._config.seed, request.tuning, request.case_id, request.phase, request.attempt, run_index)
         return random.Random("|".join(map(str, (*key, step))))
 
     async def _pause(self, request: StepRequest, base_ms: int, rng: random.Random) -> None:
-        latency_ms = request.case.demo.latency_ms
+        latency_ms = request.demo.latency_ms
         latency_ms = base_ms if latency_ms is None else latency_ms
         varied_ms = latency_ms * (1 + self._config.jitter * (2 * rng.random() - 1))
         await asyncio.sleep(max(0.0, varied_ms) / 1000)
 
     def _usage(self, request: StepRequest) -> Usage:
-        tokens = request.case.demo.tokens
+        tokens = request.demo.tokens
         input_tokens = tokens * 7 // 10
         cost_usd = round(tokens / 1000 * self._config.usd_per_1k_tokens, 6)
         return Usage(input_tokens=input_tokens, output_tokens=tokens - input_tokens, cost_usd=cost_usd)
@@ -119,10 +119,10 @@ class _DemoStep:
 def _maybe_kill_worker(request: RunRequest, log: _StepLog) -> None:
     """The `kills_worker` fault: the run takes its whole worker process down (SIGKILL), as a poison case
     does. Marker files in the attempt folder count how often it already did, across processes."""
-    if request.case.demo.kills_worker == 0:
+    if request.demo.kills_worker == 0:
         return
     done = len(list(request.attempt_dir.glob("worker-killed-*")))
-    if done < request.case.demo.kills_worker:
+    if done < request.demo.kills_worker:
         (request.attempt_dir / f"worker-killed-{done + 1}").touch()
         log.say("taking the worker down")
         log.flush()
@@ -147,8 +147,8 @@ class DemoRunner(_DemoStep):
             return RunOutcome(exit_code=OUTAGE_EXIT, duration_ms=0, sandbox_down="demo sandbox is down")
         rng = self._rng(request, "run", request.run_index)
         random_void = rng.random() < self._config.void_rate
-        knobs = request.case.demo
-        log.say(f"case {request.case.id} {request.phase} try {request.attempt}")
+        knobs = request.demo
+        log.say(f"case {request.case_id} {request.phase} try {request.attempt}")
         await self._pause(request, self._config.latency.run_ms, rng)
         key = f"{request.phase}-{request.attempt}"
         _maybe_kill_worker(request, log)
@@ -166,7 +166,7 @@ class DemoRunner(_DemoStep):
         return RunOutcome(exit_code=0, duration_ms=_elapsed_ms(started), output=output)
 
     def _attempt(self, request: RunRequest, rng: random.Random, log: _StepLog) -> RunOutput:
-        knobs = request.case.demo
+        knobs = request.demo
         present, skills = self._version_view(request.version, request.system_dir)
         missing = [rule for rule in knobs.rules if rule not in present]
         has_memory = (request.memory_dir / MEMORY_FILE).is_file()
@@ -180,7 +180,7 @@ class DemoRunner(_DemoStep):
         if answer == "pass" and request.phase == "nomem":
             request.memory_dir.mkdir(parents=True, exist_ok=True)
             (request.memory_dir / MEMORY_FILE).write_text(
-                f"# Memory of case {request.case.id}\n\n- The rules that worked: {', '.join(knobs.rules)}\n",
+                f"# Memory of case {request.case_id}\n\n- The rules that worked: {', '.join(knobs.rules)}\n",
                 encoding="utf-8",
             )
             log.say(f"wrote {MEMORY_FILE}")
@@ -215,7 +215,7 @@ class DemoAnalyzer(_DemoStep):
         )
 
     def _grade(self, request: AnalyzeRequest) -> Feedback:
-        run, knobs, ids = request.run, request.case.demo, request.case.rubric_ids
+        run, knobs, ids = request.run, request.demo, request.case.rubric_ids
         usage = self._usage(request)
         error = run.output.error or ""
         if run.void or error.startswith("demo: injected"):
@@ -266,7 +266,7 @@ class DemoApplier(_DemoStep):
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
         started = time.monotonic()
         await self._pause(request, self._config.latency.apply_ms, self._rng(request, "apply"))
-        if request.case.demo.structural:
+        if request.demo.structural:
             output = ApplyOutput(
                 structural="the instructions need a new section hierarchy (planning before execution)",
                 usage=self._usage(request),
@@ -293,7 +293,7 @@ class DemoApplier(_DemoStep):
             is_add = improvement.lead.startswith(ADD_RULE_LEAD) and SLUG_RE.match(slug) is not None
             if is_add and slug not in present and slug not in wanted:
                 wanted.append(slug)
-        added = wanted[: request.case.demo.rules_per_apply]
+        added = wanted[: request.demo.rules_per_apply]
         if not added:
             return []
         rules_file = worktree / RULES_FILE

@@ -6,28 +6,29 @@ from service.models.tuning import CommandAdapter, DemoAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner
 from workers.adapters.demo import DemoAnalyzer, DemoApplier, DemoRunner
+from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
 
 AdapterConfig = DemoAdapter | CommandAdapter
 
 
-def build_runner(config: AdapterConfig, grace_s: float) -> Runner:
-    """`grace_s`: how long an agent process has between TERM and KILL."""
+def build_runner(config: AdapterConfig, host: AgentHost) -> Runner:
+    """`host`: what the worker's machine gives agent processes (grace, cgroups)."""
     if isinstance(config, DemoAdapter):
         return DemoRunner(config)
-    return CommandRunner(config, grace_s)
+    return CommandRunner(config, host)
 
 
-def build_analyzer(config: AdapterConfig, grace_s: float) -> Analyzer:
+def build_analyzer(config: AdapterConfig, host: AgentHost) -> Analyzer:
     if isinstance(config, DemoAdapter):
         return DemoAnalyzer(config)
-    return CommandAnalyzer(config, grace_s)
+    return CommandAnalyzer(config, host)
 
 
-def build_applier(config: AdapterConfig, grace_s: float) -> Applier:
+def build_applier(config: AdapterConfig, host: AgentHost) -> Applier:
     if isinstance(config, DemoAdapter):
         return DemoApplier(config)
-    return CommandApplier(config, grace_s)
+    return CommandApplier(config, host)
 
 
 def build_prober(config: AdapterConfig) -> Prober:

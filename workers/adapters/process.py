@@ -1,11 +1,13 @@
-"""Run one agent process: argv (never a shell), its own process group, a timeout, clean cancellation.
+"""Run one agent process: argv (never a shell), under its keeper, with a timeout and clean cancellation.
 
-The child's stdout and stderr go straight to the log file, opened for appending, so a line reaches
-the log as soon as the child writes it and a straggler holding the file open can never block us.
-Whatever way the process ends (exit, timeout, cancellation), its whole group is signalled
-(TERM, then KILL once the group has had `grace_s` to exit) so nothing it started outlives it.
-Processes it killed but nobody reaped (orphans under an init that does not reap) are zombies:
-they run nothing and are not waited for; run workers under a reaping init (tini, `--init`).
+Every agent runs under its step's keeper (`workers/adapters/reaper.py`), a small process of its
+own session that holds every process the agent starts (a subreaper: even one that leaves with
+`setsid`), sets the step's limits and cgroups, and ends them all when the agent ends, when the
+worker ends the step, or when the worker dies. The child's stdout and stderr go straight to the
+log file, opened for appending, so a line reaches the log as soon as the child writes it and a
+straggler holding the file open can never block us. Whatever way the step ends (exit, timeout,
+cancellation), the keeper's group is signalled: TERM, then KILL once the keeper has had `grace_s`
+plus a margin to end what the agent started.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +28,8 @@ from typing import BinaryIO
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from workers.adapters.reaper import START_FAILED_EXIT, START_FAILED_PREFIX
+
 log = structlog.get_logger()
 
 TAIL_BYTES = 4096
@@ -32,11 +38,36 @@ GROUP_POLL_S = 0.05
 """How often a terminating group is checked for processes still running."""
 PROC_DIR = Path("/proc")
 START_ATTEMPTS = 4
+KEEPER = Path(__file__).with_name("reaper.py")
+KEEPER_MARGIN_S = 2.0
+"""How much longer than `grace_s` the keeper gets to end the agent's processes before it is killed."""
 
 
 def agent_environment() -> dict[str, str]:
     """The worker's environment less tunefleet's own settings (Redis password, API token, ...)."""
     return {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+
+
+@dataclass(frozen=True)
+class AgentHost:
+    """What the worker's machine gives every agent process: the TERM-to-KILL grace and the cgroup
+    folders (from the worker's settings) in which each step gets a group of its own."""
+
+    grace_s: float = 10.0
+    cgroup_dirs: Sequence[Path] = ()
+
+
+@dataclass(frozen=True)
+class Containment:
+    """How the keeper holds a step: its name (cgroups, container), its resource limits (`setrlimit`
+    names: as, nproc, fsize, nofile), the cgroup folders to make a group in and that group's limits
+    (memory_bytes, processes), and a command that removes what the step left (a container)."""
+
+    name: str = "step"
+    rlimits: Mapping[str, int] = field(default_factory=dict)
+    cgroup_dirs: Sequence[Path] = ()
+    cgroup_limits: Mapping[str, int] = field(default_factory=dict)
+    cleanup: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -49,6 +80,19 @@ class ProcessSpec:
     grace_s: float
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    containment: Containment = field(default_factory=Containment)
+
+    def kept_argv(self) -> list[str]:
+        """The argv under the step's keeper."""
+        config = {
+            "grace_s": self.grace_s,
+            "name": self.containment.name,
+            "rlimits": dict(self.containment.rlimits),
+            "cgroup_dirs": [str(p) for p in self.containment.cgroup_dirs],
+            "cgroup_limits": dict(self.containment.cgroup_limits),
+            "cleanup": list(self.containment.cleanup),
+        }
+        return [sys.executable, "-I", "-S", str(KEEPER), json.dumps(config), "--", *self.argv]
 
 
 @dataclass(frozen=True)
@@ -137,7 +181,7 @@ async def _start(spec: ProcessSpec, log_handle: BinaryIO) -> asyncio.subprocess.
     ):
         with attempt:
             return await asyncio.create_subprocess_exec(
-                *spec.argv,
+                *spec.kept_argv(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_handle,
                 stderr=asyncio.subprocess.STDOUT,
@@ -174,19 +218,24 @@ async def run_process(spec: ProcessSpec) -> ProcessResult:
         done, _ = await asyncio.wait({waiter}, timeout=spec.timeout_s)
     except asyncio.CancelledError:
         log.info("agent_process_cancelled", pid=proc.pid, grace_s=spec.grace_s)
-        await _end_group(proc.pid, waiter, spec.grace_s)
+        await _end_group(proc.pid, waiter, spec.grace_s + KEEPER_MARGIN_S)
         raise
     timed_out = not done
     if timed_out:
         log.warning("agent_process_timed_out", pid=proc.pid, timeout_s=spec.timeout_s)
     duration_ms = _elapsed_ms(started)
     # Also after a normal exit: whatever the leader left running in its group goes with it.
-    await _end_group(proc.pid, waiter, spec.grace_s)
+    await _end_group(proc.pid, waiter, spec.grace_s + KEEPER_MARGIN_S)
     exit_code = waiter.result()
+    last_line = _last_line(spec.log_file, start_offset)
     log.info("agent_process_ended", pid=proc.pid, exit_code=exit_code, duration_ms=duration_ms)
+    start_error = None
+    if exit_code == START_FAILED_EXIT and last_line.startswith(START_FAILED_PREFIX):
+        start_error = last_line.removeprefix("tunefleet: ")
     return ProcessResult(
         exit_code=exit_code,
         duration_ms=duration_ms,
         timed_out=timed_out,
-        last_line=_last_line(spec.log_file, start_offset),
+        start_error=start_error,
+        last_line=last_line,
     )

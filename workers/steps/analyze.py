@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import shutil
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from service.files import describe_validation, read_model
 from service.models.case import Case
-from service.models.records import Feedback, Note, Phase, RunRecord
+from service.models.records import Feedback, Note, Phase, RunRecord, new_seal
 from service.system import tree_digest
 from workers.adapters.base import AnalyzeRequest, EarlierTry
 from workers.case import CaseRun
@@ -44,6 +45,24 @@ def read_feedback(path_text: str, raw: bytes | None, case: Case) -> Feedback:
     return feedback
 
 
+def _recorded(cr: CaseRun, path: Path, run: RunRecord) -> Feedback | None:
+    """The feedback the fleet recorded for this very run, if any: one whose seals do not match (an
+    agent's forgery, or the grade of a run since set aside) is ignored and the run graded anew."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        feedback = read_feedback(str(path), raw, cr.case)
+    except FeedbackInvalid:
+        cr.log.warning("feedback_invalid_rerun", file=str(path))
+        return None
+    if feedback.run_seal != run.seal:  # both None: records written before seals existed
+        cr.log.warning("feedback_unsealed_ignored", file=str(path), run_seal=run.seal)
+        return None
+    return feedback
+
+
 def earlier_tries(cr: CaseRun, phase: Phase, attempt: int) -> list[EarlierTry]:
     """What the analyzer is told of the case's earlier tries."""
     earlier: list[EarlierTry] = []
@@ -58,19 +77,19 @@ def earlier_tries(cr: CaseRun, phase: Phase, attempt: int) -> list[EarlierTry]:
 
 
 async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) -> Feedback:
-    """The attempt's feedback, running the analyzer only if no valid feedback is recorded yet."""
+    """The attempt's feedback, running the analyzer only if the fleet recorded none for this run."""
     paths = cr.store.attempt(phase, attempt)
     if run.void is not None:
-        feedback = Feedback(verdict="void", done=False, infra=run.void, summary=run.void)
+        feedback = Feedback(
+            verdict="void", done=False, infra=run.void, summary=run.void, run_seal=run.seal, seal=new_seal()
+        )
         await cr.write(paths.feedback, feedback)
         return feedback
-    existing = paths.feedback.read_bytes() if paths.feedback.exists() else None
-    if existing is not None:
-        try:
-            return read_feedback(str(paths.feedback), existing, cr.case)
-        except FeedbackInvalid:
-            cr.log.warning("feedback_invalid_rerun", file=str(paths.feedback))
-    work = paths.root / cr.work_name("analyze")
+    recorded = _recorded(cr, paths.feedback, run)
+    if recorded is not None:
+        return recorded
+    where = cr.where(phase, attempt, "analyze")
+    work: Path = where["step_dir"]
     run_work = paths.root / run.work
     trusted = cr.tuning.analyzer.trusted
     if trusted:  # in-process code that never edits: the shared snapshot and the run's memory as they are
@@ -86,21 +105,19 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         memory.mkdir(exist_ok=True)
     before = None if trusted else tree_digest(system)
     request = AnalyzeRequest(
-        **cr.where(phase, attempt, work / "analyze.log"),
+        **where,
+        case=cr.case,
         run=run,
-        run_file=paths.run,
         system_dir=system,
         memory_dir=memory,
         workspace_dir=run_work / "workspace",
         earlier=earlier_tries(cr, phase, attempt),
-        brief_file=work / "brief.json",
-        feedback_file=work / "feedback.json",
-        analysis_file=work / "analysis.md",
     )
     cr.at("analyze", phase, attempt)
     await cr.emit("step_started", step="analyze", phase=phase, attempt=attempt)
     began = datetime.now(UTC)
     feedback, report = await _analyze(cr, request)
+    feedback = feedback.model_copy(update={"run_seal": run.seal, "seal": new_seal()})
     if before is not None and tree_digest(system) != before:
         await cr.emit(
             "analysis_edited_system",
@@ -150,7 +167,7 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
             return read_feedback(outcome.source, outcome.feedback, cr.case), outcome.analysis
         except FeedbackInvalid as exc:
             problem = str(exc)
-            if outcome.exit.timed_out:
-                problem += " (the analyzer timed out)"
+            if outcome.exit.error:
+                problem += f" (the analyzer {outcome.exit.error})"
             cr.log.warning("feedback_invalid", problem=problem, exit_code=outcome.exit.exit_code)
     raise CaseFault(f"analysis wrote no usable feedback: {problem}")

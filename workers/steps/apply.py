@@ -1,19 +1,23 @@
 """The apply step: the applier edits the system under the fleet-wide improvements lock.
 
-It works in a private worktree of the current version and commits there; the commit becomes
+It edits a private copy of the current version (a plain folder: no git repository an agent could
+configure); the fleet commits that folder's content on top of the version, and the commit becomes
 current only through the fenced publish. The commit message carries the attempt's trailer, so an
-apply whose worker died after publishing is found again instead of being paid for twice.
+apply whose worker died after publishing is found again instead of being paid for twice. Pushing to
+the user's mirror is the daemon's business (service.mirror): it never holds the lock.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from service.errors import SystemRepoError
 from service.files import describe_validation, read_model
-from service.models.records import ApplyOutput, ApplyRecord, Feedback, Phase
+from service.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
 from workers.errors import CaseFault, LockLost
@@ -32,7 +36,7 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
     paths = cr.store.attempt(phase, attempt)
     while True:
         recorded = read_model(paths.apply, ApplyRecord)
-        if recorded is not None:
+        if recorded is not None and recorded.feedback_seal == feedback.seal:
             return recorded
         cr.at("apply", phase, attempt)
         await cr.emit("apply_waits_for_lock", phase=phase, attempt=attempt)
@@ -78,9 +82,16 @@ async def _apply_holding(
         output = await _output_of(cr, published)
         await cr.emit("apply_recovered", phase=phase, attempt=attempt, detail=published[:12])
         return ApplyRecord(
-            base_version=current, version=published, output=output, fence=hold.token, duration_ms=0
+            base_version=current,
+            version=published,
+            output=output,
+            fence=hold.token,
+            duration_ms=0,
+            feedback_seal=feedback.seal,
+            seal=new_seal(),
         )
-    work = paths.root / cr.work_name("apply")
+    where = cr.where(phase, attempt, "apply")
+    work: Path = where["step_dir"]
     work.mkdir(parents=True, exist_ok=True)
     await cr.emit(
         "step_started",
@@ -90,14 +101,9 @@ async def _apply_holding(
         data={"fence": hold.token, "lock_wait_ms": hold.wait_ms},
     )
     began = time.monotonic()
-    async with cr.tuning.repo.worktree(current, f"{cr.case.id}-{hold.token}") as tree:
-        request = ApplyRequest(
-            **cr.where(phase, attempt, work / "apply.log"),
-            feedback=feedback,
-            feedback_file=paths.feedback,
-            worktree_dir=tree,
-            output_file=work / "output.json",
-        )
+    tree = await cr.tuning.repo.private_copy(current, work / "system")
+    try:
+        request = ApplyRequest(**where, case=cr.case, feedback=feedback, worktree_dir=tree)
         output = _read_output(await cr.tuning.applier.apply(request))
         version = None
         if output.structural is None:
@@ -105,33 +111,30 @@ async def _apply_holding(
                 f"tunefleet: apply {cr.case.id} {phase}/{attempt}\n\n{output.summary}\n\n"
                 f"{tag}\n{OUTPUT_TRAILER}: {output.model_dump_json()}\n"
             )
-            version = await cr.tuning.repo.commit(tree, current, message)
+            try:
+                version = await cr.tuning.repo.commit_folder(tree, current, message)
+            except SystemRepoError as exc:
+                raise CaseFault(f"the apply's edits could not be committed: {exc}") from exc
         if version is not None:
             await hold.publish(version)
             await cr.tuning.repo.update_main(version, base=current)
-            await _mirror(cr, version)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
     duration_ms = int((time.monotonic() - began) * 1000)
     return ApplyRecord(
-        base_version=current, version=version, output=output, fence=hold.token, duration_ms=duration_ms
+        base_version=current,
+        version=version,
+        output=output,
+        fence=hold.token,
+        duration_ms=duration_ms,
+        feedback_seal=feedback.seal,
+        seal=new_seal(),
     )
-
-
-async def _mirror(cr: CaseRun, version: str) -> None:
-    """Push a published version to the user's own remote branch, if configured (best effort: the store's
-    repository stays the source of truth, and the next publish pushes again)."""
-    config = cr.tuning.config
-    if config.remote is None:
-        return
-    try:
-        await cr.tuning.repo.mirror(config.remote, config.remote_branch, version)
-    except SystemRepoError as exc:
-        cr.log.warning("mirror_failed", remote_branch=config.remote_branch, error=str(exc))
-        await cr.emit("mirror_failed", detail=str(exc)[:300])
 
 
 def _read_output(outcome: ApplyOutcome) -> ApplyOutput:
     if outcome.output is None:
-        why = "timed out" if outcome.exit.timed_out else "wrote no output"
+        why = outcome.exit.error or "wrote no output"
         raise CaseFault(f"{outcome.source}: missing (the applier {why})")
     try:
         return ApplyOutput.model_validate_json(outcome.output)

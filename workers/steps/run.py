@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.files import read_model
-from service.models.records import ApplyRecord, Phase, RunOutput, RunRecord
+from service.models.records import ApplyRecord, Phase, RunOutput, RunRecord, new_seal
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
 
@@ -36,15 +36,20 @@ async def wait_until_runnable(cr: CaseRun) -> int:
     return int(waited_s * 1000)
 
 
-async def run_step(cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None) -> RunRecord:
-    """The attempt's run record, running the agent only if none is recorded yet."""
+async def run_step(
+    cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, after: str | None
+) -> RunRecord:
+    """The attempt's run record, running the agent only if the fleet recorded none yet: a record that
+    does not follow `after` (the seal of the record before it) was not written by the fleet."""
     paths = cr.store.attempt(phase, attempt)
-    while True:
-        recorded = read_model(paths.run, RunRecord)
-        if recorded is not None:
-            return recorded
+    recorded = read_model(paths.run, RunRecord)
+    if recorded is not None and recorded.after == after:
+        return recorded
+    if recorded is not None:
+        cr.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
+    while True:  # not read again: only a run that ended writes the record (over anything left there)
         apply_wait_ms = await wait_until_runnable(cr)
-        record = await _run_once(cr, phase, attempt, memory_from, apply_wait_ms)
+        record = await _run_once(cr, phase, attempt, memory_from, apply_wait_ms, after)
         if record is not None:
             await cr.write(paths.run, record)
             await _finished(cr, phase, attempt, record)
@@ -67,11 +72,11 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) 
 
 
 async def _run_once(
-    cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, apply_wait_ms: int
+    cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, apply_wait_ms: int, after: str | None
 ) -> RunRecord | None:
     """One run of the agent; None when the sandbox was down (the breaker is open, nothing recorded)."""
-    paths = cr.store.attempt(phase, attempt)
-    work = paths.root / cr.work_name("run")
+    where = cr.where(phase, attempt, "run")
+    work: Path = where["step_dir"]
     shutil.rmtree(work, ignore_errors=True)
     memory = work / "memory"  # made by the runner if it starts empty (an in-process one may never need it)
     if memory_from is not None and memory_from.is_dir():
@@ -81,14 +86,13 @@ async def _run_once(
     version = await cr.tuning.current_version()
     expected = expected_skills(cr, phase, attempt)
     request = RunRequest(
-        **cr.where(phase, attempt, work / "run.log"),
+        **where,
+        task=cr.case.task(),
         run_index=len(cr.store.voids(phase, attempt)) + 1,
         version=version,
         system_dir=await cr.tuning.repo.snapshot(version),
         memory_dir=memory,
         workspace_dir=work / "workspace",
-        input_file=work / "input.json",
-        output_file=work / "output.json",
         expected_skills=expected,
     )
     cr.at("run", phase, attempt)
@@ -118,6 +122,8 @@ async def _run_once(
         output=output or request_output_missing(outcome.void),
         missed_skills=[s for s in expected if s not in loaded],
         memory_in=memory_from is not None,
+        seal=new_seal(),
+        after=after,
     )
     return record
 

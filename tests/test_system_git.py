@@ -1,0 +1,418 @@
+"""Git failures are errors: the system repository's git calls, `commit_folder`, and the daemon's mirror.
+
+Real git and real subprocesses throughout; a failing, missing or hanging git is a small shell script
+put first on PATH. The mirror tests use a real Redis (the `settings` fixture) and local bare
+repositories as remotes, one of which hangs in its `pre-receive` hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import structlog
+from rich.console import Console
+
+from service.client import TunefleetClient
+from service.daemon import Daemon
+from service.errors import SystemRepoError
+from service.mirror import Mirror
+from service.queries import fleet_status
+from service.render import status_table
+from service.settings import FleetSettings
+from service.system import SystemRepo, git
+
+REAL_GIT = shutil.which("git")
+PROC = Path("/proc")
+
+
+def run(*args: str, cwd: Path | None = None) -> str:
+    """A git command run the plain way, for setting up and checking (not through service.system)."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting to be reaped does not)."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_gone(pid: int, within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def fake_git(folder: Path, body: str) -> Path:
+    """A folder holding an executable `git` shell script with `body` (REAL_GIT names the real one)."""
+    assert REAL_GIT is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "git"
+    script.write_text(f"#!/bin/sh\nREAL_GIT={REAL_GIT}\n{body}\n")
+    script.chmod(0o755)
+    return folder
+
+
+def write_system(source: Path) -> None:
+    """A small system: prose files and an executable script."""
+    (source / "skills").mkdir(parents=True)
+    (source / "AGENTS.md").write_text("Be careful.\n")
+    (source / "skills" / "style.md").write_text("Short sentences.\n")
+    (source / "skills" / "check.sh").write_text("#!/bin/sh\necho ok\n")
+    (source / "skills" / "check.sh").chmod(0o755)
+
+
+async def new_repo(tmp_path: Path) -> tuple[SystemRepo, str]:
+    source = tmp_path / "source"
+    write_system(source)
+    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots", tmp_path / "worktrees")
+    return repo, await repo.init_from(source)
+
+
+def tree_of(repo: SystemRepo, version: str) -> dict[str, str]:
+    """Path -> "<mode> <content>" of every entry of `version`."""
+    tree = {}
+    for line in run(f"--git-dir={repo.repo}", "ls-tree", "-r", version).splitlines():
+        meta, name = line.split("\t", 1)
+        mode, _, blob = meta.split()
+        tree[name] = f"{mode} {run(f'--git-dir={repo.repo}', 'cat-file', 'blob', blob)}"
+    return tree
+
+
+# commit_folder ------------------------------------------------------------------------------------
+
+
+async def test_an_edited_folder_becomes_a_commit_on_base_with_exactly_its_content(tmp_path: Path) -> None:
+    """Edits, additions and deletions in a plain folder become one commit whose parent is the base."""
+    repo, base = await new_repo(tmp_path)
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    (folder / "AGENTS.md").write_text("Be very careful.\n")
+    (folder / "skills" / "new.md").write_text("A new skill.\n")
+    (folder / "skills" / "check.sh").unlink()
+    (folder / "README.md").symlink_to("AGENTS.md")
+    (folder / ".gitignore").write_text("*.md\n")  # the agent's ignore file hides nothing from the commit
+
+    version = await repo.commit_folder(folder, base, "tunefleet: apply c1\n\nTrailer: x\n")
+
+    assert version is not None and version != base
+    assert run(f"--git-dir={repo.repo}", "rev-parse", f"{version}^") == base
+    assert tree_of(repo, version) == {
+        ".gitignore": "100644 *.md",
+        "AGENTS.md": "100644 Be very careful.",
+        "README.md": "120000 AGENTS.md",
+        "skills/new.md": "100644 A new skill.",
+        "skills/style.md": "100644 Short sentences.",
+    }
+    assert await repo.message(version) == "tunefleet: apply c1\n\nTrailer: x"
+    assert await repo.head() == base  # only the publish moves main
+
+
+async def test_an_unchanged_folder_is_no_commit(tmp_path: Path) -> None:
+    """A private copy left as it was (its executable bit included) commits nothing."""
+    repo, base = await new_repo(tmp_path)
+    assert tree_of(repo, base)["skills/check.sh"].startswith("100755 ")
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    assert os.access(folder / "skills" / "check.sh", os.X_OK)
+
+    assert await repo.commit_folder(folder, base, "nothing") is None
+    assert not any(p.name.startswith("tunefleet-index-") for p in folder.parent.iterdir())
+
+
+def plant_repository(folder: Path, marker: Path) -> None:
+    """Make `folder` a git repository whose config runs a command (creating `marker`) on `git status`."""
+    hook = folder.parent / f"fsmonitor-{marker.name}.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    hook.chmod(0o755)
+    run("init", "--quiet", str(folder))
+    run("config", "core.fsmonitor", str(hook), cwd=folder)
+
+
+async def test_a_repository_planted_in_the_folder_is_never_read(tmp_path: Path) -> None:
+    """A `.git` an agent plants in the folder, whose config runs a command, is neither run nor committed."""
+    repo, base = await new_repo(tmp_path)
+    control = await repo.private_copy(base, tmp_path / "control" / "system")
+    plant_repository(control, tmp_path / "control-ran")
+    run("status", "--short", cwd=control)  # git used as usual in the folder runs the planted command
+    assert (tmp_path / "control-ran").exists()
+
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    plant_repository(folder, tmp_path / "planted-ran")
+    (folder / "AGENTS.md").write_text("Edited.\n")
+
+    version = await repo.commit_folder(folder, base, "apply")
+
+    assert version is not None
+    assert not (tmp_path / "planted-ran").exists()
+    assert ".git" not in {name.split("/")[0] for name in tree_of(repo, version)}
+    assert tree_of(repo, version)["AGENTS.md"] == "100644 Edited."
+
+
+async def test_a_nested_repository_is_refused_not_committed_as_a_link(tmp_path: Path) -> None:
+    """A git repository with a commit inside the folder is an error, not a gitlink in the new version."""
+    repo, base = await new_repo(tmp_path)
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    nested = folder / "skills" / "vendored"
+    nested.mkdir()
+    (nested / "x.md").write_text("x\n")
+    run("init", "--quiet", str(nested))
+    run(
+        "-c",
+        "user.name=a",
+        "-c",
+        "user.email=a@b",
+        "commit",
+        "--quiet",
+        "--allow-empty",
+        "-m",
+        "x",
+        cwd=nested,
+    )
+
+    with pytest.raises(SystemRepoError, match="holds a git repository at skills/vendored"):
+        await repo.commit_folder(folder, base, "apply")
+
+
+async def test_a_link_out_of_the_folder_is_refused(tmp_path: Path) -> None:
+    """A symbolic link pointing out of the folder is refused: no snapshot of that version could hold it."""
+    repo, base = await new_repo(tmp_path)
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    (folder / "skills" / "secrets").symlink_to("../../../outside")
+
+    with pytest.raises(SystemRepoError, match=r"symbolic link skills/secrets -> \.\./\.\./\.\./outside"):
+        await repo.commit_folder(folder, base, "apply")
+
+
+# failing, missing and hanging git -----------------------------------------------------------------
+
+FAIL_ON_COMMIT = """for arg in "$@"; do
+  case "$arg" in commit-tree|commit) echo "fatal: simulated failure" >&2; exit 1;; esac
+done
+exec "$REAL_GIT" "$@"
+"""
+
+
+async def test_a_failing_commit_is_an_error_carrying_gits_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When git fails to commit, commit_folder and commit raise with git's stderr, never return None."""
+    repo, base = await new_repo(tmp_path)
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    (folder / "AGENTS.md").write_text("Edited.\n")
+    async with repo.worktree(base, "c1-7") as tree:
+        (tree / "AGENTS.md").write_text("Edited.\n")
+        monkeypatch.setenv("PATH", f"{fake_git(tmp_path / 'bin', FAIL_ON_COMMIT)}:{os.environ['PATH']}")
+
+        with pytest.raises(SystemRepoError, match=r"commit-tree .*exit 1: fatal: simulated failure"):
+            await repo.commit_folder(folder, base, "apply")
+        with pytest.raises(SystemRepoError, match=r"git commit .*exit 1: fatal: simulated failure"):
+            await repo.commit(tree, base, "apply")
+        monkeypatch.undo()
+
+
+async def test_commit_in_a_worktree_still_tells_nothing_from_an_agents_own_commit(tmp_path: Path) -> None:
+    """`commit` returns None for an untouched worktree and wraps a commit the agent made itself."""
+    repo, base = await new_repo(tmp_path)
+    async with repo.worktree(base, "c1-8") as tree:
+        assert await repo.commit(tree, base, "nothing") is None
+        (tree / "AGENTS.md").write_text("Edited.\n")
+        run("-c", "user.name=a", "-c", "user.email=a@b", "commit", "--quiet", "-am", "agent", cwd=tree)
+        version = await repo.commit(tree, base, "tunefleet: apply")
+    assert version is not None
+    assert await repo.message(version) == "tunefleet: apply"
+    assert tree_of(repo, version)["AGENTS.md"] == "100644 Edited."
+
+
+async def test_a_missing_git_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without git on PATH, a repository call raises SystemRepoError saying so (not FileNotFoundError)."""
+    repo, _ = await new_repo(tmp_path)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+
+    with pytest.raises(SystemRepoError, match=r"^git is not installed or not on PATH: cannot run git "):
+        await repo.head()
+
+
+SLEEPS = """sleep 60 &
+echo $! > "$(dirname "$0")/sleep.pid"
+wait
+"""
+
+
+async def test_a_git_past_its_timeout_is_killed_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A git that does not answer within timeout_s is ended, children too, and raises naming the seconds."""
+    bin_dir = fake_git(tmp_path / "bin", SLEEPS)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    repo = SystemRepo(
+        tmp_path / "system.git", tmp_path / "snapshots", tmp_path / "worktrees", git_timeout_s=0.5
+    )
+
+    began = time.monotonic()
+    with pytest.raises(SystemRepoError, match=r"rev-parse .*: no answer within 0\.5 s: killed"):
+        await repo.head()
+
+    assert time.monotonic() - began < 5.0
+    assert wait_gone(int((bin_dir / "sleep.pid").read_text()))
+    with pytest.raises(SystemRepoError, match=r"no answer within 0\.25 s"):
+        await git("version", timeout_s=0.25)
+
+
+async def test_is_ancestor_answers_yes_or_no_and_raises_on_a_bad_object(tmp_path: Path) -> None:
+    """merge-base's exit 1 is "no"; a missing object (exit 128) is an error, not "no"."""
+    repo, base = await new_repo(tmp_path)
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    (folder / "AGENTS.md").write_text("Edited.\n")
+    child = await repo.commit_folder(folder, base, "child")
+    assert child is not None
+
+    assert await repo.is_ancestor(base, child) is True
+    assert await repo.is_ancestor(child, base) is False
+    with pytest.raises(SystemRepoError, match="exit 128"):
+        await repo.is_ancestor("0" * 40, base)
+    with pytest.raises(SystemRepoError, match="exit 128"):
+        await repo.is_ancestor(base, "no-such-version")
+
+
+async def test_update_main_moves_forward_only_and_fails_on_a_bad_version(tmp_path: Path) -> None:
+    """main follows a publish by compare-and-set, ignores a stale caller, and a bad version raises."""
+    repo, base = await new_repo(tmp_path)
+    versions = []
+    for text in ("one", "two"):
+        folder = await repo.private_copy(base, tmp_path / text / "system")
+        (folder / "AGENTS.md").write_text(f"{text}\n")
+        version = await repo.commit_folder(folder, base, text)
+        assert version is not None
+        versions.append(version)
+    first, sibling = versions
+
+    await repo.update_main(first, base=base)
+    assert await repo.head() == first
+    await repo.update_main(sibling, base=base)  # made from base, published after main moved on: no-op
+    assert await repo.head() == first
+    await repo.update_main(base)  # older than main: no-op
+    assert await repo.head() == first
+    with pytest.raises(SystemRepoError):
+        await repo.update_main("0" * 40, base=base)
+    assert await repo.head() == first
+
+
+# the mirror ---------------------------------------------------------------------------------------
+
+HANGING_HOOK = """#!/bin/sh
+echo $$ > "$(dirname "$0")/hook.pid"
+sleep 120
+"""
+
+
+def bare_remote(path: Path, hook: str | None = None) -> Path:
+    run("init", "--quiet", "--bare", str(path))
+    if hook is not None:
+        (path / "hooks" / "pre-receive").write_text(hook)
+        (path / "hooks" / "pre-receive").chmod(0o755)
+    return path
+
+
+def tuning_file(tmp_path: Path, remote: str) -> Path:
+    write_system(tmp_path / "system")
+    (tmp_path / "cases").mkdir()
+    file = tmp_path / "tuning.yaml"
+    file.write_text(f"name: t1\nsystem: system\ncases: cases\nremote: {remote}\nremote_branch: tuned\n")
+    return file
+
+
+@pytest.fixture
+async def client(settings: FleetSettings) -> AsyncIterator[TunefleetClient]:
+    async with TunefleetClient(settings.model_copy(update={"mirror_timeout_s": 1.0})) as c:
+        yield c
+
+
+async def test_a_hung_remote_fails_in_time_is_shown_and_recovers(
+    tmp_path: Path, client: TunefleetClient
+) -> None:
+    """A push that hangs is ended at mirror_timeout_s and recorded as failing (status shows it); once the
+    remote answers again, the next round pushes the current version and clears the error."""
+    remote = bare_remote(tmp_path / "remote.git", HANGING_HOOK)
+    await client.register(tuning_file(tmp_path, str(remote)))
+    version = (await client.redis.get("tf:version:t1")).decode()
+    mirror = Mirror(client.redis, client.store, client.settings)
+
+    began = time.monotonic()
+    with structlog.testing.capture_logs() as logged:
+        states = await mirror.push_all()
+    assert time.monotonic() - began < 5.0
+    assert wait_gone(int((remote / "hooks" / "hook.pid").read_text()))  # the hook went with the push
+    failing = states["t1"]
+    assert failing.error is not None and "no answer within 1 s: killed" in failing.error
+    assert (failing.version, failing.attempts, failing.branch) == (None, 1, "tuned")
+    [event] = [e for e in logged if e["event"] == "mirror_failed"]
+    assert (event["tuning"], event["version"], event["attempts"]) == ("t1", version, 1)
+
+    again = (await mirror.push_all())["t1"]
+    assert (again.attempts, again.failing_since) == (2, failing.failing_since)
+    status = (await fleet_status(client.redis, client.settings.queue)).tunings[0]
+    assert status.mirror == again
+    console = Console(record=True, width=300)
+    console.print(status_table(await client.status()))
+    assert f"mirror t1 → {remote} tuned: failing since" in console.export_text()
+
+    (remote / "hooks" / "pre-receive").unlink()
+    with structlog.testing.capture_logs() as logged:
+        pushed = (await mirror.push_all())["t1"]
+    assert (pushed.version, pushed.error, pushed.failing_since, pushed.attempts) == (version, None, None, 0)
+    assert run(f"--git-dir={remote}", "rev-parse", "refs/heads/tuned") == version
+    assert [e["event"] for e in logged] == ["mirror_pushed"]
+    status = (await fleet_status(client.redis, client.settings.queue)).tunings[0]
+    assert status.mirror is not None and status.mirror.error is None
+    with structlog.testing.capture_logs() as logged:
+        assert (await mirror.push_all())["t1"] == pushed  # already there: no push
+    assert logged == []
+
+
+async def test_a_mirror_error_never_shows_the_remotes_credentials(
+    tmp_path: Path, client: TunefleetClient
+) -> None:
+    """The user and password of a remote URL are masked in the recorded state, its error and the log."""
+    url = "https://someone:s3cret-token@127.0.0.1:1/system.git"
+    await client.register(tuning_file(tmp_path, url))
+    with structlog.testing.capture_logs() as logged:
+        state = (await Mirror(client.redis, client.store, client.settings).push_all())["t1"]
+    assert state.error is not None and state.remote == "https://***@127.0.0.1:1/system.git"
+    stored = await client.redis.hgetall("tf:mirror:t1")  # type: ignore[misc]
+    assert b"s3cret" not in b"".join(stored.values())
+    assert "s3cret" not in repr(logged)
+
+
+async def test_the_daemon_owns_the_mirror_and_cancels_a_hung_push_on_stop(
+    tmp_path: Path, settings: FleetSettings
+) -> None:
+    """The daemon pushes promptly after start, and on stop ends a push under way instead of waiting for it."""
+    remote = bare_remote(tmp_path / "remote.git", HANGING_HOOK)
+    patient = settings.model_copy(update={"mirror_timeout_s": 60.0, "mirror_retry_s": 60.0})
+    async with TunefleetClient(patient) as client:
+        daemon = Daemon(client)
+        await daemon.start([tuning_file(tmp_path, str(remote))])
+        running = asyncio.create_task(daemon.run())
+        pid_file = remote / "hooks" / "hook.pid"
+        async with asyncio.timeout(10):
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                await asyncio.sleep(0.05)
+        began = time.monotonic()
+        daemon.stopping.set()
+        async with asyncio.timeout(10):
+            await running
+    assert time.monotonic() - began < 5.0
+    assert wait_gone(int(pid_file.read_text()))
