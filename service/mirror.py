@@ -22,10 +22,11 @@ from redis.exceptions import RedisError
 
 from service import keys
 from service.errors import SystemRepoError, TunefleetError
+from service.git import mask_credentials
 from service.models.status import MirrorState
 from service.settings import FleetSettings
 from service.store import Store, TuningStore
-from service.system import SystemRepo, mask_credentials
+from service.system import SystemRepo
 
 log = structlog.get_logger()
 
@@ -79,7 +80,7 @@ class Mirror:
         if config.remote is None:
             await self.redis.delete(key)
             return None
-        repo = SystemRepo(tuning.repo, tuning.snapshots, tuning.worktrees, self.settings.git_timeout_s)
+        repo = SystemRepo(tuning.repo, tuning.snapshots, self.settings.git_timeout_s)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.get(keys.version(tuning.name))
             pipe.hgetall(key)

@@ -4,14 +4,14 @@
     tuning.json                  the registered config (absolute paths)
     system.git/                  the system repository (bare); see service.system
     snapshots/<version>/         read-only trees of system versions
-    worktrees/                   an apply's private worktree while it runs
     events.jsonl                 every event of the tuning
     memories/<case>/r<rev>/      memories kept by the memory store
     cases/<case>/r<rev>/
         case.json  result.json  notes.jsonl  failed-<n>.json
         void-baseline.json       voids already counted when the case last ended failed
-        <phase>/<attempt>/       run.json feedback.json analysis.md apply.json, and the
-                                 per-lease work folders run-<token>/ analyze-<token>/ apply-<token>/
+        <phase>/<attempt>/       run.json feedback.json analysis.md apply.json (the fleet's records,
+                                 sealed), and the per-lease step folders run-<token>/
+                                 analyze-<token>/ apply-<token>/ (workers.adapters.folder)
         <phase>/<attempt>.void-<n>/   a void try, set aside
 """
 
@@ -116,7 +116,6 @@ class TuningStore:
         self.config_file = root / "tuning.json"
         self.repo = root / "system.git"
         self.snapshots = root / "snapshots"
-        self.worktrees = root / "worktrees"
         self.events_file = root / "events.jsonl"
         self.memories = root / "memories"
         self.cases_dir = root / "cases"

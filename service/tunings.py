@@ -47,5 +47,5 @@ async def register(store: TuningStore, config: TuningConfig) -> str:
     """Write the tuning's config into the store and import its system (once); the first version."""
     store.root.mkdir(parents=True, exist_ok=True)
     store.write_config(config)
-    repo = SystemRepo(store.repo, store.snapshots, store.worktrees)
+    repo = SystemRepo(store.repo, store.snapshots)
     return await repo.init_from(config.system)

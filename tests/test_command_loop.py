@@ -152,7 +152,7 @@ async def test_a_run_that_misses_the_skills_of_the_last_apply_records_it(
     assert rows["c1"].state == "completed"
     second = read_model(case_root(fleet) / "nomem" / "2" / "run.json", RunRecord)
     assert second is not None and second.missed_skills == ["greeting"]
-    brief = next((case_root(fleet) / "nomem" / "2").glob("analyze-*/brief.json"))
+    brief = next((case_root(fleet) / "nomem" / "2").glob("analyze-*/in/brief.json"))
     assert json.loads(brief.read_text())["missed_skills"] == ["greeting"]
 
 

@@ -61,7 +61,14 @@ async def test_cancelling_a_running_case_stops_its_agent_and_nothing_else(
     runner = {
         "kind": "command",
         "timeout_s": 120,
-        "argv": [sys.executable, "-c", HANG_ONCE.replace("{", "{{").replace("}", "}}"), "{case}"],
+        "argv": [
+            sys.executable,
+            "-c",
+            HANG_ONCE.replace("{", "{{").replace("}", "}}"),
+            str(
+                fleet.settings.store / "tunings/t2/cases/stuck/r1/case.json"
+            ),  # an unsandboxed agent's marker
+        ],
     }
     hang = write_tuning(tmp_path / "hang", [case("stuck")], name="t2", runner=runner)
     await fleet.start_tuning(hang)

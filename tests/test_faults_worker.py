@@ -120,7 +120,7 @@ async def test_sigterm_ends_agents_returns_the_case_and_marks_nothing(fleet: Fle
             sys.executable,
             "-c",
             STUBBORN_ONCE.replace("{", "{{").replace("}", "}}"),
-            "{case}",
+            str(fleet.settings.store / "tunings/t1/cases/c1/r1/case.json"),  # an unsandboxed agent's marker
             "{output}",
         ],
     }

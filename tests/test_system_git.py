@@ -22,11 +22,12 @@ from rich.console import Console
 from service.client import TunefleetClient
 from service.daemon import Daemon
 from service.errors import SystemRepoError
+from service.git import git
 from service.mirror import Mirror
 from service.queries import fleet_status
 from service.render import status_table
 from service.settings import FleetSettings
-from service.system import SystemRepo, git
+from service.system import SystemRepo
 
 REAL_GIT = shutil.which("git")
 PROC = Path("/proc")
@@ -77,7 +78,7 @@ def write_system(source: Path) -> None:
 async def new_repo(tmp_path: Path) -> tuple[SystemRepo, str]:
     source = tmp_path / "source"
     write_system(source)
-    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots", tmp_path / "worktrees")
+    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")
     return repo, await repo.init_from(source)
 
 
@@ -206,32 +207,13 @@ exec "$REAL_GIT" "$@"
 async def test_a_failing_commit_is_an_error_carrying_gits_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """When git fails to commit, commit_folder and commit raise with git's stderr, never return None."""
+    """When git fails to commit, commit_folder raises with git's stderr: an edit is never taken for none."""
     repo, base = await new_repo(tmp_path)
     folder = await repo.private_copy(base, tmp_path / "apply" / "system")
     (folder / "AGENTS.md").write_text("Edited.\n")
-    async with repo.worktree(base, "c1-7") as tree:
-        (tree / "AGENTS.md").write_text("Edited.\n")
-        monkeypatch.setenv("PATH", f"{fake_git(tmp_path / 'bin', FAIL_ON_COMMIT)}:{os.environ['PATH']}")
-
-        with pytest.raises(SystemRepoError, match=r"commit-tree .*exit 1: fatal: simulated failure"):
-            await repo.commit_folder(folder, base, "apply")
-        with pytest.raises(SystemRepoError, match=r"git commit .*exit 1: fatal: simulated failure"):
-            await repo.commit(tree, base, "apply")
-        monkeypatch.undo()
-
-
-async def test_commit_in_a_worktree_still_tells_nothing_from_an_agents_own_commit(tmp_path: Path) -> None:
-    """`commit` returns None for an untouched worktree and wraps a commit the agent made itself."""
-    repo, base = await new_repo(tmp_path)
-    async with repo.worktree(base, "c1-8") as tree:
-        assert await repo.commit(tree, base, "nothing") is None
-        (tree / "AGENTS.md").write_text("Edited.\n")
-        run("-c", "user.name=a", "-c", "user.email=a@b", "commit", "--quiet", "-am", "agent", cwd=tree)
-        version = await repo.commit(tree, base, "tunefleet: apply")
-    assert version is not None
-    assert await repo.message(version) == "tunefleet: apply"
-    assert tree_of(repo, version)["AGENTS.md"] == "100644 Edited."
+    monkeypatch.setenv("PATH", f"{fake_git(tmp_path / 'bin', FAIL_ON_COMMIT)}:{os.environ['PATH']}")
+    with pytest.raises(SystemRepoError, match=r"commit-tree .*exit 1: fatal: simulated failure"):
+        await repo.commit_folder(folder, base, "apply")
 
 
 async def test_a_missing_git_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -257,9 +239,7 @@ async def test_a_git_past_its_timeout_is_killed_with_its_children(
     """A git that does not answer within timeout_s is ended, children too, and raises naming the seconds."""
     bin_dir = fake_git(tmp_path / "bin", SLEEPS)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    repo = SystemRepo(
-        tmp_path / "system.git", tmp_path / "snapshots", tmp_path / "worktrees", git_timeout_s=0.5
-    )
+    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots", git_timeout_s=0.5)
 
     began = time.monotonic()
     with pytest.raises(SystemRepoError, match=r"rev-parse .*: no answer within 0\.5 s: killed"):

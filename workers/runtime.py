@@ -53,7 +53,11 @@ class WorkerRuntime:
         current = self._tunings.get(name)
         if current is None or current.is_stale():
             current = TuningRuntime(
-                self.batch, self.store.tuning(name), self.settings.lock_lease_s, self.host
+                self.batch,
+                self.store.tuning(name),
+                self.settings.lock_lease_s,
+                self.host,
+                self.settings.git_timeout_s,
             )
             self._tunings[name] = current
         return current

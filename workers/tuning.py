@@ -16,12 +16,19 @@ from workers.lock import ImprovementsLock
 class TuningRuntime:
     """One tuning as a worker process sees it; rebuilt when the registered config changes."""
 
-    def __init__(self, batch: RedisBatch, store: TuningStore, lock_lease_s: float, host: AgentHost) -> None:
+    def __init__(
+        self,
+        batch: RedisBatch,
+        store: TuningStore,
+        lock_lease_s: float,
+        host: AgentHost,
+        git_timeout_s: float,
+    ) -> None:
         self.store = store
         self.config: TuningConfig = store.config()
         self.config_mtime_ns = store.config_file.stat().st_mtime_ns
         self.name = self.config.name
-        self.repo = SystemRepo(store.repo, store.snapshots, store.worktrees)
+        self.repo = SystemRepo(store.repo, store.snapshots, git_timeout_s)
         self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
         self.runner: Runner = build_runner(self.config.runner, host)
         self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host)

@@ -38,6 +38,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -183,14 +184,14 @@ def write_2gb(folder: Path) -> list[dict[str, Any]]:
 def act(name: str, args: argparse.Namespace, output: Path) -> list[dict[str, Any]]:
     given = [Path(p) for p in (args.workspace, args.memory, args.system, args.worktree) if p]
     system = Path(args.system or args.worktree) if (args.system or args.worktree) else None
-    acts = {
+    acts: dict[str, Callable[[], list[dict[str, Any]]]] = {
         "forge": lambda: forge([*given, output.parent, Path.home(), Path.cwd()], output),
         "read-other": read_other,
         "read-rubric": lambda: read_rubric(output),
         "write-system": lambda: write_system(system if args.role == "run" else None),
         "setsid": lambda: start_setsid(output),
         "hang": lambda: start_setsid(output),
-        "none": list,
+        "none": lambda: [],
         "fork": fork_many,
         "write-2gb": lambda: write_2gb(Path(args.workspace) if args.workspace else output.parent),
     }

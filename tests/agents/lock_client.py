@@ -66,13 +66,13 @@ async def hold(lock: ImprovementsLock) -> None:
 
 async def edit(redis: Redis, lock: ImprovementsLock, settings: FleetSettings, text: str) -> None:
     tuning = Store(settings.store).tuning(TUNING)
-    repo = SystemRepo(tuning.repo, tuning.snapshots, tuning.worktrees)
+    repo = SystemRepo(tuning.repo, tuning.snapshots)
     try:
         async with lock.held(f"edit-{text}") as held:
             current = (await current_version(redis)) or await repo.head()
-            async with repo.worktree(current, f"edit-{held.token}") as tree:
-                (tree / "rules.md").write_text(f"- rule: {text}\n")
-                version = await repo.commit(tree, current, f"edit {text}")
+            tree = await repo.private_copy(current, tuning.root / "edits" / f"edit-{held.token}")
+            (tree / "rules.md").write_text(f"- rule: {text}\n")
+            version = await repo.commit_folder(tree, current, f"edit {text}")
             print(f"committed {version}", flush=True)
             await read_line()
             assert version is not None
