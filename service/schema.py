@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from service.models.case import Case
+from service.models.case import Case, RunTask
 from service.models.events import Event
 from service.models.jobs import CaseJob
 from service.models.records import ApplyOutput, ApplyRecord, CaseResult, Feedback, Note, RunOutput, RunRecord
@@ -14,6 +14,7 @@ from service.models.tuning import TuningConfig
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "case": Case,
+    "run-task": RunTask,
     "tuning": TuningConfig,
     "run-output": RunOutput,
     "run-record": RunRecord,

@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from service.models.case import DemoKnobs
 from service.models.tuning import (
     PLACEHOLDERS,
+    AgentLimits,
     CommandAdapter,
     DemoAdapter,
     SandboxConfig,
@@ -31,7 +32,14 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 CONFIGURATION = DOCS / "configuration.md"
 ADAPTERS = DOCS / "adapters.md"
 ENV_PREFIX = "TUNEFLEET_"
-TUNING_MODELS: list[type[BaseModel]] = [TuningConfig, DemoAdapter, StepLatency, CommandAdapter, SandboxConfig]
+TUNING_MODELS: list[type[BaseModel]] = [
+    TuningConfig,
+    DemoAdapter,
+    StepLatency,
+    CommandAdapter,
+    SandboxConfig,
+    AgentLimits,
+]
 
 
 def render_default(field: FieldInfo) -> str | None:
