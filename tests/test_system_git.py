@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,14 +26,9 @@ from service.queries import fleet_status
 from service.render import status_table
 from service.settings import FleetSettings
 from service.system import SystemRepo
+from tests.support.git import FAIL_ON_COMMIT, HANGING_HOOK, bare_remote, fake_git, run
 
-REAL_GIT = shutil.which("git")
 PROC = Path("/proc")
-
-
-def run(*args: str, cwd: Path | None = None) -> str:
-    """A git command run the plain way, for setting up and checking (not through service.system)."""
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def alive(pid: int) -> bool:
@@ -54,16 +47,6 @@ def wait_gone(pid: int, within_s: float = 5.0) -> bool:
             return False
         time.sleep(0.02)
     return True
-
-
-def fake_git(folder: Path, body: str) -> Path:
-    """A folder holding an executable `git` shell script with `body` (REAL_GIT names the real one)."""
-    assert REAL_GIT is not None
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "git"
-    script.write_text(f"#!/bin/sh\nREAL_GIT={REAL_GIT}\n{body}\n")
-    script.chmod(0o755)
-    return folder
 
 
 def write_system(source: Path) -> None:
@@ -197,12 +180,6 @@ async def test_a_link_out_of_the_folder_is_refused(tmp_path: Path) -> None:
 
 # failing, missing and hanging git -----------------------------------------------------------------
 
-FAIL_ON_COMMIT = """for arg in "$@"; do
-  case "$arg" in commit-tree|commit) echo "fatal: simulated failure" >&2; exit 1;; esac
-done
-exec "$REAL_GIT" "$@"
-"""
-
 
 async def test_a_failing_commit_is_an_error_carrying_gits_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -291,19 +268,6 @@ async def test_update_main_moves_forward_only_and_fails_on_a_bad_version(tmp_pat
 
 
 # the mirror ---------------------------------------------------------------------------------------
-
-HANGING_HOOK = """#!/bin/sh
-echo $$ > "$(dirname "$0")/hook.pid"
-sleep 120
-"""
-
-
-def bare_remote(path: Path, hook: str | None = None) -> Path:
-    run("init", "--quiet", "--bare", str(path))
-    if hook is not None:
-        (path / "hooks" / "pre-receive").write_text(hook)
-        (path / "hooks" / "pre-receive").chmod(0o755)
-    return path
 
 
 def tuning_file(tmp_path: Path, remote: str) -> Path:

@@ -1,0 +1,45 @@
+"""Git for the tests: plain git commands, fake git binaries that fail on purpose, remotes that hang."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+REAL_GIT = shutil.which("git")
+
+
+def run(*args: str, cwd: Path | None = None) -> str:
+    """A git command run the plain way, for setting up and checking (not through service.system)."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def fake_git(folder: Path, body: str) -> Path:
+    """A folder holding an executable `git` shell script with `body` (REAL_GIT names the real one)."""
+    assert REAL_GIT is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "git"
+    script.write_text(f"#!/bin/sh\nREAL_GIT={REAL_GIT}\n{body}\n")
+    script.chmod(0o755)
+    return folder
+
+
+FAIL_ON_COMMIT = """for arg in "$@"; do
+  case "$arg" in commit-tree|commit) echo "fatal: simulated failure" >&2; exit 1;; esac
+done
+exec "$REAL_GIT" "$@"
+"""
+
+
+HANGING_HOOK = """#!/bin/sh
+echo $$ > "$(dirname "$0")/hook.pid"
+sleep 120
+"""
+
+
+def bare_remote(path: Path, hook: str | None = None) -> Path:
+    run("init", "--quiet", "--bare", str(path))
+    if hook is not None:
+        (path / "hooks" / "pre-receive").write_text(hook)
+        (path / "hooks" / "pre-receive").chmod(0o755)
+    return path
