@@ -4,9 +4,10 @@ the forbidden reads and writes fail, nothing it starts outlives its step, and th
 Each test registers a tuning of two cases, `hostile` and `victim` (whose rubric holds a secret), runs
 `tests/agents/hostile.py` in every role (honest everywhere but in the role under test, and honest on
 the victim), and checks the store, the system repository and the process table afterwards. With
-bubblewrap the agent hunts through the whole store by path; with `sandbox: none` an agent runs as the
-worker's user and can reach all of it (docs/adapters.md), so there only the protections that hold
-without a sandbox are tested: sealed records, the step's keeper and the limits.
+forging agent also hunts the case's attempt folders in the store by path, those of tries to come
+included. With `sandbox: none` an agent runs as the worker's user and can reach the whole store
+(docs/adapters.md), so there only the protections that hold without a sandbox are tested: the loop
+never takes a forged record (sealed records), the step's keeper and the limits.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,7 @@ HONEST_STEPS = [
     ("mem", 1, "analyze", 100),
 ]
 """What each case records with honest agents: the first try fails, one apply, then it passes."""
+STORE_PARENT = "/var/tmp"
 PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 needs_bwrap = needs_tool("bwrap")
 SANDBOXES = [pytest.param("bubblewrap", marks=needs_bwrap), "none"]
@@ -88,8 +92,17 @@ def cgroup(tmp_path: Path) -> Iterator[Path | None]:
 
 
 @pytest.fixture
-def hostile_settings(settings: FleetSettings, cgroup: Path | None) -> FleetSettings:
-    return settings.model_copy(update={"cgroup_dirs": [cgroup] if cgroup else []})
+def store_outside_tmp() -> Iterator[Path]:
+    """The store in a folder outside /tmp (a sandbox's /tmp is its own), so that a sandbox showing the
+    host's root would show the store too."""
+    folder = Path(tempfile.mkdtemp(prefix="tunefleet-hostile-", dir=STORE_PARENT))
+    yield folder / "store"
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def hostile_settings(settings: FleetSettings, cgroup: Path | None, store_outside_tmp: Path) -> FleetSettings:
+    return settings.model_copy(update={"cgroup_dirs": [cgroup] if cgroup else [], "store": store_outside_tmp})
 
 
 @pytest.fixture
@@ -99,22 +112,19 @@ def hostile_fleet(hostile_settings: FleetSettings, tmp_path: Path) -> Iterator[F
     fleet.teardown()
 
 
-def adapter(role: str, act: str, sandbox: str, store: Path, hunt: bool) -> dict[str, Any]:
+def adapter(role: str, act: str, sandbox: str, store: Path) -> dict[str, Any]:
     return {
         "kind": "command",
         "argv": [sys.executable, AGENT, act, role, *ROLE_ARGS[role]],
         "timeout_s": 60,
-        "env": {"HOSTILE_STORE": str(store), **({"HOSTILE_HUNT": "1"} if hunt else {})},
+        "env": {"HOSTILE_STORE": str(store)},
         "sandbox": {"kind": sandbox, "readonly_paths": python_agent_paths(), "limits": LIMITS},
     }
 
 
 async def start(fleet: Fleet, tmp_path: Path, role: str, act: str, sandbox: str) -> None:
     store = fleet.settings.store
-    roles = {
-        ROLE_KEYS[r]: adapter(r, act if r == role else "none", sandbox, store, sandbox != "none")
-        for r in ROLE_ARGS
-    }
+    roles = {ROLE_KEYS[r]: adapter(r, act if r == role else "none", sandbox, store) for r in ROLE_ARGS}
     await fleet.start_tuning(write_tuning(tmp_path / "t", CASES, name="t1", tries=2, **roles))
     fleet.start_worker(concurrency=4)
 
@@ -207,8 +217,8 @@ def assert_system_and_store_untouched(fleet: Fleet, tmp_path: Path, victim_diges
     )
 
 
-def hostile_processes(tmp_path: Path) -> list[int]:
-    """Live processes an agent of this test started (its command line names the test's folder)."""
+def hostile_processes(fleet: Fleet) -> list[int]:
+    """Live processes an agent of this test started (its command line names the test's store)."""
     alive = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -216,7 +226,7 @@ def hostile_processes(tmp_path: Path) -> list[int]:
             state = stat.read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if str(tmp_path) in cmdline and "hostile" in cmdline and state not in ("Z", "X"):
+        if str(fleet.settings.store) in cmdline and "hostile" in cmdline and state not in ("Z", "X"):
             alive.append(int(stat.parent.name))
     return alive
 
@@ -233,7 +243,7 @@ async def run_to_the_end(fleet: Fleet, tmp_path: Path, role: str, act: str, sand
     if sandbox != "none":  # without a sandbox an agent can overwrite records; the loop never takes them
         assert_records_are_the_fleets(fleet)
     assert_system_and_store_untouched(fleet, tmp_path, victim_digest)
-    assert hostile_processes(tmp_path) == []
+    assert hostile_processes(fleet) == []
     assert probes(fleet), "the hostile agent never acted"
 
 
@@ -334,7 +344,7 @@ async def test_an_agent_dies_with_its_worker(hostile_fleet: Fleet, tmp_path: Pat
     """SIGKILL of the worker ends its agents and everything they started, sandboxed or not."""
     await start(hostile_fleet, tmp_path, "run", "hang", sandbox)
     await wait_until(lambda: bool(probes(hostile_fleet)), 30, "the hostile runner started its child")
-    await wait_until(lambda: len(hostile_processes(tmp_path)) >= 2, 10, "the agent and its child")
+    await wait_until(lambda: len(hostile_processes(hostile_fleet)) >= 2, 10, "the agent and its child")
     hostile_fleet.workers[0].send_signal(signal.SIGKILL)
     hostile_fleet.workers[0].wait()
-    await wait_until(lambda: hostile_processes(tmp_path) == [], 15, "the agent's processes gone")
+    await wait_until(lambda: hostile_processes(hostile_fleet) == [], 15, "the agent's processes gone")

@@ -12,7 +12,8 @@ each result {"target": ..., "ok": bool, "detail": ...}.
 
 ACT:
     forge         write a forged feedback.json, run.json and apply.json everywhere it can reach:
-                  every folder it was given, every folder above its output file, the store
+                  every folder it was given, every folder above its output file, and the case's
+                  attempt folders in the store, those of tries still to come included (it makes them)
     read-other    read another case's rubric and feedback (case `victim`)
     read-rubric   read its own case's rubric (the store's case file)
     write-system  write into system.git, into its snapshot of the system (after chmod u+w), and into
@@ -23,7 +24,6 @@ ACT:
     hang          start a child in a new session, then hang: the step stays under way
     none          nothing: an honest agent
 
-With HOSTILE_HUNT=1, `forge` also aims at the case's attempt folders in the store, by path.
 The honest analyzer fails the first try of phase nomem and passes every other, so that each case
 has one apply.
 """
@@ -81,9 +81,9 @@ def _write(path: Path, data: object) -> str:
 def forge(given: list[Path], output: Path) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     folders = [*given, *output.parents]
-    if os.environ.get("HOSTILE_HUNT") == "1":
-        folders += [_case_dir("hostile") / phase / str(n) for phase in ("nomem", "mem") for n in (1, 2)]
+    folders += [_case_dir("hostile") / phase / str(n) for phase in ("nomem", "mem") for n in (1, 2)]
     for folder in dict.fromkeys(folders):
+        _try(results, str(folder), lambda f=folder: f.mkdir(parents=True, exist_ok=True))
         for name, data in (
             ("feedback.json", FORGED_FEEDBACK),
             ("run.json", FORGED_RUN),
