@@ -92,31 +92,18 @@ class Mirror:
             last = None  # another remote or branch: what was pushed before says nothing about it
         if last is not None and last.error is None and last.version == version:
             return last
+        pushing = log.bind(tuning=tuning.name, remote=remote, branch=config.remote_branch, version=version)
         try:
             await repo.mirror(config.remote, config.remote_branch, version, self.settings.mirror_timeout_s)
         except SystemRepoError as exc:
             state = self._failed(remote, config.remote_branch, last, await self._now(), short_error(str(exc)))
-            log.warning(
-                "mirror_failed",
-                tuning=tuning.name,
-                remote=remote,
-                branch=config.remote_branch,
-                version=version,
-                attempts=state.attempts,
-                error=state.error,
-            )
+            pushing.warning("mirror_failed", attempts=state.attempts, error=state.error)
         else:
             now = await self._now()
             state = MirrorState(
                 remote=remote, branch=config.remote_branch, version=version, pushed_at=now, at=now
             )
-            log.info(
-                "mirror_pushed",
-                tuning=tuning.name,
-                remote=remote,
-                branch=config.remote_branch,
-                version=version,
-            )
+            pushing.info("mirror_pushed")
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
             pipe.hset(key, mapping=state.to_hash())

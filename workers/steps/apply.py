@@ -38,6 +38,8 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
         recorded = read_model(paths.apply, ApplyRecord)
         if recorded is not None and recorded.feedback_seal == feedback.seal:
             return recorded
+        if recorded is not None:
+            cr.log.warning("apply_unsealed_ignored", file=str(paths.apply), feedback_seal=feedback.seal)
         cr.at("apply", phase, attempt)
         await cr.emit("apply_waits_for_lock", phase=phase, attempt=attempt)
         try:
