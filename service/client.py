@@ -156,8 +156,9 @@ class TunefleetClient:
         )
         return True
 
-    async def submit_many(self, tuning: str, cases: list[Case]) -> list[bool]:
-        """Submit cases in batches of SUBMIT_BATCH, with the result of `submit` for each. A batch's case
+    async def submit_many(self, tuning: str, cases: list[Case], rerun_failed: bool = True) -> list[bool]:
+        """Submit cases in batches of SUBMIT_BATCH, with the result of `submit` for each (a rev that ended
+        `failed` runs again unless `rerun_failed` is off: a daemon start bounds those). A batch's case
         files are written from SUBMIT_THREADS threads and flushed to disk together (`publish_temps`)
         while the batch before is enqueued; once they are whole and durable under their names, the batch
         is enqueued in one round trip (the checks of arq's enqueue_job, made in one script per case) and
@@ -175,7 +176,7 @@ class TunefleetClient:
                 if k + 1 < len(batches):
                     following = self._write_cases(tuning_store.root, stores[k + 1], batches[k + 1])
                     writing = asyncio.create_task(following)
-                enqueued = await self._enqueue_batch(tuning, stores[k], batch, done)
+                enqueued = await self._enqueue_batch(tuning, stores[k], batch, done, rerun_failed)
                 await self._emit_queued(tuning, batch, done, enqueued)
                 accepted += enqueued
         finally:
@@ -207,14 +208,19 @@ class TunefleetClient:
         return [result for result, _ in begun]
 
     async def _enqueue_batch(
-        self, tuning: str, stores: list[CaseStore], cases: list[Case], done: list[CaseResult | None]
+        self,
+        tuning: str,
+        stores: list[CaseStore],
+        cases: list[Case],
+        done: list[CaseResult | None],
+        rerun_failed: bool = True,
     ) -> list[bool]:
         """Enqueue the cases of a batch whose files are on disk (`failed` ones run again, with their
         case_requeued event); accepted or not."""
         accepted = [False] * len(cases)
         fresh = [i for i, result in enumerate(done) if result is None]
         for i, result in enumerate(done):
-            if result is not None and result.state == "failed":
+            if rerun_failed and result is not None and result.state == "failed":
                 accepted[i] = await self._run_again(tuning, stores[i])
         now_ms = int(time.time() * 1000)
         enqueue = self.redis.register_script(ENQUEUE)
@@ -242,8 +248,9 @@ class TunefleetClient:
         ]
         await self._sink().emit_many("case_queued", tuning, queued)
 
-    async def submit_path(self, tuning: str, path: Path) -> SubmitReport:
-        """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest."""
+    async def submit_path(self, tuning: str, path: Path, rerun_failed: bool = True) -> SubmitReport:
+        """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest
+        (`rerun_failed`: see submit_many)."""
         from service.cases import case_files, load_case  # YAML: only when submitting files
 
         self.tuning_store(tuning)
@@ -254,15 +261,22 @@ class TunefleetClient:
                 cases.append(load_case(file))
             except CaseFileError as exc:
                 report.refused.append(Refusal(file=str(file), error=str(exc)))
-        for case, accepted in zip(cases, await self.submit_many(tuning, cases), strict=True):
+        for case, accepted in zip(cases, await self.submit_many(tuning, cases, rerun_failed), strict=True):
             (report.accepted if accepted else report.duplicates).append(f"{case.id}@{case.rev}")
         return report
 
-    async def requeue_failed(self, tuning: str) -> list[str]:
-        """Give every `failed` case of a tuning another go; the ids requeued."""
-        return [
-            c.case_id for c in self.tuning_store(tuning).latest_revs() if await self._run_again(tuning, c)
-        ]
+    async def requeue_failed(self, tuning: str, max_reruns: int | None = None) -> list[str]:
+        """Give every `failed` case of a tuning another go; the ids requeued. With `max_reruns` (a daemon
+        start), only the cases whose earlier failures (their `failed-<n>.json` archives) are fewer."""
+        requeued = []
+        for case_store in self.tuning_store(tuning).latest_revs():
+            if not case_store.result_file.exists():
+                continue  # unfinished: the daemon's reconciliation enqueues it if need be
+            if max_reruns is not None and len(list(case_store.root.glob("failed-*.json"))) >= max_reruns:
+                continue
+            if await self._run_again(tuning, case_store):
+                requeued.append(case_store.case_id)
+        return requeued
 
     async def cancel(self, tuning: str, case: str | None = None) -> list[str]:
         """Cancel one case or every unfinished case of a tuning; the job ids cancelled.

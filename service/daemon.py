@@ -53,8 +53,11 @@ class Daemon:
         reports = {}
         for file in tuning_files:
             config = await self.client.register(file)
-            reports[config.name] = await self.client.submit_path(config.name, config.cases)
-            again = await self.client.requeue_failed(config.name)
+            # Failed revs are left to requeue_failed, which bounds how often a start runs them again.
+            reports[config.name] = await self.client.submit_path(
+                config.name, config.cases, rerun_failed=False
+            )
+            again = await self.client.requeue_failed(config.name, config.max_failed_reruns)
             log.info(
                 "tuning_started",
                 tuning=config.name,

@@ -114,11 +114,14 @@ async def test_normal_run_writes_valid_output(tmp_path: Path) -> None:
 
 
 async def test_hung_runner_is_killed_at_timeout(tmp_path: Path) -> None:
-    """A runner that hangs is killed at its timeout, its process is gone, and the run is void."""
+    """A runner that hangs is killed at its timeout and its process is gone; the run is not void but
+    a run to grade, which says it timed out and carries the end of its log."""
     request = _run_request(tmp_path)
     config = CommandAdapter(argv=_runner_argv("hang"), timeout_s=1.0)
     outcome = await CommandRunner(config, HOST).run(request)
-    assert outcome.void == "timed out after 1 s" and outcome.output is None
+    assert outcome.void is None and outcome.timed_out
+    assert outcome.output is not None and outcome.output.error == "timed out after 1 s"
+    assert outcome.log_tail is not None and "starting in mode hang" in outcome.log_tail
     [pid] = _pids(_pid_file(request))
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -129,7 +132,7 @@ async def test_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
     request = _run_request(tmp_path)
     config = CommandAdapter(argv=_runner_argv("fork"), timeout_s=1.0)
     outcome = await CommandRunner(config, HOST).run(request)
-    assert outcome.void is not None
+    assert outcome.timed_out
     pids = _pids(_pid_file(request))
     assert len(pids) == 2 and all(_is_gone(pid) for pid in pids)
 
@@ -149,17 +152,35 @@ async def test_memory_kill_is_void(tmp_path: Path, mode: str) -> None:
     outcome = await CommandRunner(CommandAdapter(argv=_runner_argv(mode)), HOST).run(_run_request(tmp_path))
     assert outcome.exit_code in (137, -9)
     assert outcome.void == "killed for memory (exit 137)" and outcome.output is None
+    assert outcome.log_tail is not None and f"starting in mode {mode}" in outcome.log_tail
 
 
-@pytest.mark.parametrize(
-    ("mode", "error"),
-    [("crash", "runner exited 3 without writing output.json"), ("bad-json", "invalid RunOutput")],
-)
-async def test_failed_run_is_still_a_run(tmp_path: Path, mode: str, error: str) -> None:
-    """A runner that fails or writes a broken output file still made a run, whose output carries the error."""
-    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv(mode)), HOST).run(_run_request(tmp_path))
+async def test_a_runner_that_writes_no_output_is_void(tmp_path: Path) -> None:
+    """A runner that exits without writing its output file says nothing about the prose: a void run,
+    whose reason quotes the exit code and the last log line."""
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv("crash")), HOST).run(
+        _run_request(tmp_path)
+    )
+    assert outcome.void == "runner exited 3 without writing output.json: agent: something broke"
+    assert outcome.output is None and outcome.sandbox_down is None and not outcome.timed_out
+
+
+async def test_a_runner_that_cannot_start_is_void(tmp_path: Path) -> None:
+    """Without a sandbox, a runner whose program cannot be started (the keeper's exit 127) is a void
+    run saying why, not a graded one."""
+    missing = str(tmp_path / "no-such-agent")
+    outcome = await CommandRunner(CommandAdapter(argv=[missing, "{input}"]), HOST).run(_run_request(tmp_path))
+    assert outcome.exit_code == 127 and outcome.output is None and outcome.sandbox_down is None
+    assert outcome.void is not None and outcome.void.startswith(f"runner could not start: {missing}: ")
+
+
+async def test_an_invalid_output_file_is_still_a_run(tmp_path: Path) -> None:
+    """A runner that writes a broken output file made a run, graded, whose output names the problem."""
+    outcome = await CommandRunner(CommandAdapter(argv=_runner_argv("bad-json")), HOST).run(
+        _run_request(tmp_path)
+    )
     assert outcome.void is None and outcome.sandbox_down is None
-    assert outcome.output is not None and error in (outcome.output.error or "")
+    assert outcome.output is not None and "invalid RunOutput" in (outcome.output.error or "")
 
 
 @pytest.mark.parametrize(("mode", "grace_s"), [("hang", 30.0), ("stubborn", 0.5)])

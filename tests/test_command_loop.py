@@ -62,18 +62,37 @@ async def test_command_agents_run_a_case_to_completion(fleet: Fleet, tmp_path: P
     assert (case_root(fleet) / "nomem" / "1" / "analysis.md").read_text().startswith("# Analysis")
 
 
-async def test_a_hung_runner_is_killed_at_its_timeout_and_the_run_is_void(
+VOID_IF_TIMED_OUT = """
+import json, sys
+run = json.load(open(sys.argv[1]))
+fb = {"verdict": "void", "done": False, "infra": "the runner hung: " + run["output"]["error"]}
+if not run["timed_out"]:
+    fb = {"verdict": "pass", "done": True, "rubric": {"r1": 1.0}}
+json.dump(fb, open(sys.argv[2], "w"))
+"""
+
+
+async def test_a_hung_runner_is_killed_at_its_timeout_and_graded_and_the_analyzer_may_call_it_void(
     fleet: Fleet, tmp_path: Path
 ) -> None:
-    """A runner that never exits is killed at its timeout: a void run; three make the case failed."""
-    await start_one_case(fleet, tmp_path, runner=agent("hang", "run", timeout_s=0.5))
+    """A runner that never exits is killed at its timeout and its run graded; an analyzer that calls a
+    timed-out run void (infrastructure) has it set aside, and three such voids make the case failed."""
+    await start_one_case(
+        fleet,
+        tmp_path,
+        runner=agent("hang", "run", timeout_s=0.5),
+        analyzer=inline(VOID_IF_TIMED_OUT, "{run}", "{feedback}"),
+    )
     rows = await fleet.wait_finished(1)
-    assert rows["c1"].state == "failed" and "timed out after 0.5 s" in (rows["c1"].reason or "")
+    assert rows["c1"].state == "failed"
+    assert rows["c1"].reason == "3 void runs in a row, the last: the runner hung: timed out after 0.5 s"
     assert sorted(p.name for p in (case_root(fleet) / "nomem").iterdir()) == [
         "1.void-1",
         "1.void-2",
         "1.void-3",
     ]
+    run = read_model(case_root(fleet) / "nomem" / "1.void-3" / "run.json", RunRecord)
+    assert run is not None and run.timed_out and run.void is None
 
 
 async def test_the_sandbox_exit_code_opens_the_breaker_and_marks_nothing(

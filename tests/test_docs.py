@@ -21,6 +21,8 @@ from service.models.tuning import (
     AgentLimits,
     CommandAdapter,
     DemoAdapter,
+    LlmAdapter,
+    ModelPrice,
     SandboxConfig,
     StepLatency,
     TuningConfig,
@@ -39,6 +41,8 @@ TUNING_MODELS: list[type[BaseModel]] = [
     CommandAdapter,
     SandboxConfig,
     AgentLimits,
+    LlmAdapter,
+    ModelPrice,
 ]
 
 

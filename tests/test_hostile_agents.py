@@ -245,6 +245,8 @@ async def run_to_the_end(fleet: Fleet, tmp_path: Path, role: str, act: str, sand
     assert_system_and_store_untouched(fleet, tmp_path, victim_digest)
     assert hostile_processes(fleet) == []
     assert probes(fleet), "the hostile agent never acted"
+    given = list((tuning_dir(fleet) / "cases").rglob("in/*.json"))
+    assert given and not [p for p in given if "seal" in p.read_text()], "an agent was given a seal"
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)

@@ -24,6 +24,10 @@ Verdict = Literal["pass", "fail", "void"]
 StepName = Literal["run", "analyze", "apply"]
 
 
+SEAL_FIELDS = frozenset({"seal", "after", "run_seal", "feedback_seal"})
+"""The fleet-only fields of the records: never in what an agent is given (`model_dump(exclude=...)`)."""
+
+
 def new_seal() -> str:
     """A seal for a record the fleet writes: random, so no agent can know it in advance."""
     return uuid.uuid4().hex
@@ -73,6 +77,14 @@ class RunRecord(BaseModel):
     duration_ms: int = Field(ge=0)
     exit_code: int
     void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
+    timed_out: bool = Field(
+        default=False, description="The runner was ended at its timeout: a run all the same, graded."
+    )
+    log_tail: str | None = Field(
+        default=None,
+        description="The last lines of the runner's log (at most 4 KiB) when it did not end by itself "
+        "with exit 0: timed out, killed, or without output.",
+    )
     output: RunOutput = Field(default_factory=RunOutput)
     missed_skills: list[str] = Field(default_factory=list)
     memory_in: bool = Field(default=False, description="The run started from a copy of a memory.")
@@ -150,6 +162,14 @@ class ApplyRecord(BaseModel):
     seal: str | None = Field(default=None, description="Drawn by the fleet when it wrote this record.")
 
 
+class SandboxTrips(BaseModel):
+    """`sandbox-trips.json`: how often a case's runner reported its sandbox down with nothing to probe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trips: int = Field(default=0, ge=0)
+
+
 class CaseResult(BaseModel):
     """`result.json`: how a case ended."""
 
@@ -166,12 +186,13 @@ class CaseResult(BaseModel):
 
 
 class Note(BaseModel):
-    """A line of a case's `notes.jsonl`: a grading or a difficulty worth keeping with the case."""
+    """A line of a case's `notes.jsonl`: a grading, a difficulty, or something the fleet dropped from
+    an agent's answer (unknown rubric ids), worth keeping with the case."""
 
     model_config = ConfigDict(extra="forbid")
 
     at: datetime
-    kind: Literal["graded", "difficult", "failed"]
+    kind: Literal["graded", "difficult", "failed", "dropped"]
     rev: int
     phase: Phase | None = None
     attempt: int | None = None

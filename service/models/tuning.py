@@ -139,7 +139,59 @@ class CommandAdapter(BaseModel):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
 
-Adapter = Annotated[DemoAdapter | CommandAdapter, Field(discriminator="kind")]
+ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class ModelPrice(BaseModel):
+    """What one model costs, in US dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_usd_per_1m: float = Field(ge=0, description="USD per 1M input (prompt) tokens.")
+    output_usd_per_1m: float = Field(ge=0, description="USD per 1M output (completion) tokens.")
+
+
+class LlmAdapter(BaseModel):
+    """A meta agent (analyzer or applier) answered by a model over the OpenAI-compatible Chat
+    Completions API, in the worker's own process (see docs/adapters.md, "The LLM meta agent").
+
+    The API key is read, when a step runs, from the environment variable named by `api_key_env`: the
+    key itself is never part of the tuning, the store or a log.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["llm"] = "llm"
+    base_url: str = Field(default="https://api.openai.com/v1", min_length=1)
+    model: str = Field(min_length=1)
+    api_key_env: str | None = Field(
+        default="OPENAI_API_KEY",
+        pattern=ENV_NAME_RE,
+        description="The name of the variable holding the key; None for a server that needs none.",
+    )
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    timeout_s: float = Field(default=300.0, gt=0, description="One HTTP call, not the whole step.")
+    max_retries: int = Field(default=4, ge=0, le=20, description="Calls tried again after the first.")
+    retry_wait_min_s: float = Field(default=1.0, ge=0, description="The first backoff (doubled after).")
+    retry_wait_max_s: float = Field(default=60.0, ge=0, description="Caps every wait, Retry-After too.")
+    prices: dict[str, ModelPrice] = Field(default_factory=dict, description="Model name -> its price.")
+    prompts: dict[Literal["analyze", "apply"], Path] = Field(
+        default_factory=dict, description="Absolute paths of the tuning's own prompt templates."
+    )
+    concurrency: int | None = Field(
+        default=None, ge=1, description="Calls at once across the fleet (not enforced yet)."
+    )
+
+    @model_validator(mode="after")
+    def _absolute_prompts(self) -> LlmAdapter:
+        for step, path in self.prompts.items():
+            if not path.is_absolute():
+                raise ValueError(f"prompts.{step}: {path} must be an absolute path")
+        return self
+
+
+Adapter = Annotated[DemoAdapter | CommandAdapter | LlmAdapter, Field(discriminator="kind")]
 
 
 class TuningConfig(BaseModel):
@@ -153,11 +205,32 @@ class TuningConfig(BaseModel):
     tries: int = Field(default=3, ge=1, le=100)
     mem_tries: int = Field(default=2, ge=1, le=100)
     max_voids: int = Field(default=3, ge=1, description="Void runs in a row before the case ends failed.")
+    max_sandbox_trips: int = Field(
+        default=5,
+        ge=0,
+        description="Sandbox-down reports of one case's runner, with no sandbox to probe, after which "
+        "the case ends failed.",
+    )
+    max_failed_reruns: int = Field(
+        default=1,
+        ge=0,
+        description="How often daemon starts run a failed case again (counted by its archived failures); "
+        "`tunefleet submit` always does.",
+    )
     runner: Adapter = Field(default_factory=DemoAdapter)
     analyzer: Adapter = Field(default_factory=DemoAdapter)
     applier: Adapter = Field(default_factory=DemoAdapter)
     remote: str | None = Field(default=None, description="A git remote to mirror published versions to.")
     remote_branch: str = "tunefleet"
+
+    @model_validator(mode="after")
+    def _no_llm_runner(self) -> TuningConfig:
+        if isinstance(self.runner, LlmAdapter):
+            raise ValueError(
+                "runner: kind llm is for the analyzer and the applier only; "
+                "the runner is kind command or demo"
+            )
+        return self
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> TuningConfig:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.models.case import Case, DemoKnobs, RunTask
-from service.models.records import Feedback, Phase, RunOutput, RunRecord
+from service.models.records import SEAL_FIELDS, Feedback, Phase, RunOutput, RunRecord
 
 
 class StepRequest(BaseModel):
@@ -87,7 +87,7 @@ class AnalyzeRequest(StepRequest):
             "case": self.case.model_dump(mode="json"),
             "phase": self.phase,
             "attempt": self.attempt,
-            "run": self.run.model_dump(mode="json"),
+            "run": self.run.model_dump(mode="json", exclude=set(SEAL_FIELDS)),
             "missed_skills": self.run.missed_skills,
             "earlier": [e.model_dump() for e in self.earlier],
         }
@@ -113,6 +113,10 @@ class RunOutcome(BaseModel):
     output: RunOutput | None = Field(default=None, description="None when the run was void or never ran.")
     void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
     sandbox_down: str | None = Field(default=None, description="The sandbox was unavailable: not a run.")
+    timed_out: bool = Field(default=False, description="Ended at its timeout: still a run, graded.")
+    log_tail: str | None = Field(
+        default=None, description="The end of the runner's log, when it did not end by itself with exit 0."
+    )
 
 
 class StepExit(BaseModel):

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from service.errors import ConfigError
 from service.files import write_atomic
-from service.models.records import RunOutput
+from service.models.records import SEAL_FIELDS, RunOutput
 from service.models.tuning import PLACEHOLDERS, CommandAdapter
 from workers.adapters.base import (
     AnalyzeOutcome,
@@ -114,25 +114,34 @@ def _written(path: Path) -> bytes | None:
         return None
 
 
-def _read_run_output(path: Path, result: ProcessResult) -> RunOutput:
-    """The runner's output file; a missing or invalid one becomes a RunOutput with an error."""
-    code = result.exit_code
-    detail = f": {result.last_line}" if code != 0 and result.last_line else ""
+def _invalid_output(path: Path, exc: ValidationError) -> str:
+    fields = [(".".join(str(part) for part in err["loc"]) or "(root)", err["msg"]) for err in exc.errors()]
+    problems = "; ".join(f"field {name!r}: {msg}" for name, msg in fields)
+    return f"{path}: invalid RunOutput: {problems}"
+
+
+def _parse_run_output(path: Path) -> RunOutput | None:
+    """The runner's output file, None if it wrote none; an unreadable or invalid one becomes a RunOutput
+    with an error naming the file and the fields."""
     try:
-        output = RunOutput.model_validate_json(path.read_bytes())
+        return RunOutput.model_validate_json(path.read_bytes())
     except FileNotFoundError:
-        return RunOutput(error=f"runner exited {code} without writing {path.name}{detail}")
+        return None
     except OSError as exc:
         return RunOutput(error=f"{path}: cannot read: {exc.strerror or exc}")
     except ValidationError as exc:
-        fields = [
-            (".".join(str(part) for part in err["loc"]) or "(root)", err["msg"]) for err in exc.errors()
-        ]
-        problems = "; ".join(f"field {name!r}: {msg}" for name, msg in fields)
-        return RunOutput(error=f"{path}: invalid RunOutput: {problems}")
-    if code != 0 and output.error is None:
-        output = output.model_copy(update={"error": f"runner exited {code}{detail}"})
-    return output
+        return RunOutput(error=_invalid_output(path, exc))
+
+
+def _read_run_output(path: Path, result: ProcessResult) -> RunOutput | None:
+    """The output of a runner that exited: as `_parse_run_output`, a non-zero exit added as its error
+    (the last log line quoted) unless the output has one."""
+    output = _parse_run_output(path)
+    code = result.exit_code
+    if output is None or code == 0 or output.error is not None:
+        return output
+    detail = f": {result.last_line}" if result.last_line else ""
+    return output.model_copy(update={"error": f"runner exited {code}{detail}"})
 
 
 class _CommandStep:
@@ -216,24 +225,56 @@ class CommandRunner(_CommandStep):
         return self._outcome(await run_process(spec), output_file)
 
     def _outcome(self, result: ProcessResult, output_file: Path) -> RunOutcome:
-        code, duration_ms = result.exit_code, result.duration_ms
+        """What the run was: the sandbox down (no run), void (infrastructure: it says nothing about the
+        prose), or a run to grade, a timed-out one included (docs/adapters.md, the exit-code table)."""
+        code = result.exit_code
         down = self._sandbox_down(result)
-        if down is not None:
-            return RunOutcome(exit_code=code, duration_ms=duration_ms, sandbox_down=down)
-        if result.timed_out:
-            return RunOutcome(
-                exit_code=code, duration_ms=duration_ms, void=f"timed out after {self._config.timeout_s:g} s"
-            )
-        if code == self._config.sandbox_exit_code:
+        if down is None and not result.timed_out and code == self._config.sandbox_exit_code:
             down = f"runner exited {code}: {result.last_line}"
-            return RunOutcome(exit_code=code, duration_ms=duration_ms, sandbox_down=down)
+        if down is not None:
+            return RunOutcome(exit_code=code, duration_ms=result.duration_ms, sandbox_down=down)
+        if result.timed_out:
+            return _ended(result, timed_out=True, output=self._timed_out_output(output_file))
         if code in MEMORY_KILL_EXITS:
-            return RunOutcome(exit_code=code, duration_ms=duration_ms, void="killed for memory (exit 137)")
+            return _ended(result, void="killed for memory (exit 137)")
         if result.start_error:
-            output = RunOutput(error=result.start_error)
-        else:
-            output = _read_run_output(output_file, result)
-        return RunOutcome(exit_code=code, duration_ms=duration_ms, output=output)
+            return _ended(result, void=f"runner could not start: {_start_why(result.start_error)}")
+        output = _read_run_output(output_file, result)
+        if output is None:
+            detail = f": {result.last_line}" if result.last_line else ""
+            return _ended(result, void=f"runner exited {code} without writing {output_file.name}{detail}")
+        return _ended(result, output=output, tail=code != 0 or output.error is not None)
+
+    def _timed_out_output(self, output_file: Path) -> RunOutput:
+        """A timed-out run's output: what it wrote, if anything, with the timeout as its error."""
+        timed_out = f"timed out after {self._config.timeout_s:g} s"
+        output = _parse_run_output(output_file) or RunOutput()
+        error = f"{timed_out}; {output.error}" if output.error else timed_out
+        return output.model_copy(update={"error": error})
+
+
+def _ended(
+    result: ProcessResult,
+    *,
+    output: RunOutput | None = None,
+    void: str | None = None,
+    timed_out: bool = False,
+    tail: bool = True,
+) -> RunOutcome:
+    """A run's outcome, with the end of its log unless it ended cleanly (`tail` False)."""
+    return RunOutcome(
+        exit_code=result.exit_code,
+        duration_ms=result.duration_ms,
+        output=output,
+        void=void,
+        timed_out=timed_out,
+        log_tail=(result.tail or None) if tail else None,
+    )
+
+
+def _start_why(start_error: str) -> str:
+    """`cannot start ARGV0: WHY` (the keeper's words) as `ARGV0: WHY`."""
+    return start_error.removeprefix("cannot start ")
 
 
 class CommandAnalyzer(_CommandStep):
@@ -249,7 +290,10 @@ class CommandAnalyzer(_CommandStep):
         folder.prepare()
         inputs = {
             "case": (folder.inputs / "case.json", request.case.model_dump_json(indent=2)),
-            "run": (folder.inputs / "run.json", request.run.model_dump_json(indent=2)),
+            "run": (
+                folder.inputs / "run.json",
+                request.run.model_dump_json(indent=2, exclude=set(SEAL_FIELDS)),
+            ),
             "brief": (folder.inputs / "brief.json", json.dumps(request.brief(), indent=2)),
         }
         for path, text in inputs.values():
@@ -291,7 +335,8 @@ class CommandApplier(_CommandStep):
         folder = StepFolder(request.step_dir)
         folder.prepare()
         feedback_file = folder.inputs / "feedback.json"
-        write_atomic(feedback_file, request.feedback.model_dump_json(indent=2).encode(), durable=False)
+        given = request.feedback.model_dump_json(indent=2, exclude=set(SEAL_FIELDS))
+        write_atomic(feedback_file, given.encode(), durable=False)
         output_file = folder.outputs / "output.json"
         values = {
             "feedback": str(feedback_file),

@@ -33,7 +33,9 @@ from workers.adapters.reaper import START_FAILED_EXIT, START_FAILED_PREFIX
 log = structlog.get_logger()
 
 TAIL_BYTES = 4096
-"""How much of the end of the log is read to find the process's last line."""
+"""How much of the end of the log is read: for the process's last line, and its tail."""
+TAIL_LINES = 40
+"""At most this many lines of the log's end are kept as its tail."""
 GROUP_POLL_S = 0.05
 """How often a terminating group is checked for processes still running."""
 PROC_DIR = Path("/proc")
@@ -104,6 +106,8 @@ class ProcessResult:
     timed_out: bool = False
     start_error: str | None = None
     last_line: str = ""
+    tail: str = ""
+    """The last lines the process wrote to the log (at most TAIL_BYTES and TAIL_LINES)."""
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -146,17 +150,26 @@ async def _end_group(pgid: int, waiter: asyncio.Future[int], grace_s: float) -> 
     await asyncio.wait({waiter})
 
 
-def _last_line(log_file: Path, start_offset: int) -> str:
-    """The last non-empty line the process wrote to the log (bytes before `start_offset` are not its)."""
+def _log_tail(log_file: Path, start_offset: int) -> list[str]:
+    """The last whole lines the process wrote to the log (bytes before `start_offset` are not its), at
+    most TAIL_BYTES and TAIL_LINES of them."""
     try:
         with log_file.open("rb") as handle:
             size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(start_offset, size - TAIL_BYTES))
+            begin = max(start_offset, size - TAIL_BYTES)
+            handle.seek(begin)
             tail = handle.read()
     except OSError:
-        return ""
-    lines = [line.strip() for line in tail.decode("utf-8", errors="replace").splitlines()]
-    return next((line for line in reversed(lines) if line), "")
+        return []
+    lines = tail.decode("utf-8", errors="replace").splitlines()
+    if begin > start_offset and len(lines) > 1:
+        lines = lines[1:]  # the first begins inside a line
+    return lines[-TAIL_LINES:]
+
+
+def _last_line(lines: list[str]) -> str:
+    """The last non-empty line of a log's tail."""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def _elapsed_ms(started: float) -> int:
@@ -204,7 +217,13 @@ async def run_process(spec: ProcessSpec) -> ProcessResult:
             error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
             log_handle.write(f"tunefleet: {error}\n".encode())
             log.warning("agent_process_start_failed", argv0=spec.argv[0], error=error)
-            return ProcessResult(exit_code=127, duration_ms=_elapsed_ms(started), start_error=error)
+            return ProcessResult(
+                exit_code=127,
+                duration_ms=_elapsed_ms(started),
+                start_error=error,
+                last_line=f"tunefleet: {error}",
+                tail=f"tunefleet: {error}",
+            )
     log.info(
         "agent_process_started",
         pid=proc.pid,
@@ -227,7 +246,8 @@ async def run_process(spec: ProcessSpec) -> ProcessResult:
     # Also after a normal exit: whatever the leader left running in its group goes with it.
     await _end_group(proc.pid, waiter, spec.grace_s + KEEPER_MARGIN_S)
     exit_code = waiter.result()
-    last_line = _last_line(spec.log_file, start_offset)
+    tail = _log_tail(spec.log_file, start_offset)
+    last_line = _last_line(tail)
     log.info("agent_process_ended", pid=proc.pid, exit_code=exit_code, duration_ms=duration_ms)
     start_error = None
     if exit_code == START_FAILED_EXIT and last_line.startswith(START_FAILED_PREFIX):
@@ -238,4 +258,5 @@ async def run_process(spec: ProcessSpec) -> ProcessResult:
         timed_out=timed_out,
         start_error=start_error,
         last_line=last_line,
+        tail="\n".join(tail),
     )

@@ -1,9 +1,10 @@
 """The analyze step: the meta agent grades a run against the case's rubric.
 
 The analyzer works on a private copy of the run's system version; if it edits that copy the edit
-is reported as an event and discarded. Its feedback is validated (schema and rubric ids); an
-analyzer that writes invalid feedback gets one more chance, then the case ends failed naming
-the file and the field.
+is reported as an event and discarded. Its feedback is validated against the schema, and scores
+of rubric ids the case lacks are dropped with a note. An analyzer that exits 0 with unusable
+feedback gets one more chance; one that timed out or failed does not: the case ends failed naming
+the file, the field and how the analyzer ended.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from service.files import describe_validation, read_model
 from service.models.case import Case
 from service.models.records import Feedback, Note, Phase, RunRecord, new_seal
 from service.system import tree_digest
-from workers.adapters.base import AnalyzeRequest, EarlierTry
+from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
 from workers.errors import CaseFault
 
@@ -26,23 +27,23 @@ ANALYZER_ROUNDS = 2
 
 
 class FeedbackInvalid(Exception):
-    """Feedback that does not follow the schema or names rubric items the case lacks."""
+    """Feedback that is missing or does not follow the schema."""
 
 
-def read_feedback(path_text: str, raw: bytes | None, case: Case) -> Feedback:
+def read_feedback(path_text: str, raw: bytes | None, case: Case) -> tuple[Feedback, list[str]]:
+    """The valid feedback, scoring only the case's rubric ids, and the unknown ids dropped from it."""
     if raw is None:
-        raise FeedbackInvalid(f"{path_text}: missing (the analyzer wrote no feedback)")
+        raise FeedbackInvalid(f"{path_text}: missing")
     try:
         feedback = Feedback.model_validate_json(raw)
     except ValidationError as exc:
         raise FeedbackInvalid(f"{path_text}: {describe_validation(exc)}") from exc
-    unknown = sorted(set(feedback.rubric) - set(case.rubric_ids))
-    if unknown:
-        raise FeedbackInvalid(
-            f"{path_text}: field 'rubric.{unknown[0]}': not a rubric id of case {case.id} "
-            f"(expected one of {', '.join(case.rubric_ids)})"
-        )
-    return feedback
+    known = set(case.rubric_ids)
+    dropped = sorted(set(feedback.rubric) - known)
+    if dropped:
+        kept = {item: score for item, score in feedback.rubric.items() if item in known}
+        feedback = feedback.model_copy(update={"rubric": kept})
+    return feedback, dropped
 
 
 def _recorded(cr: CaseRun, path: Path, run: RunRecord) -> Feedback | None:
@@ -53,7 +54,7 @@ def _recorded(cr: CaseRun, path: Path, run: RunRecord) -> Feedback | None:
     except FileNotFoundError:
         return None
     try:
-        feedback = read_feedback(str(path), raw, cr.case)
+        feedback, _ = read_feedback(str(path), raw, cr.case)
     except FeedbackInvalid:
         cr.log.warning("feedback_invalid_rerun", file=str(path))
         return None
@@ -116,7 +117,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     cr.at("analyze", phase, attempt)
     await cr.emit("step_started", step="analyze", phase=phase, attempt=attempt)
     began = datetime.now(UTC)
-    feedback, report = await _analyze(cr, request)
+    feedback, report, dropped, source = await _analyze(cr, request)
     feedback = feedback.model_copy(update={"run_seal": run.seal, "seal": new_seal()})
     if before is not None and tree_digest(system) != before:
         await cr.emit(
@@ -129,6 +130,8 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         shutil.rmtree(system, ignore_errors=True)
     # analysis.md is for people; feedback.json is the record (flushed to disk), under the same fence
     await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
+    if dropped:
+        await _note_dropped(cr, phase, attempt, source, dropped)
     cr.store.add_note(
         Note(
             at=datetime.now(UTC),
@@ -158,16 +161,46 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     return feedback
 
 
-async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, bytes | None]:
-    """Valid feedback and the report, from at most ANALYZER_ROUNDS runs of the analyzer."""
+async def _note_dropped(cr: CaseRun, phase: Phase, attempt: int, source: str, dropped: list[str]) -> None:
+    """Scores of rubric ids the case lacks were left out of the feedback: keep a note and log it."""
+    cr.log.warning("feedback_rubric_dropped", ids=dropped, file=source, phase=phase, attempt=attempt)
+    cr.store.add_note(
+        Note(
+            at=datetime.now(UTC),
+            kind="dropped",
+            rev=cr.case.rev,
+            phase=phase,
+            attempt=attempt,
+            worker=cr.worker,
+            text=f"{source}: field 'rubric': dropped scores of ids not in the case's rubric: "
+            f"{', '.join(dropped)} (expected one of {', '.join(cr.case.rubric_ids)})",
+        )
+    )
+
+
+def _how_it_ended(ended: StepExit) -> str:
+    """How an analyzer's process ended, for a reason: `timed out after 600 s`, `exited 3: <last line>`,
+    `could not start: <program>: <why>`, `exited 0`."""
+    if ended.sandbox_down is not None:
+        return f"could not run in its sandbox: {ended.sandbox_down}"
+    if ended.error is not None and ended.error.startswith("cannot start "):
+        return f"could not start: {ended.error.removeprefix('cannot start ')}"
+    return ended.error or f"exited {ended.exit_code}"
+
+
+async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, bytes | None, list[str], str]:
+    """Valid feedback, the report, the rubric ids dropped and the feedback's file, from at most
+    ANALYZER_ROUNDS runs of the analyzer: only one that exited 0 with unusable feedback is asked again."""
     problem = ""
     for _ in range(ANALYZER_ROUNDS):
         outcome = await cr.tuning.analyzer.analyze(request)
         try:
-            return read_feedback(outcome.source, outcome.feedback, cr.case), outcome.analysis
+            feedback, dropped = read_feedback(outcome.source, outcome.feedback, cr.case)
         except FeedbackInvalid as exc:
-            problem = str(exc)
-            if outcome.exit.error:
-                problem += f" (the analyzer {outcome.exit.error})"
+            problem = f"{exc} (the analyzer {_how_it_ended(outcome.exit)})"
             cr.log.warning("feedback_invalid", problem=problem, exit_code=outcome.exit.exit_code)
+            if outcome.exit.error is not None or outcome.exit.exit_code != 0:
+                break  # timed out, failed or could not start: asking again would only repeat it
+            continue
+        return feedback, outcome.analysis, dropped, outcome.source
     raise CaseFault(f"analysis wrote no usable feedback: {problem}")

@@ -8,9 +8,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.files import read_model
-from service.models.records import ApplyRecord, Phase, RunOutput, RunRecord, new_seal
+from service.models.records import ApplyRecord, Phase, RunOutput, RunRecord, SandboxTrips, new_seal
+from service.models.tuning import CommandAdapter
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
+from workers.errors import CaseFault
+
+SANDBOX_TRIPS_FILE = "sandbox-trips.json"
+"""In the case's folder: how often its runner reported the sandbox down with no sandbox to probe."""
 
 
 def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
@@ -54,6 +59,30 @@ async def run_step(
             await cr.write(paths.run, record)
             await _finished(cr, phase, attempt, record)
             return record
+        await count_sandbox_trip(cr)
+
+
+def nothing_to_probe(cr: CaseRun) -> bool:
+    """Whether the runner has no sandbox that a probe could find down: the breaker closes at its first
+    probe, so only a bound on the runner's own reports ends a case whose runner always says so."""
+    runner = cr.tuning.config.runner
+    return (
+        isinstance(runner, CommandAdapter) and runner.sandbox.kind == "none" and not runner.sandbox.probe_argv
+    )
+
+
+async def count_sandbox_trip(cr: CaseRun) -> None:
+    """Count a sandbox-down report of a runner with nothing to probe, durably in the case's folder (a
+    restart goes on counting); past `max_sandbox_trips` the case ends failed, and the count starts afresh."""
+    if not nothing_to_probe(cr):
+        return
+    path = cr.store.root / SANDBOX_TRIPS_FILE
+    trips = (read_model(path, SandboxTrips) or SandboxTrips()).trips + 1
+    if trips <= cr.tuning.config.max_sandbox_trips:
+        await cr.write(path, SandboxTrips(trips=trips))
+        return
+    await cr.write(path, SandboxTrips(trips=0))
+    raise CaseFault(f"the runner reported its sandbox down {trips} times with no sandbox to probe")
 
 
 async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
@@ -67,7 +96,11 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) 
         tokens=usage.tokens,
         cost_usd=usage.cost_usd,
         detail=record.void or record.output.error or f"{record.output.turns} turns",
-        data={"outcome": "void" if record.void else "ran", "missed_skills": record.missed_skills},
+        data={
+            "outcome": "void" if record.void else "ran",
+            "missed_skills": record.missed_skills,
+            "timed_out": record.timed_out,
+        },
     )
 
 
@@ -119,6 +152,8 @@ async def _run_once(
         duration_ms=int((time.monotonic() - began) * 1000),
         exit_code=outcome.exit_code,
         void=outcome.void,
+        timed_out=outcome.timed_out,
+        log_tail=outcome.log_tail,
         output=output or request_output_missing(outcome.void),
         missed_skills=[s for s in expected if s not in loaded],
         memory_in=memory_from is not None,

@@ -1,0 +1,155 @@
+"""The analyzer as a model behind an OpenAI-compatible Chat Completions API."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.files import describe_validation
+from service.models.records import SEAL_FIELDS, Feedback
+from service.models.tuning import LlmAdapter
+from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest, StepExit
+from workers.adapters.llm.client import LlmClient
+from workers.adapters.llm.errors import LlmStepError
+from workers.adapters.llm.prompts import load_template, tree_view, workspace_view
+from workers.adapters.llm.session import Message, Session, strip_fences
+
+FLEET_FIELDS = ("run_seal", "seal", "usage")
+"""Feedback fields the model is not asked for: the seals are the fleet's, the usage is measured."""
+REPAIR = (
+    "Your answer is not valid: {problem}\n"
+    "Answer again with the whole corrected JSON object, and nothing else."
+)
+
+
+def feedback_schema() -> dict[str, Any]:
+    """The Feedback JSON Schema without the fields the fleet fills in itself."""
+    schema = Feedback.model_json_schema()
+    for name in FLEET_FIELDS:
+        schema["properties"].pop(name, None)
+    schema["required"] = [name for name in schema.get("required", []) if name not in FLEET_FIELDS]
+    schema.get("$defs", {}).pop("Usage", None)
+    return schema
+
+
+def check_feedback(answer: str) -> tuple[Feedback | None, str]:
+    """The answer as Feedback, or None and what is wrong with it (as the analyze step would say).
+    Scores of ids the case's rubric lacks are the analyze step's business (it drops them with a note)."""
+    try:
+        return Feedback.model_validate_json(strip_fences(answer)), ""
+    except ValidationError as exc:
+        return None, describe_validation(exc)
+
+
+def _earlier(request: AnalyzeRequest) -> str:
+    if not request.earlier:
+        return "(none: this is the case's first try)"
+    return "\n".join(
+        f"- {e.phase} try {e.attempt}: {e.verdict}, scores {json.dumps(e.rubric)}: {e.summary}"
+        for e in request.earlier
+    )
+
+
+def prompt_values(request: AnalyzeRequest, schema: dict[str, Any]) -> dict[str, str]:
+    run, case = request.run, request.case
+    record = run.model_dump(mode="json", exclude=set(SEAL_FIELDS))
+    return {
+        "case_id": case.id,
+        "case_input": case.input,
+        "rubric": "\n".join(f"- `{item.id}`: {item.text}" for item in case.rubric),
+        "phase": request.phase,
+        "attempt": str(request.attempt),
+        "run_answer": run.output.answer or "(no answer)",
+        "run_error": run.output.error or "(none)",
+        "run_void": run.void or "(not void)",
+        "run_timed_out": "yes: the runner was ended at its timeout" if run.timed_out else "no",
+        "run_log_tail": run.log_tail or "(not kept: the run ended by itself with exit 0)",
+        "run_record": json.dumps(record, indent=2),
+        "missed_skills": ", ".join(run.missed_skills) or "(none)",
+        "earlier": _earlier(request),
+        "workspace": workspace_view(request.workspace_dir),
+        "system": tree_view(request.system_dir),
+        "schema": json.dumps(schema, indent=2),
+    }
+
+
+def report(feedback: Feedback, request: AnalyzeRequest, model: str) -> str:
+    """analysis.md: the grade for people."""
+    none = "(none)\n"
+    scores = "".join(f"- {item}: {score:g}\n" for item, score in feedback.rubric.items()) or none
+    changes = "".join(f"- ({imp.target}) {imp.lead}\n" for imp in feedback.improvements) or none
+    usage = feedback.usage
+    return (
+        f"# Analysis of {request.case.id}, {request.phase} try {request.attempt}\n\n"
+        f"Verdict: **{feedback.verdict}**{' (done)' if feedback.done else ''}, by {model}\n\n"
+        f"{feedback.summary}\n\n## Scores\n\n{scores}\n## Improvements\n\n{changes}\n"
+        f"Usage: {usage.input_tokens} input and {usage.output_tokens} output tokens, "
+        f"{usage.cost_usd:g} USD.\n"
+    )
+
+
+class LlmAnalyzer:
+    """Grades a run by asking a model for the Feedback JSON (one repair round if it does not validate).
+
+    Trusted (`trusted = True`): this is the worker's own code, not an agent process. It only reads
+    the run's snapshot, memory and workspace to quote them in the prompt and writes nothing but its
+    own step folder, so it may read the shared snapshot instead of a private copy; the model never
+    touches a file.
+    """
+
+    trusted = True
+
+    def __init__(self, config: LlmAdapter) -> None:
+        self._config = config
+        self._template = load_template("analyze", config.prompts.get("analyze"))
+        self._schema = feedback_schema()
+        self.source = f"llm analyzer {config.model}"
+
+    async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
+        started = time.monotonic()
+        try:
+            async with LlmClient(self._config) as client:
+                session = Session(
+                    self._config, client, request.step_dir, request.log_file, "feedback", self._schema
+                )
+                return await self._grade(session, request, started)
+        except LlmStepError as exc:
+            return AnalyzeOutcome(exit=_exit(started, str(exc)), source=self.source)
+
+    async def _grade(self, session: Session, request: AnalyzeRequest, started: float) -> AnalyzeOutcome:
+        prompt = self._template.substitute(prompt_values(request, self._schema))
+        messages: list[Message] = [{"role": "user", "content": prompt}]
+        answer = await session.ask(messages)
+        feedback, problem = check_feedback(answer)
+        if feedback is None:
+            session.say(f"the answer is not valid feedback ({problem}): one repair round")
+            messages += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": REPAIR.format(problem=problem)},
+            ]
+            answer = await session.ask(messages)
+            feedback, problem = check_feedback(answer)
+        if feedback is None:
+            session.say(f"the repaired answer is not valid feedback either ({problem})")
+            return AnalyzeOutcome(
+                exit=_exit(started, "its answer did not validate after one repair round"),
+                feedback=strip_fences(answer).encode(),
+                source=self.source,
+            )
+        feedback = feedback.model_copy(
+            update={"usage": session.meter.usage(), "run_seal": None, "seal": None}
+        )
+        return AnalyzeOutcome(
+            exit=_exit(started, None),
+            feedback=feedback.model_dump_json(indent=2).encode(),
+            analysis=report(feedback, request, self._config.model).encode(),
+            source=self.source,
+        )
+
+
+def _exit(started: float, error: str | None) -> StepExit:
+    duration_ms = max(0, int((time.monotonic() - started) * 1000))
+    return StepExit(exit_code=0 if error is None else 1, duration_ms=duration_ms, error=error)

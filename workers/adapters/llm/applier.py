@@ -1,0 +1,113 @@
+"""The applier as a model behind an OpenAI-compatible Chat Completions API: it answers edits, which
+the applier makes in the worktree (the fleet commits the folder afterwards)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from service.files import describe_validation
+from service.models.records import ApplyOutput
+from service.models.tuning import LlmAdapter
+from workers.adapters.base import ApplyOutcome, ApplyRequest, StepExit
+from workers.adapters.llm.client import LlmClient
+from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
+from workers.adapters.llm.errors import LlmStepError
+from workers.adapters.llm.prompts import load_template, tree_view
+from workers.adapters.llm.session import Message, Session, strip_fences
+
+REPAIR = (
+    "Nothing was changed: {problems}\n"
+    "Answer again with the whole corrected JSON object (every edit, not only the failed ones), "
+    "quoting the files' current text exactly."
+)
+
+
+def check_plan(answer: str, root: Path) -> tuple[EditPlan | None, dict[Path, str], list[str]]:
+    """The plan and the files it changes, or what is wrong with it (nothing is written here)."""
+    try:
+        plan = EditPlan.model_validate_json(strip_fences(answer))
+    except ValidationError as exc:
+        return None, {}, [describe_validation(exc)]
+    if plan.structural is not None:
+        return plan, {}, []
+    texts, failures = plan_changes(root, plan)
+    return plan, texts, failures
+
+
+def prompt_values(request: ApplyRequest, schema: str) -> dict[str, str]:
+    prose = request.feedback.prose()
+    return {
+        "case_id": request.case.id,
+        "phase": request.phase,
+        "attempt": str(request.attempt),
+        "improvements": "\n\n".join(f"{n}. {imp.change}" for n, imp in enumerate(prose, 1)) or "(none)",
+        "summary": request.feedback.summary or "(no summary)",
+        "files": tree_view(request.worktree_dir),
+        "schema": schema,
+    }
+
+
+class LlmApplier:
+    """Asks a model for edits and makes them in the worktree; an answer that does not validate or whose
+    edits cannot all be made (text not found exactly once, a path outside the worktree) changes
+    nothing and gets one repair round naming what failed."""
+
+    def __init__(self, config: LlmAdapter) -> None:
+        self._config = config
+        self._template = load_template("apply", config.prompts.get("apply"))
+        self._schema = EditPlan.model_json_schema()
+        self.source = f"llm applier {config.model}"
+
+    async def apply(self, request: ApplyRequest) -> ApplyOutcome:
+        started = time.monotonic()
+        try:
+            async with LlmClient(self._config) as client:
+                session = Session(
+                    self._config, client, request.step_dir, request.log_file, "edits", self._schema
+                )
+                return await self._edit(session, request, started)
+        except LlmStepError as exc:
+            return ApplyOutcome(exit=_exit(started, str(exc)), source=self.source)
+
+    async def _edit(self, session: Session, request: ApplyRequest, started: float) -> ApplyOutcome:
+        values = prompt_values(request, json.dumps(self._schema, indent=2))
+        messages: list[Message] = [{"role": "user", "content": self._template.substitute(values)}]
+        answer = await session.ask(messages)
+        plan, texts, failures = check_plan(answer, request.worktree_dir)
+        if failures:
+            session.say(f"nothing applied, one repair round: {'; '.join(failures)}")
+            messages += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": REPAIR.format(problems="; ".join(failures))},
+            ]
+            answer = await session.ask(messages)
+            plan, texts, failures = check_plan(answer, request.worktree_dir)
+        if plan is None or failures:
+            problems = "; ".join(failures)
+            session.say(f"nothing applied after the repair round: {problems}")
+            return ApplyOutcome(
+                exit=_exit(started, f"its edits could not be made after one repair round: {problems}"),
+                source=self.source,
+            )
+        write_changes(texts)
+        session.say(
+            f"changed {len(texts)} files" if plan.structural is None else f"structural: {plan.structural}"
+        )
+        output = ApplyOutput(
+            structural=plan.structural,
+            skills=plan.skills,
+            summary=plan.summary,
+            usage=session.meter.usage(),
+        )
+        return ApplyOutcome(
+            exit=_exit(started, None), output=output.model_dump_json(indent=2).encode(), source=self.source
+        )
+
+
+def _exit(started: float, error: str | None) -> StepExit:
+    duration_ms = max(0, int((time.monotonic() - started) * 1000))
+    return StepExit(exit_code=0 if error is None else 1, duration_ms=duration_ms, error=error)

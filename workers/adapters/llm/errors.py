@@ -1,0 +1,37 @@
+"""Why an LLM step could not get an answer; each message is what the step reports as its error.
+
+    LlmStepError
+    ├── MissingApiKey         the variable named by `api_key_env` is not set on this worker
+    ├── ProviderAuthFailed    the server refused the key (401, 403): not tried again
+    ├── ProviderRejected      the server refused the request itself (another 4xx)
+    └── ProviderUnavailable   429, 5xx or no connection, still so after every attempt
+
+The openai SDK's exceptions are translated into these where the call is made (workers.adapters.llm.client);
+no message ever holds the key.
+"""
+
+from __future__ import annotations
+
+
+class LlmStepError(Exception):
+    """An LLM step got no usable answer from its provider."""
+
+
+class MissingApiKey(LlmStepError):
+    """The key's environment variable is not set."""
+
+
+class ProviderAuthFailed(LlmStepError):
+    """The provider refused the key."""
+
+
+class ProviderRejected(LlmStepError):
+    """The provider refused the request (a 4xx other than 401, 403, 408, 409, 429)."""
+
+    def __init__(self, message: str, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class ProviderUnavailable(LlmStepError):
+    """The provider stayed rate-limited, failing or unreachable through every attempt."""
