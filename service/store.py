@@ -9,6 +9,7 @@
     cases/<case>/r<rev>/
         case.json  result.json  notes.jsonl  failed-<n>.json
         void-baseline.json       voids already counted when the case last ended failed
+        sandbox-trips.json       sandbox-down reports of a runner with nothing to probe
         <phase>/<attempt>/       run.json feedback.json analysis.md apply.json (the fleet's records,
                                  sealed), and the per-lease step folders run-<token>/
                                  analyze-<token>/ apply-<token>/ (workers.adapters.folder)
