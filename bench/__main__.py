@@ -29,6 +29,7 @@ BENCHMARKS = [
     "dispatch",
     "recovery",
     "memory",
+    "llm",
 ]
 
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from service import logs
 from service.client import TunefleetClient
 from service.errors import TunefleetError
+from service.models.status import Hold
 from service.schema import SCHEMAS, schemas
 from service.settings import CONFIG_ENV, FleetSettings
 
@@ -155,19 +156,34 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
 def results(
     ctx: typer.Context, tuning: str, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
-    """One row per case: case, rev, state, reason, tokens, cost (and the declared outcome, if any)."""
-    from service.render import results_table
+    """One row per case: case, rev, state, reason, tokens, cost (and the declared outcome, if any);
+    unfinished cases of a held tuning say why they wait."""
+    from service.render import hold_line, results_table
 
     client = TunefleetClient(_settings(ctx))
     try:
-        rows = client.results(tuning)
+        client.tuning_store(tuning)
+        hold = asyncio.run(_hold_of(client, tuning))
+        rows = client.results(tuning, hold)
     except TunefleetError as exc:
         Console(stderr=True).print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     if as_json:
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
     else:
+        if hold is not None:
+            Console().print(hold_line(tuning, hold))
         Console().print(results_table(rows))
+
+
+async def _hold_of(client: TunefleetClient, tuning: str) -> Hold | None:
+    """The tuning's hold; None when Redis cannot be reached (results come from the store alone)."""
+    try:
+        async with client:
+            return await client.hold(tuning)
+    except TunefleetError as exc:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] holds not read: {exc}", highlight=False)
+        return None
 
 
 @app.command()
@@ -229,13 +245,21 @@ def pause(ctx: typer.Context) -> None:
 
 
 @app.command()
-def resume(ctx: typer.Context) -> None:
-    """Resume the fleet after `pause`."""
+def resume(
+    ctx: typer.Context,
+    tuning: Annotated[
+        str | None, typer.Argument(help="Release this tuning's hold (a spent budget is waived).")
+    ] = None,
+) -> None:
+    """Resume the fleet after `pause`, or a tuning held for its budget or a refused key."""
 
     async def go() -> None:
         async with TunefleetClient(_settings(ctx)) as client:
-            await client.resume()
-        Console().print("resumed")
+            released = await client.resume(tuning)
+        if tuning is None:
+            Console().print("resumed")
+        else:
+            Console().print(f"released {tuning}" if released else f"{tuning} was not held")
 
     _run(go())
 

@@ -22,14 +22,14 @@ from arq.jobs import serialize_job
 from service import keys
 from service.connection import JOB_EXPIRY_MS, connect
 from service.errors import CaseFileError, TunefleetError, UnknownTuningError
-from service.events import EventSink
+from service.events import COST_SCALE, EventSink
 from service.files import model_bytes, publish_temps, write_temp
 from service.models.case import Case
 from service.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.models.records import CaseResult
-from service.models.status import CaseDetail, FleetStatus, Refusal, ResultRow, SubmitReport
+from service.models.status import CaseDetail, FleetStatus, Hold, Refusal, ResultRow, SubmitReport
 from service.models.tuning import TuningConfig
-from service.queries import case_detail, fleet_status, results
+from service.queries import case_detail, fleet_status, results, tuning_hold
 from service.settings import FleetSettings
 from service.store import CaseStore, Store, TuningStore
 
@@ -122,7 +122,18 @@ class TunefleetClient:
         version = await register(self.store.tuning(config.name), config)
         await self.redis.sadd(keys.tunings(), config.name)  # type: ignore[misc]
         await self.redis.set(keys.version(config.name), version, nx=True)
+        await self._release_if_within_budget(config)
         return config
+
+    async def _release_if_within_budget(self, config: TuningConfig) -> None:
+        """Release a budget hold that the tuning's (new) budget no longer holds."""
+        raw = await self.redis.hget(keys.held(), config.name)  # type: ignore[misc]
+        hold = Hold.parse(raw) if raw is not None else None
+        if hold is None or hold.kind != "budget":
+            return
+        tokens, micros = await self.redis.hmget(keys.stats(config.name), ["tokens", "cost_usd_micros"])  # type: ignore[misc]
+        if config.budget.tuning_over(int(tokens or 0), int(micros or 0) / COST_SCALE) is None:
+            await self._release(config.name, "the budget was raised")
 
     async def submit(self, tuning: str, case: Case) -> bool:
         """Submit one case; False when the same (tuning, case, rev) is already queued, running or done."""
@@ -317,8 +328,27 @@ class TunefleetClient:
         """No run starts anywhere in the fleet until `resume` (running steps finish)."""
         await self.redis.set(keys.paused(), "1")
 
-    async def resume(self) -> None:
-        await self.redis.delete(keys.paused())
+    async def resume(self, tuning: str | None = None) -> bool:
+        """Resume the fleet after `pause`; or, given a tuning, release its hold (True if it was held).
+        A budget hold's budget is waived: the tuning is not held for it again until another budget is
+        registered."""
+        if tuning is None:
+            await self.redis.delete(keys.paused())
+            return True
+        config = self.tuning_store(tuning).config()
+        raw = await self.redis.hget(keys.held(), tuning)  # type: ignore[misc]
+        if raw is None:
+            return False
+        hold = Hold.parse(raw)
+        if hold is not None and hold.kind == "budget":
+            await self.redis.hset(keys.budget_waived(), tuning, config.budget.model_dump_json())  # type: ignore[misc]
+        return await self._release(tuning, "resumed")
+
+    async def _release(self, tuning: str, why: str) -> bool:
+        if not await self.redis.hdel(keys.held(), tuning):  # type: ignore[misc]
+            return False
+        await self._sink().emit("tuning_released", tuning, detail=why)
+        return True
 
     async def running(self, tuning: str) -> dict[str, dict[str, object]]:
         """The cases of a tuning under way now: job id -> worker, step, phase, attempt, since."""
@@ -328,8 +358,13 @@ class TunefleetClient:
     async def status(self) -> FleetStatus:
         return await fleet_status(self.redis, self.settings.queue)
 
-    def results(self, tuning: str) -> list[ResultRow]:
-        return results(self.tuning_store(tuning))
+    def results(self, tuning: str, hold: Hold | None = None) -> list[ResultRow]:
+        """One row per case; unfinished ones name `hold` (see `hold`) as what they wait for."""
+        return results(self.tuning_store(tuning), hold)
+
+    async def hold(self, tuning: str) -> Hold | None:
+        """The tuning's hold, while it has one: no run of it starts until `resume(tuning)`."""
+        return await tuning_hold(self.redis, tuning)
 
     def show(self, tuning: str, case: str) -> CaseDetail:
         detail = case_detail(self.tuning_store(tuning), case)

@@ -5,6 +5,8 @@ Ownership is documented in docs/architecture.md.
 
 from __future__ import annotations
 
+import hashlib
+
 from arq.constants import (
     abort_jobs_ss,
     in_progress_key_prefix,
@@ -94,6 +96,32 @@ def tunings() -> str:
 def paused() -> str:
     """STRING: present while the fleet is paused (no run starts)."""
     return f"{PREFIX}:paused"
+
+
+def held() -> str:
+    """HASH: tuning -> JSON `Hold` (service.models.status): no run of that tuning starts while it is set."""
+    return f"{PREFIX}:held"
+
+
+def budget_waived() -> str:
+    """HASH: tuning -> JSON of the budget `tunefleet resume TUNING` waived (no budget hold while it is
+    the tuning's budget; registering another budget re-arms it)."""
+    return f"{PREFIX}:budget-waived"
+
+
+def llm_provider(base_url: str, model: str) -> str:
+    """The id of one LLM provider (a server and a model) in key names: a hash of both, 16 hex digits."""
+    return hashlib.sha256(f"{base_url}\n{model}".encode()).hexdigest()[:16]
+
+
+def llm_permits(provider: str) -> str:
+    """ZSET: holder id -> expiry (ms): the calls to an LLM provider under way (its `concurrency`)."""
+    return f"{PREFIX}:llm-permits:{provider}"
+
+
+def llm_tokens(provider: str) -> str:
+    """ZSET: `<call id>:<tokens>` -> when (ms): an LLM provider's tokens of the last minute."""
+    return f"{PREFIX}:llm-tokens:{provider}"
 
 
 def cancelled(tuning: str) -> str:

@@ -105,6 +105,11 @@ class FleetCollector:
         runs = _counter("runs", "Agent runs, by outcome (ran, void).", ["tuning", "outcome"])
         tokens = _counter("tokens", "Tokens spent by every step.", ["tuning"])
         cost = _counter("cost_usd", "Money spent by every step, in US dollars.", ["tuning"])
+        held = _gauge(
+            "tuning_held",
+            "1 while the tuning is held (no run of it starts), by kind and reason.",
+            ["tuning", "kind", "reason"],
+        )
         for t in s.tunings:
             for step, count in sorted(t.running_by_step.items()):
                 running.add_metric([t.name, step], count)
@@ -116,7 +121,9 @@ class FleetCollector:
                 runs.add_metric([t.name, outcome], count)
             tokens.add_metric([t.name], t.tokens)
             cost.add_metric([t.name], t.cost_usd)
-        yield from (running, waiting, finished, submitted, runs, tokens, cost)
+            if t.held is not None:
+                held.add_metric([t.name, t.held.kind, t.held.reason], 1.0)
+        yield from (running, waiting, finished, submitted, runs, tokens, cost, held)
 
     def _breaker(self, s: StatusView) -> Iterator[Metric]:
         state = _gauge("breaker_open", "1 while the fleet-wide sandbox circuit breaker is open.")

@@ -14,6 +14,7 @@ from service.models.status import (
     AttemptView,
     CaseDetail,
     FleetStatus,
+    Hold,
     MirrorState,
     ResultRow,
     TuningStatus,
@@ -51,6 +52,7 @@ def _tuning_status(
         cancelled=counts.get("state:cancelled", 0),
         runs_by_outcome={k.removeprefix("runs:"): v for k, v in counts.items() if k.startswith("runs:")},
         tokens=counts.get("tokens", 0),
+        unmeasured_tokens=counts.get("tokens_unmeasured", 0),
         cost_usd=counts.get("cost_usd_micros", 0) / COST_SCALE,
         version=version.decode() if version else None,
         mirror=MirrorState.from_hash(mirror),
@@ -65,7 +67,9 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
         pipe.hgetall(keys.breaker())
         pipe.exists(keys.paused())
         pipe.zrange(keys.workers(), 0, -1, withscores=True)
-        names_raw, depth, breaker, paused, workers_raw = await pipe.execute()
+        pipe.hgetall(keys.held())
+        names_raw, depth, breaker, paused, workers_raw, held_raw = await pipe.execute()
+    holds = {name.decode(): Hold.parse(raw) for name, raw in held_raw.items()}
     names = sorted(n.decode() for n in names_raw)
     worker_names = [w.decode() for w, _ in workers_raw]
     async with redis.pipeline(transaction=False) as pipe:
@@ -79,6 +83,8 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
         replies = await pipe.execute()
     per = TUNING_REPLIES
     tunings = [_tuning_status(n, *replies[i * per : (i + 1) * per]) for i, n in enumerate(names)]
+    for t in tunings:
+        t.held = holds.get(t.name)
     workers = []
     for (name, seen), raw in zip(workers_raw, replies[len(names) * per :], strict=True):
         if raw is None:
@@ -98,8 +104,14 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
     )
 
 
-def results(store: TuningStore) -> list[ResultRow]:
-    """One row per case (its newest rev), finished or not."""
+async def tuning_hold(redis: Redis, tuning: str) -> Hold | None:
+    """The tuning's hold, if it is held (no run of it starts)."""
+    raw = await redis.hget(keys.held(), tuning)  # type: ignore[misc]
+    return Hold.parse(raw) if raw is not None else None
+
+
+def results(store: TuningStore, hold: Hold | None = None) -> list[ResultRow]:
+    """One row per case (its newest rev), finished or not; an unfinished one names the tuning's `hold`."""
     rows = []
     for case_store in store.latest_revs():
         case = case_store.load_case()
@@ -122,6 +134,7 @@ def results(store: TuningStore) -> list[ResultRow]:
                 cost_usd=result.usage.cost_usd if result else 0.0,
                 expected=expected,
                 met=met,
+                held=hold.reason if hold is not None and result is None else None,
             )
         )
     return rows

@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from service.models.status import CaseDetail, FleetStatus, ResultRow, TuningStatus
+from service.models.status import CaseDetail, FleetStatus, Hold, ResultRow, TuningStatus
 
 STATE_STYLE = {"completed": "green", "difficult": "yellow", "failed": "red", "cancelled": "magenta"}
 
@@ -42,7 +42,7 @@ def status_table(status: FleetStatus) -> Group:
     for t in status.tunings:
         steps = ", ".join(f"{k} {v}" for k, v in sorted(t.running_by_step.items()))
         table.add_row(
-            t.name,
+            Text.assemble(t.name, (" HELD", "bold red") if t.held is not None else ""),
             str(t.submitted),
             str(t.waiting),
             f"{t.running} {steps}".strip(),
@@ -53,7 +53,33 @@ def status_table(status: FleetStatus) -> Group:
             f"{t.cost_usd:.4f}",
         )
     mirrors = [mirror_line(t) for t in status.tunings if t.mirror is not None]
-    return Group(head, table, *mirrors)
+    unmeasured = [unmeasured_line(t) for t in status.tunings if t.unmeasured_tokens]
+    holds = [hold_line(t.name, t.held) for t in status.tunings if t.held is not None]
+    return Group(head, table, *holds, *mirrors, *unmeasured)
+
+
+def hold_line(tuning: str, hold: Hold) -> Text:
+    """Why a held tuning starts no run, and how to release it."""
+    return Text.assemble(
+        (f"HELD {tuning} ({hold.kind}) since {hold.at:%Y-%m-%d %H:%M:%S} UTC: ", "bold red"),
+        (hold.reason, "red"),
+        f"; its cases wait: raise the budget or `tunefleet resume {tuning}`"
+        if hold.kind == "budget"
+        else f"; its cases wait: `tunefleet resume {tuning}`",
+    )
+
+
+def unmeasured_line(tuning: TuningStatus) -> Text:
+    """How many of a tuning's tokens nobody measured: the agents' own word (usage source `agent`)."""
+    share = tuning.unmeasured_tokens / tuning.tokens if tuning.tokens else 1.0
+    return Text.assemble(
+        (f"unmeasured {tuning.name}: ", "bold"),
+        (
+            f"{tuning.unmeasured_tokens:,} of {tuning.tokens:,} tokens ({share:.0%}) counted by no one "
+            "but the agents",
+            "yellow",
+        ),
+    )
 
 
 def mirror_line(tuning: TuningStatus) -> Text:
@@ -89,8 +115,8 @@ def results_table(rows: list[ResultRow]) -> Table:
         cells: list[str | Text] = [
             r.case,
             str(r.rev),
-            Text(r.state, STATE_STYLE.get(r.state, "")),
-            r.reason or "",
+            Text(r.state, STATE_STYLE.get(r.state, "")) + (Text(", held", "bold red") if r.held else ""),
+            r.reason or (f"waits: {r.held}" if r.held else ""),
             f"{r.tokens:,}",
             f"{r.cost_usd:.4f}",
         ]

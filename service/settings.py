@@ -52,6 +52,9 @@ class FleetSettings(BaseSettings):
     max_lease_losses: int = Field(default=5, ge=1, description="Lost leases before a case ends failed.")
 
     lock_lease_s: float = Field(default=30.0, gt=0, description="The improvements lock's lease.")
+    provider_retry_s: float = Field(
+        default=60.0, gt=0, description="How long a case waits in the queue after its LLM provider was down."
+    )
     wait_for_apply: bool = Field(default=True, description="Run starts wait for a pending apply.")
     wait_for_apply_max_s: float = Field(default=300.0, ge=0)
 

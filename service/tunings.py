@@ -24,11 +24,12 @@ def load_tuning_file(path: Path) -> TuningConfig:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with name, system and cases")
+    base = path.parent.resolve()
+    _resolve_prompts(data, base)
     try:
         config = TuningConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{path}: {describe_validation(exc)}") from exc
-    base = path.parent.resolve()
     updates: dict[str, object] = {"system": base / config.system, "cases": base / config.cases}
     for role in ("runner", "analyzer", "applier"):
         adapter = getattr(config, role)
@@ -41,6 +42,21 @@ def load_tuning_file(path: Path) -> TuningConfig:
     if not Path(str(updates["system"])).is_dir():
         raise ConfigError(f"{path}: field 'system': folder {updates['system']} does not exist")
     return config.model_copy(update=updates)
+
+
+def _resolve_prompts(data: dict[str, object], base: Path) -> None:
+    """An llm adapter's own prompt templates, given relative to the tuning file, made absolute (before
+    validation: the model takes absolute paths only, so that no worker reads them from its own cwd)."""
+    for role in ("runner", "analyzer", "applier"):
+        adapter = data.get(role)
+        if not isinstance(adapter, dict) or adapter.get("kind") != "llm":
+            continue
+        prompts = adapter.get("prompts")
+        if isinstance(prompts, dict):
+            adapter["prompts"] = {
+                step: str(base / value) if isinstance(value, str) else value
+                for step, value in prompts.items()
+            }
 
 
 async def register(store: TuningStore, config: TuningConfig) -> str:

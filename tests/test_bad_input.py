@@ -12,6 +12,7 @@ import yaml
 
 from service.cases import load_case
 from service.errors import CaseFileError, ConfigError
+from service.models.tuning import LlmAdapter
 from service.tunings import load_tuning_file
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
 
@@ -96,3 +97,12 @@ def test_a_tuning_with_an_unknown_placeholder_is_refused(tmp_path: Path) -> None
     path = write_tuning(tmp_path, [case("a")], runner=runner)
     with pytest.raises(ConfigError, match=r"runner.argv\[2\]: unknown placeholder \{inptu\}"):
         load_tuning_file(path)
+
+
+def test_an_llm_adapters_own_prompts_are_found_beside_the_tuning_file(tmp_path: Path) -> None:
+    """Prompt templates named relative to the tuning file are read from beside it, whatever the cwd."""
+    llm = {"kind": "llm", "model": "m", "api_key_env": None, "prompts": {"analyze": "prompts/grade.md"}}
+    path = write_tuning(tmp_path, [case("a")], analyzer=llm)
+    config = load_tuning_file(path)
+    assert isinstance(config.analyzer, LlmAdapter)
+    assert config.analyzer.prompts["analyze"] == tmp_path.resolve() / "prompts" / "grade.md"

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -19,6 +20,7 @@ from service.models.case import DemoKnobs
 from service.models.tuning import (
     PLACEHOLDERS,
     AgentLimits,
+    Budget,
     CommandAdapter,
     DemoAdapter,
     LlmAdapter,
@@ -43,6 +45,7 @@ TUNING_MODELS: list[type[BaseModel]] = [
     AgentLimits,
     LlmAdapter,
     ModelPrice,
+    Budget,
 ]
 
 
@@ -155,3 +158,13 @@ def test_schema_names_in_adapters_doc_exist() -> None:
     names = {name for group in cited for name in group.split()}
     assert names, "docs/adapters.md cites no schema"
     assert names <= set(SCHEMAS)
+
+
+def test_the_readmes_real_agent_tuning_is_valid() -> None:
+    """The README's tuning for a real agent (a command runner, the LLM meta agent, a budget) loads."""
+    text = (DOCS.parent / "README.md").read_text()
+    readme = text[text.index("## Tuning a real agent") :]
+    start = readme.index("```yaml\n") + len("```yaml\n")
+    tuning = TuningConfig.model_validate(yaml.safe_load(readme[start : readme.index("```\n", start)]))
+    assert tuning.analyzer.kind == "llm" and tuning.applier == tuning.analyzer
+    assert tuning.budget.tuning_max_usd == 200.0

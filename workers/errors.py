@@ -4,6 +4,8 @@ TunefleetError
 └── WorkerError
     ├── LeaseLost            the case's lease moved to another worker: stop, write nothing
     ├── LockLost             the improvements lock was lost mid-apply: abandon the apply
+    ├── ProviderDown         an LLM step's provider stayed down: hand the case back, deferred
+    ├── KeyRefused           an LLM step's provider refused the key: hold the tuning, hand the case back
     └── CaseFault            the case cannot go on for a reason of its own: it ends failed
         └── VoidsExhausted   too many void runs in a row
 """
@@ -23,6 +25,16 @@ class LeaseLost(WorkerError):
 
 class LockLost(WorkerError):
     """The improvements lock is no longer this applier's."""
+
+
+class KeyRefused(WorkerError):
+    """A meta agent's provider refused its key: the tuning is held until `tunefleet resume TUNING`, and
+    the case handed back, not failed."""
+
+
+class ProviderDown(WorkerError):
+    """A meta agent's provider stayed unavailable through every retry: infrastructure, not the case's
+    fault; the case goes back to the queue for later, and no try is spent."""
 
 
 class CaseFault(WorkerError):

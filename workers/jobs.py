@@ -13,7 +13,7 @@ from service.errors import TunefleetError
 from service.models.jobs import CaseJob
 from service.models.records import CaseResult
 from workers.case import CaseRun
-from workers.errors import LeaseLost
+from workers.errors import KeyRefused, LeaseLost, ProviderDown
 from workers.loop import finish, run_loop
 from workers.runtime import WorkerRuntime
 from workers.tasks import watched
@@ -48,6 +48,15 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         log.warning("redis_lost_mid_case", error=str(exc))
         await _quietly(lease.requeue())
         raise Retry(defer=runtime.settings.poll_delay_s) from None
+    except KeyRefused as exc:
+        log.error("provider_key_refused", error=str(exc))
+        await _quietly(runtime.controls.hold(job.tuning, "auth", str(exc)))
+        await _hand_back(cr, str(exc), runtime.settings.provider_retry_s)
+        raise Retry(defer=runtime.settings.provider_retry_s) from None
+    except ProviderDown as exc:
+        log.warning("provider_down", error=str(exc))
+        await _hand_back(cr, str(exc), runtime.settings.provider_retry_s)
+        raise Retry(defer=runtime.settings.provider_retry_s) from None
     except asyncio.CancelledError:
         if job.job_id not in runtime.controls.cancelling:
             await asyncio.shield(_let_go(cr))
@@ -72,6 +81,14 @@ async def _let_go(cr: CaseRun) -> None:
     if await _quietly(cr.lease.requeue()):
         cr.at(None)
         await _quietly(cr.emit("case_requeued", detail="the worker stopped"))
+
+
+async def _hand_back(cr: CaseRun, reason: str, defer_s: float) -> None:
+    """An LLM provider stayed down: give the case back to the queue for `defer_s`, marking nothing and
+    spending no try (the step runs again from its start when the case is taken again)."""
+    if await _quietly(cr.lease.requeue(defer_s)):
+        cr.at(None)
+    await _quietly(cr.emit("provider_down", detail=reason, data={"retry_in_s": defer_s}))
 
 
 async def _quietly(awaitable: Any) -> Any:

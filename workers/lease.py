@@ -53,11 +53,11 @@ return 0
 """
 
 REQUEUE = f"""
--- KEYS: lease holder in_progress queue ; ARGV: token job_id
+-- KEYS: lease holder in_progress queue ; ARGV: token job_id defer_ms
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 {_NOW_MS}
-redis.call('ZADD', KEYS[4], 'XX', now, ARGV[2])
+redis.call('ZADD', KEYS[4], 'XX', now + tonumber(ARGV[3]), ARGV[2])
 return 1
 """
 
@@ -116,8 +116,8 @@ class CaseLease:
             self.lost = True
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
 
-    async def requeue(self) -> bool:
-        """Give the case back to the queue at once (a clean stop): any worker may take it now."""
+    async def requeue(self, defer_s: float = 0.0) -> bool:
+        """Give the case back to the queue (a clean stop): any worker may take it in `defer_s`."""
         ok = await self._requeue(
             [
                 keys.lease(self.job_id),
@@ -125,7 +125,7 @@ class CaseLease:
                 keys.arq_in_progress(self.job_id),
                 self._queue,
             ],
-            [self.token, self.job_id],
+            [self.token, self.job_id, int(defer_s * 1000)],
         )
         return bool(ok)
 

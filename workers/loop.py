@@ -12,18 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.files import read_model, write_json
-from service.models.records import (
-    ApplyRecord,
-    CaseResult,
-    Feedback,
-    Note,
-    Phase,
-    RunRecord,
-    Usage,
-)
+from service.files import write_json
+from service.models.records import CaseResult, Feedback, Note, Phase, RunRecord
 from workers.case import CaseRun
 from workers.errors import CaseFault, VoidsExhausted
+from workers.spend import OverBudget, case_usage
 from workers.steps.analyze import analyze_step
 from workers.steps.apply import apply_step
 from workers.steps.run import run_step
@@ -65,6 +58,8 @@ async def run_loop(cr: CaseRun) -> CaseResult:
         kept = cr.tuning.store.submit_memory(cr.case.id, cr.case.rev, mem.memory)
         await cr.emit("memory_submitted", phase="mem", attempt=mem.attempt, detail=str(kept))
         return await finish(cr, "completed", "mem", None)
+    except OverBudget as over:  # checked before each step starts (workers.spend)
+        return await finish(cr, "difficult", over.phase, over.reason)
     except CaseFault as fault:
         return await finish(cr, "failed", None, str(fault))
 
@@ -132,36 +127,6 @@ async def mark_voids_seen(cr: CaseRun, phase: Phase, attempt: int) -> None:
     baseline[f"{phase}-{attempt}"] = len(cr.store.voids(phase, attempt))
     await cr.lease.check()
     write_json(cr.store.voids_file, baseline)
-
-
-def case_usage(cr: CaseRun) -> tuple[Usage, int]:
-    """Tokens and cost of every recorded step (void tries included), and how many steps there were.
-    Only the fleet's own records count: a grade must name the run it graded and an apply the grade it
-    applied (their seals), so that nothing an agent left in an attempt folder is added."""
-    total = Usage()
-    steps = 0
-    for phase in ("nomem", "mem"):
-        folder = cr.store.root / phase
-        if not folder.is_dir():
-            continue
-        for attempt_dir in folder.iterdir():
-            if not attempt_dir.is_dir():
-                continue
-            run = read_model(attempt_dir / "run.json", RunRecord)
-            feedback = read_model(attempt_dir / "feedback.json", Feedback)
-            applied = read_model(attempt_dir / "apply.json", ApplyRecord)
-            graded = feedback is not None and run is not None and feedback.run_seal == run.seal
-            for usage in (
-                run.output.usage if run else None,
-                feedback.usage if feedback and graded and not (run and run.void) else None,
-                applied.output.usage
-                if applied and graded and feedback and applied.feedback_seal == feedback.seal
-                else None,
-            ):
-                if usage is not None:
-                    total += usage
-                    steps += 1
-    return total, steps
 
 
 async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | None) -> CaseResult:

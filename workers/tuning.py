@@ -30,9 +30,9 @@ class TuningRuntime:
         self.name = self.config.name
         self.repo = SystemRepo(store.repo, store.snapshots, git_timeout_s)
         self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
-        self.runner: Runner = build_runner(self.config.runner, host)
-        self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host)
-        self.applier: Applier = build_applier(self.config.applier, host)
+        self.runner: Runner = build_runner(self.config.runner, host, batch.redis)
+        self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, batch.redis)
+        self.applier: Applier = build_applier(self.config.applier, host, batch.redis)
         self.prober: Prober = build_prober(self.config.runner)
         self._batch = batch
         self._redis = batch.redis

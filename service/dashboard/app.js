@@ -118,6 +118,14 @@ function outcomeBar(t) {
   return bar;
 }
 
+// A held tuning starts no run (its cases wait) until `tunefleet resume TUNING` or a raised budget.
+function heldBadge(held) {
+  if (!held) return null;
+  return el("div", { class: "held" },
+    el("span", { class: "badge bad held-kind", title: held.reason }, `held: ${held.kind}`),
+    el("span", { class: "held-reason" }, ` ${held.reason}`));
+}
+
 function renderTunings(status) {
   const locks = Object.fromEntries((status.locks || []).map((l) => [l.tuning, l]));
   const rows = status.tunings.map((t) => {
@@ -126,7 +134,7 @@ function renderTunings(status) {
     const lock = locks[t.name];
     const lockText = lock ? (lock.held ? `held #${lock.fence}` : "free") + (lock.pending ? `, ${lock.pending} pending` : "") : "–";
     return el("tr", { "data-tuning": t.name },
-      el("td", {}, t.name), el("td", {}, outcomeBar(t)),
+      el("td", {}, t.name, heldBadge(t.held)), el("td", {}, outcomeBar(t)),
       el("td", { class: "num submitted" }, fmtInt(t.submitted)),
       el("td", { class: "num waiting" }, fmtInt(t.waiting)),
       el("td", { class: "num running" }, `${t.running}${steps ? " (" + steps + ")" : ""}`),

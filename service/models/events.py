@@ -27,5 +27,8 @@ class Event(BaseModel):
     detail: str | None = None
     duration_ms: int | None = None
     tokens: int | None = None
+    unmeasured_tokens: int | None = Field(
+        default=None, description="Of `tokens`, those only the agent counted (usage source 'agent')."
+    )
     cost_usd: float | None = None
     data: dict[str, Any] = Field(default_factory=dict)

@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from service.models.case import Slug, State
 
@@ -33,24 +40,63 @@ def new_seal() -> str:
     return uuid.uuid4().hex
 
 
+UsageSource = Literal["api", "envelope", "agent"]
+"""Who counted a step's tokens: `api` the fleet's own LLM adapter, from the server's replies; `envelope`
+the runner's wrapper, from the agent CLI's own usage report (the user's configured code, not the agent
+inside it); `agent` nobody but the agent itself (its own word, unmeasured)."""
+
+
 class Usage(BaseModel):
-    """Tokens and money one step spent."""
+    """Tokens and money one step spent, or a sum of steps (`+`), and who counted them."""
 
     model_config = ConfigDict(extra="forbid")
 
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     cost_usd: float = Field(default=0.0, ge=0)
+    source: UsageSource | None = Field(
+        default="agent",
+        description="Who counted these tokens: 'api' (the fleet's LLM adapter), 'envelope' (the runner's "
+        "wrapper, from the agent CLI's own usage report), 'agent' (the agent's own word); null in a sum of "
+        "steps whose sources differ. Left out, a step's usage is the agent's word.",
+    )
+    unmeasured_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="The tokens only the agent counted (source 'agent'). Derived from `source` when it is "
+        "set; kept as given only in a sum whose sources differ.",
+    )
+
+    @model_validator(mode="after")
+    def _derive_unmeasured(self) -> Usage:
+        if self.source is not None:
+            self.unmeasured_tokens = self.tokens if self.source == "agent" else 0
+        return self
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Written as before when the agent's word (source `agent`); `unmeasured_tokens` only in a sum
+        whose sources differ (elsewhere `source` gives it)."""
+        data: dict[str, Any] = handler(self)
+        if self.source is not None:
+            data.pop("unmeasured_tokens", None)
+        if self.source == "agent":
+            data.pop("source", None)
+        return data
 
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:
+        """The sum; its source is the one source of the parts that spent anything, null when they differ."""
+        sources = {u.source for u in (self, other) if u.tokens or u.cost_usd} or {self.source}
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cost_usd=round(self.cost_usd + other.cost_usd, 6),
+            source=sources.pop() if len(sources) == 1 else None,
+            unmeasured_tokens=self.unmeasured_tokens + other.unmeasured_tokens,
         )
 
 
@@ -160,6 +206,20 @@ class ApplyRecord(BaseModel):
     duration_ms: int = Field(default=0, ge=0)
     feedback_seal: str | None = Field(default=None, description="The seal of the feedback applied.")
     seal: str | None = Field(default=None, description="Drawn by the fleet when it wrote this record.")
+
+
+class Spend(BaseModel):
+    """A line of a case's `spent.jsonl`: usage that no record keeps (an analyzer round whose feedback
+    was refused, an apply abandoned after its lock was lost), so that the case's spend counts it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+    phase: Phase
+    attempt: int = Field(ge=1)
+    step: StepName
+    usage: Usage
+    why: str = Field(description="Why no record keeps this usage.")
 
 
 class SandboxTrips(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -39,6 +39,25 @@ class MirrorState(BaseModel):
             return None
 
 
+class Hold(BaseModel):
+    """A field of `tf:held`: why no run of a tuning starts (its cases wait, nothing is failed) until
+    `tunefleet resume TUNING`, or a registration whose budget no longer holds it."""
+
+    kind: Literal["budget", "auth"] = Field(
+        description="budget: the tuning spent its budget; auth: a key was refused."
+    )
+    reason: str
+    at: datetime
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> Hold | None:
+        """The hold in a hash field; None when it is not one (a hand-written value holds nothing)."""
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError:
+            return None
+
+
 class TuningStatus(BaseModel):
     name: str
     submitted: int = 0
@@ -51,11 +70,15 @@ class TuningStatus(BaseModel):
     cancelled: int = 0
     runs_by_outcome: dict[str, int] = Field(default_factory=dict)
     tokens: int = 0
+    unmeasured_tokens: int = Field(
+        default=0, description="Of `tokens`, those nobody measured: the agents' own word (source 'agent')."
+    )
     cost_usd: float = 0.0
     version: str | None = None
     mirror: MirrorState | None = Field(
         default=None, description="Pushes to the tuning's remote, if it has one."
     )
+    held: Hold | None = Field(default=None, description="Set while no run of the tuning starts.")
 
 
 class WorkerStatus(BaseModel):
@@ -83,6 +106,9 @@ class ResultRow(BaseModel):
     cost_usd: float = 0.0
     expected: str | None = Field(default=None, description="The outcome a demo case declares.")
     met: bool | None = None
+    held: str | None = Field(
+        default=None, description="Unfinished, and waiting: the reason its tuning is held."
+    )
 
 
 class AttemptView(BaseModel):

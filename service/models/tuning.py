@@ -152,8 +152,9 @@ class ModelPrice(BaseModel):
 
 
 class LlmAdapter(BaseModel):
-    """A meta agent (analyzer or applier) answered by a model over the OpenAI-compatible Chat
-    Completions API, in the worker's own process (see docs/adapters.md, "The LLM meta agent").
+    """A role answered by a model over the OpenAI-compatible Chat Completions API, in the worker's own
+    process: the meta agent (analyzer, applier) or a single-prompt runner (see docs/adapters.md, "The
+    LLM meta agent").
 
     The API key is read, when a step runs, from the environment variable named by `api_key_env`: the
     key itself is never part of the tuning, the store or a log.
@@ -176,11 +177,15 @@ class LlmAdapter(BaseModel):
     retry_wait_min_s: float = Field(default=1.0, ge=0, description="The first backoff (doubled after).")
     retry_wait_max_s: float = Field(default=60.0, ge=0, description="Caps every wait, Retry-After too.")
     prices: dict[str, ModelPrice] = Field(default_factory=dict, description="Model name -> its price.")
-    prompts: dict[Literal["analyze", "apply"], Path] = Field(
-        default_factory=dict, description="Absolute paths of the tuning's own prompt templates."
+    prompts: dict[Literal["analyze", "apply", "run"], Path] = Field(
+        default_factory=dict,
+        description="The tuning's own prompt templates (relative to the tuning file in a tuning file).",
     )
     concurrency: int | None = Field(
-        default=None, ge=1, description="Calls at once across the fleet (not enforced yet)."
+        default=None, ge=1, description="Calls to this base_url and model at once across the fleet."
+    )
+    tokens_per_minute: int | None = Field(
+        default=None, ge=1, description="Tokens of this base_url and model per minute across the fleet."
     )
 
     @model_validator(mode="after")
@@ -192,6 +197,37 @@ class LlmAdapter(BaseModel):
 
 
 Adapter = Annotated[DemoAdapter | CommandAdapter | LlmAdapter, Field(discriminator="kind")]
+
+
+class Budget(BaseModel):
+    """What a case and the whole tuning may spend (None: no limit). A case at or past its limit ends
+    `difficult: budget` before its next step starts; a tuning at or past its limit is held: no run
+    starts until the budget is raised or `tunefleet resume TUNING` (docs/operations.md, "Budgets")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case_max_usd: float | None = Field(default=None, gt=0, description="US dollars one case may spend.")
+    case_max_tokens: int | None = Field(default=None, ge=1, description="Tokens one case may spend.")
+    tuning_max_usd: float | None = Field(default=None, gt=0, description="US dollars the tuning may spend.")
+    tuning_max_tokens: int | None = Field(default=None, ge=1, description="Tokens the tuning may spend.")
+
+    def case_over(self, tokens: int, cost_usd: float) -> str | None:
+        """The `budget: ...` reason when a case that spent this is at or past its limit."""
+        return _over(tokens, cost_usd, self.case_max_tokens, self.case_max_usd)
+
+    def tuning_over(self, tokens: int, cost_usd: float) -> str | None:
+        """The `budget: ...` reason when a tuning that spent this is at or past its limit."""
+        return _over(tokens, cost_usd, self.tuning_max_tokens, self.tuning_max_usd)
+
+
+def _over(tokens: int, cost_usd: float, max_tokens: int | None, max_usd: float | None) -> str | None:
+    if max_tokens is not None and tokens >= max_tokens:
+        limit = f"{max_tokens} tokens"
+    elif max_usd is not None and cost_usd >= max_usd:
+        limit = f"${max_usd:g}"
+    else:
+        return None
+    return f"budget: spent {tokens} tokens, ${cost_usd:.4f} of {limit}"
 
 
 class TuningConfig(BaseModel):
@@ -222,15 +258,7 @@ class TuningConfig(BaseModel):
     applier: Adapter = Field(default_factory=DemoAdapter)
     remote: str | None = Field(default=None, description="A git remote to mirror published versions to.")
     remote_branch: str = "tunefleet"
-
-    @model_validator(mode="after")
-    def _no_llm_runner(self) -> TuningConfig:
-        if isinstance(self.runner, LlmAdapter):
-            raise ValueError(
-                "runner: kind llm is for the analyzer and the applier only; "
-                "the runner is kind command or demo"
-            )
-        return self
+    budget: Budget = Field(default_factory=Budget, description="Spending limits (none by default).")
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> TuningConfig:

@@ -4,11 +4,13 @@ It serves `POST /v1/chat/completions` (starlette under uvicorn, in a thread of i
 may block or run a worker process meanwhile), records every request (headers, JSON body, arrival
 time), and answers from a script the test plays: a completion with its usage, an error status with an
 optional Retry-After, or a connection dropped in the middle of the answer. When the script is empty it
-asks the test's `responder`, if any.
+asks the test's `responder`, if any. Any answer may be delayed (`delay_s`); the server counts the
+requests it is answering (`in_flight`) and the most there ever were at once (`max_in_flight`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -34,6 +36,7 @@ class Reply:
     content: str
     prompt_tokens: int = 100
     completion_tokens: int = 20
+    delay_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,14 @@ class Status:
     code: int
     retry_after: str | None = None
     message: str = "scripted error"
+    delay_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class Drop:
     """Start a 200 answer, then close the connection before its body is complete."""
+
+    delay_s: float = 0.0
 
 
 Scripted = Reply | Status | Drop
@@ -118,6 +124,9 @@ class FakeOpenAI:
     def __init__(self, responder: Responder | None = None) -> None:
         self.responder = responder
         self.requests: list[Recorded] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._closing = False
         self._script: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -150,11 +159,24 @@ class FakeOpenAI:
         return Status(500, message="the test's script is exhausted")
 
     async def _endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await self._answer(scope, receive, send)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         body = json.loads(await request.body())
         with self._lock:
             self.requests.append(Recorded(headers=dict(request.headers), body=body))
         answer = self._next(body)
+        until = time.monotonic() + answer.delay_s
+        while time.monotonic() < until and not self._closing:  # a delayed answer ends with the server
+            await asyncio.sleep(min(0.02, until - time.monotonic()))
         if isinstance(answer, Drop):
             headers = [(b"content-type", b"application/json"), (b"content-length", b"4096")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -180,6 +202,7 @@ class FakeOpenAI:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._closing = True
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._socket.close()

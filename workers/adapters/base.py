@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.models.case import Case, DemoKnobs, RunTask
-from service.models.records import SEAL_FIELDS, Feedback, Phase, RunOutput, RunRecord
+from service.models.records import SEAL_FIELDS, Feedback, Phase, RunOutput, RunRecord, Usage
 
 
 class StepRequest(BaseModel):
@@ -129,6 +129,18 @@ class StepExit(BaseModel):
     timed_out: bool = False
     error: str | None = None
     sandbox_down: str | None = Field(default=None, description="The sandbox could not run the agent.")
+    spent: Usage | None = Field(
+        default=None,
+        description="What the step was measured to spend (an LLM step's calls), whatever came of it.",
+    )
+    key_refused: str | None = Field(
+        default=None, description="The meta agent's provider refused its key (401, 403): the tuning is held."
+    )
+    infra: str | None = Field(
+        default=None,
+        description="The step's provider stayed down through its retries: the case is handed back, "
+        "no try spent.",
+    )
 
 
 class AnalyzeOutcome(BaseModel):

@@ -2,42 +2,51 @@
 
 from __future__ import annotations
 
-from service.errors import ConfigError
+from redis.asyncio import Redis
+
 from service.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner
 from workers.adapters.demo import DemoAnalyzer, DemoApplier, DemoRunner
-from workers.adapters.llm import LlmAnalyzer, LlmApplier
+from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
 
 AdapterConfig = DemoAdapter | CommandAdapter | LlmAdapter
 
-NO_LLM_RUNNER = "runner: kind llm is for the analyzer and the applier only"
+
+class NoSandboxProber:
+    """The prober of a runner with no sandbox around it (kind llm runs in the worker's process): always up."""
+
+    async def probe(self) -> str | None:
+        return None
 
 
-def build_runner(config: AdapterConfig, host: AgentHost) -> Runner:
-    """`host`: what the worker's machine gives agent processes (grace, cgroups)."""
+def build_runner(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Runner:
+    """`host`: what the worker's machine gives agent processes (grace, cgroups); `redis`: where an llm
+    runner keeps its provider's fleet-wide limits (a worker passes its own)."""
     if isinstance(config, DemoAdapter):
         return DemoRunner(config)
-    if isinstance(config, LlmAdapter):  # TuningConfig refuses it when the tuning file is read
-        raise ConfigError(NO_LLM_RUNNER)
+    if isinstance(config, LlmAdapter):
+        return LlmRunner(config, redis)
     return CommandRunner(config, host)
 
 
-def build_analyzer(config: AdapterConfig, host: AgentHost) -> Analyzer:
+def build_analyzer(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Analyzer:
+    """`redis`: where an llm analyzer keeps its provider's fleet-wide limits (a worker passes its own)."""
     if isinstance(config, DemoAdapter):
         return DemoAnalyzer(config)
     if isinstance(config, LlmAdapter):
-        return LlmAnalyzer(config)
+        return LlmAnalyzer(config, redis)
     return CommandAnalyzer(config, host)
 
 
-def build_applier(config: AdapterConfig, host: AgentHost) -> Applier:
+def build_applier(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Applier:
+    """`redis`: where an llm applier keeps its provider's fleet-wide limits (a worker passes its own)."""
     if isinstance(config, DemoAdapter):
         return DemoApplier(config)
     if isinstance(config, LlmAdapter):
-        return LlmApplier(config)
+        return LlmApplier(config, redis)
     return CommandApplier(config, host)
 
 
@@ -46,5 +55,5 @@ def build_prober(config: AdapterConfig) -> Prober:
     if isinstance(config, DemoAdapter):
         return DemoProber(config)
     if isinstance(config, LlmAdapter):
-        raise ConfigError(NO_LLM_RUNNER)
+        return NoSandboxProber()
     return SandboxProber(config.sandbox)

@@ -21,7 +21,8 @@ from service.models.records import Feedback, Note, Phase, RunRecord, new_seal
 from service.system import tree_digest
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
-from workers.errors import CaseFault
+from workers.errors import CaseFault, KeyRefused, ProviderDown
+from workers.spend import check_case_budget, record_spend, refused_usage
 
 ANALYZER_ROUNDS = 2
 
@@ -89,6 +90,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     recorded = _recorded(cr, paths.feedback, run)
     if recorded is not None:
         return recorded
+    check_case_budget(cr, phase)
     where = cr.where(phase, attempt, "analyze")
     work: Path = where["step_dir"]
     run_work = paths.root / run.work
@@ -114,6 +116,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         workspace_dir=run_work / "workspace",
         earlier=earlier_tries(cr, phase, attempt),
     )
+    await cr.controls.wait_key_accepted(cr.tuning.name)
     cr.at("analyze", phase, attempt)
     await cr.emit("step_started", step="analyze", phase=phase, attempt=attempt)
     began = datetime.now(UTC)
@@ -154,6 +157,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         attempt=attempt,
         duration_ms=int((datetime.now(UTC) - began).total_seconds() * 1000),
         tokens=feedback.usage.tokens,
+        unmeasured_tokens=feedback.usage.unmeasured_tokens,
         cost_usd=feedback.usage.cost_usd,
         detail=f"{feedback.verdict}{', done' if feedback.done else ''}",
         data={"outcome": feedback.verdict},
@@ -194,10 +198,22 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
     problem = ""
     for _ in range(ANALYZER_ROUNDS):
         outcome = await cr.tuning.analyzer.analyze(request)
+        stopped = outcome.exit.infra or outcome.exit.key_refused
+        if stopped is not None and outcome.exit.spent is not None:  # paid for before the provider stopped
+            why = f"analysis stopped: {stopped}"
+            await record_spend(cr, request.phase, request.attempt, "analyze", outcome.exit.spent, why)
+        if outcome.exit.infra is not None:  # the provider is down: not this case's fault, no try spent
+            raise ProviderDown(f"the analyzer's {outcome.exit.infra}")
+        if outcome.exit.key_refused is not None:
+            raise KeyRefused(f"the analyzer's {outcome.exit.key_refused}")
         try:
             feedback, dropped = read_feedback(outcome.source, outcome.feedback, cr.case)
         except FeedbackInvalid as exc:
             problem = f"{exc} (the analyzer {_how_it_ended(outcome.exit)})"
+            spent = outcome.exit.spent or refused_usage(outcome.feedback)
+            await record_spend(
+                cr, request.phase, request.attempt, "analyze", spent, f"feedback refused: {exc}"
+            )
             cr.log.warning("feedback_invalid", problem=problem, exit_code=outcome.exit.exit_code)
             if outcome.exit.error is not None or outcome.exit.exit_code != 0:
                 break  # timed out, failed or could not start: asking again would only repeat it

@@ -9,6 +9,7 @@ the user's mirror is the daemon's business (service.mirror): it never holds the 
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from pathlib import Path
@@ -20,8 +21,9 @@ from service.files import describe_validation, read_model
 from service.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
-from workers.errors import CaseFault, LockLost
+from workers.errors import CaseFault, KeyRefused, LockLost, ProviderDown
 from workers.lock import LockHold
+from workers.spend import check_case_budget, note_spend, record_spend
 
 TRAILER = "Tunefleet-Attempt"
 OUTPUT_TRAILER = "Tunefleet-Output"
@@ -40,6 +42,8 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
             return recorded
         if recorded is not None:
             cr.log.warning("apply_unsealed_ignored", file=str(paths.apply), feedback_seal=feedback.seal)
+        check_case_budget(cr, phase)
+        await cr.controls.wait_key_accepted(cr.tuning.name)
         cr.at("apply", phase, attempt)
         await cr.emit("apply_waits_for_lock", phase=phase, attempt=attempt)
         try:
@@ -63,6 +67,7 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord
         attempt=attempt,
         duration_ms=record.duration_ms,
         tokens=output.usage.tokens,
+        unmeasured_tokens=output.usage.unmeasured_tokens,
         cost_usd=output.usage.cost_usd,
         detail=f"structural: {output.structural}"
         if output.structural
@@ -106,19 +111,21 @@ async def _apply_holding(
     tree = await cr.tuning.repo.private_copy(current, work / "system")
     try:
         request = ApplyRequest(**where, case=cr.case, feedback=feedback, worktree_dir=tree)
-        output = _read_output(await cr.tuning.applier.apply(request))
-        version = None
-        if output.structural is None:
-            message = (
-                f"tunefleet: apply {cr.case.id} {phase}/{attempt}\n\n{output.summary}\n\n"
-                f"{tag}\n{OUTPUT_TRAILER}: {output.model_dump_json()}\n"
-            )
-            try:
-                version = await cr.tuning.repo.commit_folder(tree, current, message)
-            except SystemRepoError as exc:
-                raise CaseFault(f"the apply's edits could not be committed: {exc}") from exc
+        outcome = await cr.tuning.applier.apply(request)
+        if outcome.output is None and outcome.exit.spent is not None:  # paid for, and nothing to keep
+            why = f"apply produced nothing: {outcome.exit.error or 'no output'}"
+            await record_spend(cr, phase, attempt, "apply", outcome.exit.spent, why)
+        output = _read_output(outcome)
+        try:  # until published, the applier's usage is in no record: an apply that ends here counts it
+            version = await _publish(cr, phase, attempt, output, tree, current, hold)
+        except asyncio.CancelledError:  # stopped, or its lock lost (the watchdog cancels): no await
+            note_spend(cr, phase, attempt, "apply", output.usage, "apply stopped before it was published")
+            raise
+        except Exception as exc:
+            why = "apply abandoned: lock lost" if isinstance(exc, LockLost) else f"apply failed: {exc}"
+            await record_spend(cr, phase, attempt, "apply", output.usage, why)
+            raise
         if version is not None:
-            await hold.publish(version)
             await cr.tuning.repo.update_main(version, base=current)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
@@ -134,7 +141,31 @@ async def _apply_holding(
     )
 
 
+async def _publish(
+    cr: CaseRun, phase: Phase, attempt: int, output: ApplyOutput, tree: Path, current: str, hold: LockHold
+) -> str | None:
+    """Commit the applier's edits on top of `current` and make the commit current (fenced); the new
+    version, if any."""
+    if output.structural is not None:
+        return None
+    message = (
+        f"tunefleet: apply {cr.case.id} {phase}/{attempt}\n\n{output.summary}\n\n"
+        f"{attempt_tag(cr, phase, attempt)}\n{OUTPUT_TRAILER}: {output.model_dump_json()}\n"
+    )
+    try:
+        version = await cr.tuning.repo.commit_folder(tree, current, message)
+    except SystemRepoError as exc:
+        raise CaseFault(f"the apply's edits could not be committed: {exc}") from exc
+    if version is not None:
+        await hold.publish(version)
+    return version
+
+
 def _read_output(outcome: ApplyOutcome) -> ApplyOutput:
+    if outcome.exit.infra is not None:  # the provider is down: not this case's fault, no try spent
+        raise ProviderDown(f"the applier's {outcome.exit.infra}")
+    if outcome.exit.key_refused is not None:
+        raise KeyRefused(f"the applier's {outcome.exit.key_refused}")
     if outcome.output is None:
         why = outcome.exit.error or "wrote no output"
         raise CaseFault(f"{outcome.source}: missing (the applier {why})")

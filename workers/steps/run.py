@@ -13,6 +13,7 @@ from service.models.tuning import CommandAdapter
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
 from workers.errors import CaseFault
+from workers.spend import check_case_budget, tuning_hold
 
 SANDBOX_TRIPS_FILE = "sandbox-trips.json"
 """In the case's folder: how often its runner reported the sandbox down with no sandbox to probe."""
@@ -27,11 +28,20 @@ def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
 
 
 async def wait_until_runnable(cr: CaseRun) -> int:
-    """Hold the run start while the fleet is paused, the sandbox breaker is open or (if configured) an
-    apply is pending; the milliseconds waited for applies."""
-    if cr.controls.paused:
-        await cr.emit("run_waits_for_resume")
-        await cr.controls.wait_runnable()
+    """Hold the run start while the fleet is paused, the tuning is held (its budget spent, say), the
+    sandbox breaker is open or (if configured) an apply is pending; the milliseconds waited for applies."""
+    told_hold = False
+    while True:
+        if cr.controls.paused:
+            await cr.emit("run_waits_for_resume")
+            await cr.controls.wait_runnable()
+        hold = await tuning_hold(cr)
+        if hold is None:
+            break
+        if not told_hold:
+            await cr.emit("run_waits_for_hold", detail=hold.reason, data={"kind": hold.kind})
+            told_hold = True
+        await cr.controls.wait_released(cr.tuning.name)
     if cr.gate.is_open:
         await cr.emit("run_waits_for_sandbox")
         await cr.gate.wait_closed()
@@ -53,6 +63,7 @@ async def run_step(
     if recorded is not None:
         cr.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
     while True:  # not read again: only a run that ended writes the record (over anything left there)
+        check_case_budget(cr, phase)
         apply_wait_ms = await wait_until_runnable(cr)
         record = await _run_once(cr, phase, attempt, memory_from, apply_wait_ms, after)
         if record is not None:
@@ -94,6 +105,7 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) 
         attempt=attempt,
         duration_ms=record.duration_ms,
         tokens=usage.tokens,
+        unmeasured_tokens=usage.unmeasured_tokens,
         cost_usd=usage.cost_usd,
         detail=record.void or record.output.error or f"{record.output.turns} turns",
         data={

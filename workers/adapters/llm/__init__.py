@@ -1,4 +1,4 @@
-"""The analyzer and the applier as a model behind an OpenAI-compatible Chat Completions API
+"""The runner, the analyzer and the applier as a model behind an OpenAI-compatible Chat Completions API
 (`kind: llm`): in-process, over the official `openai` SDK, with retries, repairs and measured usage.
 
     client     LlmClient: one step's AsyncOpenAI, retries (tenacity) and error translation
@@ -8,9 +8,11 @@
     analyzer   LlmAnalyzer: Feedback JSON, one repair round
     edits      EditPlan: the edits an applier answers, made all or none inside the worktree
     applier    LlmApplier: EditPlan JSON, one repair round
+    runner     LlmRunner: a single-prompt agent, its plain-text answer
 """
 
 from workers.adapters.llm.analyzer import LlmAnalyzer
 from workers.adapters.llm.applier import LlmApplier
+from workers.adapters.llm.runner import LlmRunner
 
-__all__ = ["LlmAnalyzer", "LlmApplier"]
+__all__ = ["LlmAnalyzer", "LlmApplier", "LlmRunner"]

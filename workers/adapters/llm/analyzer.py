@@ -7,15 +7,17 @@ import time
 from typing import Any
 
 from pydantic import ValidationError
+from redis.asyncio import Redis
 
 from service.files import describe_validation
 from service.models.records import SEAL_FIELDS, Feedback
 from service.models.tuning import LlmAdapter
-from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest, StepExit
+from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
 from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import LlmStepError
+from workers.adapters.llm.limits import provider_limits
 from workers.adapters.llm.prompts import load_template, tree_view, workspace_view
-from workers.adapters.llm.session import Message, Session, strip_fences
+from workers.adapters.llm.session import Message, Session, step_exit, strip_fences
 
 FLEET_FIELDS = ("run_seal", "seal", "usage")
 """Feedback fields the model is not asked for: the seals are the fleet's, the usage is measured."""
@@ -102,22 +104,25 @@ class LlmAnalyzer:
 
     trusted = True
 
-    def __init__(self, config: LlmAdapter) -> None:
+    def __init__(self, config: LlmAdapter, redis: Redis | None = None) -> None:
         self._config = config
+        self._limits = provider_limits(config, redis)
         self._template = load_template("analyze", config.prompts.get("analyze"))
         self._schema = feedback_schema()
         self.source = f"llm analyzer {config.model}"
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
         started = time.monotonic()
+        session: Session | None = None
         try:
-            async with LlmClient(self._config) as client:
+            async with LlmClient(self._config, self._limits) as client:
                 session = Session(
                     self._config, client, request.step_dir, request.log_file, "feedback", self._schema
                 )
                 return await self._grade(session, request, started)
         except LlmStepError as exc:
-            return AnalyzeOutcome(exit=_exit(started, str(exc)), source=self.source)
+            spent = session.meter.usage() if session is not None else None
+            return AnalyzeOutcome(exit=step_exit(started, str(exc), exc, spent), source=self.source)
 
     async def _grade(self, session: Session, request: AnalyzeRequest, started: float) -> AnalyzeOutcome:
         prompt = self._template.substitute(prompt_values(request, self._schema))
@@ -135,7 +140,9 @@ class LlmAnalyzer:
         if feedback is None:
             session.say(f"the repaired answer is not valid feedback either ({problem})")
             return AnalyzeOutcome(
-                exit=_exit(started, "its answer did not validate after one repair round"),
+                exit=step_exit(
+                    started, "its answer did not validate after one repair round", spent=session.meter.usage()
+                ),
                 feedback=strip_fences(answer).encode(),
                 source=self.source,
             )
@@ -143,13 +150,8 @@ class LlmAnalyzer:
             update={"usage": session.meter.usage(), "run_seal": None, "seal": None}
         )
         return AnalyzeOutcome(
-            exit=_exit(started, None),
+            exit=step_exit(started, None),
             feedback=feedback.model_dump_json(indent=2).encode(),
             analysis=report(feedback, request, self._config.model).encode(),
             source=self.source,
         )
-
-
-def _exit(started: float, error: str | None) -> StepExit:
-    duration_ms = max(0, int((time.monotonic() - started) * 1000))
-    return StepExit(exit_code=0 if error is None else 1, duration_ms=duration_ms, error=error)

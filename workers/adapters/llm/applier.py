@@ -8,16 +8,18 @@ import time
 from pathlib import Path
 
 from pydantic import ValidationError
+from redis.asyncio import Redis
 
 from service.files import describe_validation
 from service.models.records import ApplyOutput
 from service.models.tuning import LlmAdapter
-from workers.adapters.base import ApplyOutcome, ApplyRequest, StepExit
+from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
 from workers.adapters.llm.errors import LlmStepError
+from workers.adapters.llm.limits import provider_limits
 from workers.adapters.llm.prompts import load_template, tree_view
-from workers.adapters.llm.session import Message, Session, strip_fences
+from workers.adapters.llm.session import Message, Session, step_exit, strip_fences
 
 REPAIR = (
     "Nothing was changed: {problems}\n"
@@ -56,22 +58,25 @@ class LlmApplier:
     edits cannot all be made (text not found exactly once, a path outside the worktree) changes
     nothing and gets one repair round naming what failed."""
 
-    def __init__(self, config: LlmAdapter) -> None:
+    def __init__(self, config: LlmAdapter, redis: Redis | None = None) -> None:
         self._config = config
+        self._limits = provider_limits(config, redis)
         self._template = load_template("apply", config.prompts.get("apply"))
         self._schema = EditPlan.model_json_schema()
         self.source = f"llm applier {config.model}"
 
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
         started = time.monotonic()
+        session: Session | None = None
         try:
-            async with LlmClient(self._config) as client:
+            async with LlmClient(self._config, self._limits) as client:
                 session = Session(
                     self._config, client, request.step_dir, request.log_file, "edits", self._schema
                 )
                 return await self._edit(session, request, started)
         except LlmStepError as exc:
-            return ApplyOutcome(exit=_exit(started, str(exc)), source=self.source)
+            spent = session.meter.usage() if session is not None else None
+            return ApplyOutcome(exit=step_exit(started, str(exc), exc, spent), source=self.source)
 
     async def _edit(self, session: Session, request: ApplyRequest, started: float) -> ApplyOutcome:
         values = prompt_values(request, json.dumps(self._schema, indent=2))
@@ -90,7 +95,11 @@ class LlmApplier:
             problems = "; ".join(failures)
             session.say(f"nothing applied after the repair round: {problems}")
             return ApplyOutcome(
-                exit=_exit(started, f"its edits could not be made after one repair round: {problems}"),
+                exit=step_exit(
+                    started,
+                    f"its edits could not be made after one repair round: {problems}",
+                    spent=session.meter.usage(),
+                ),
                 source=self.source,
             )
         write_changes(texts)
@@ -104,10 +113,7 @@ class LlmApplier:
             usage=session.meter.usage(),
         )
         return ApplyOutcome(
-            exit=_exit(started, None), output=output.model_dump_json(indent=2).encode(), source=self.source
+            exit=step_exit(started, None),
+            output=output.model_dump_json(indent=2).encode(),
+            source=self.source,
         )
-
-
-def _exit(started: float, error: str | None) -> StepExit:
-    duration_ms = max(0, int((time.monotonic() - started) * 1000))
-    return StepExit(exit_code=0 if error is None else 1, duration_ms=duration_ms, error=error)

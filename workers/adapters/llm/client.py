@@ -6,6 +6,10 @@ again on 429, 408, 409, 5xx and connection errors, waiting what the server's `Re
 (or `retry-after-ms`) asks, else an exponential backoff with jitter, every wait capped at
 `retry_wait_max_s`; after `max_retries` more attempts it gives up (ProviderUnavailable). A refused
 key (401, 403) fails at once, naming the server and the variable, never the key.
+
+Each attempt first waits for the provider's fleet-wide limits (`ProviderLimits`: a permit under
+`concurrency`, room under `tokens_per_minute`) and holds its permit only while its request runs; the
+waits between attempts hold none.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from workers.adapters.llm.errors import (
     ProviderRejected,
     ProviderUnavailable,
 )
+from workers.adapters.llm.limits import ProviderLimits
 
 log = structlog.get_logger()
 
@@ -109,10 +114,12 @@ def describe(exc: openai.APIError, base_url: str, secret: str = "") -> str:
 
 
 class LlmClient:
-    """`async with LlmClient(config) as client: await client.complete(params)`."""
+    """`async with LlmClient(config, limits) as client: await client.complete(params)`; `limits` None:
+    no fleet-wide limits (a client used outside a fleet)."""
 
-    def __init__(self, config: LlmAdapter) -> None:
+    def __init__(self, config: LlmAdapter, limits: ProviderLimits | None = None) -> None:
         self._config = config
+        self._limits = limits
         self._sdk: openai.AsyncOpenAI | None = None
         self._secret = ""
 
@@ -164,8 +171,7 @@ class LlmClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    completion: ChatCompletion = await sdk.chat.completions.create(**params)
-                    return completion
+                    return await self._attempt(sdk, params)
         except openai.APIStatusError as exc:
             self._raise_for(exc)
         except openai.APIConnectionError as exc:
@@ -176,6 +182,18 @@ class LlmClient:
         except openai.APIError as exc:  # an answer the SDK could not read as a completion
             raise LlmStepError(f"unreadable answer: {describe(exc, config.base_url, self._secret)}") from exc
         raise AssertionError("unreachable: tenacity either returns or raises")
+
+    async def _attempt(self, sdk: openai.AsyncOpenAI, params: dict[str, Any]) -> ChatCompletion:
+        """One HTTP call, inside the provider's limits; its tokens are counted in the window after."""
+        if self._limits is None:
+            completion: ChatCompletion = await sdk.chat.completions.create(**params)
+            return completion
+        async with self._limits.call():
+            completion = await sdk.chat.completions.create(**params)
+        if completion.usage is not None:
+            usage = completion.usage
+            await self._limits.spend(usage.prompt_tokens + usage.completion_tokens)
+        return completion
 
     def _raise_for(self, exc: openai.APIStatusError) -> NoReturn:
         config = self._config

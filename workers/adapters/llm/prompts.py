@@ -1,9 +1,10 @@
 """The prompt templates of the LLM steps, and the bounded views of folders that go into them.
 
 A template is a `string.Template` (`$name` or `${name}`; a literal dollar is `$$`). The package ships
-`prompts/analyze.md` and `prompts/apply.md`; a tuning may name its own (`prompts.analyze`,
-`prompts.apply`), which may use the same names. A template that cannot be read or names an unknown
-placeholder is a ConfigError when the adapter is built, before any case runs.
+`prompts/analyze.md`, `prompts/apply.md` and `prompts/run.md`; a tuning may name its own
+(`prompts.analyze`, `prompts.apply`, `prompts.run`), which may use the same names. A template that
+cannot be read or names an unknown placeholder is a ConfigError when the adapter is built, before
+any case runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Literal
 
 from service.errors import ConfigError
 
-PromptStep = Literal["analyze", "apply"]
+PromptStep = Literal["analyze", "apply", "run"]
 
 ANALYZE_NAMES = frozenset(
     {
@@ -39,7 +40,9 @@ ANALYZE_NAMES = frozenset(
     }
 )
 APPLY_NAMES = frozenset({"case_id", "phase", "attempt", "improvements", "summary", "files", "schema"})
-NAMES: dict[PromptStep, frozenset[str]] = {"analyze": ANALYZE_NAMES, "apply": APPLY_NAMES}
+RUN_NAMES = frozenset({"task_input", "system", "memory", "expected_skills"})
+"""The runner's: never anything of the case but its task's input (no rubric)."""
+NAMES: dict[PromptStep, frozenset[str]] = {"analyze": ANALYZE_NAMES, "apply": APPLY_NAMES, "run": RUN_NAMES}
 
 LISTING_ENTRIES_MAX = 200
 """Files named in a listing of the run's workspace."""
@@ -48,7 +51,10 @@ EXCERPT_FILES_MAX = 5
 EXCERPT_BYTES = 4000
 """Bytes quoted of each."""
 SYSTEM_BYTES_MAX = 200_000
-"""Bytes of the system's text files quoted in all (the analyzer reads them, the applier edits them)."""
+"""Bytes of the system's text files quoted in all (the analyzer reads them, the applier edits them, the
+runner follows them)."""
+MEMORY_BYTES_MAX = 50_000
+"""Bytes of the memory's text files quoted in all (the runner's prompt)."""
 
 
 def load_template(step: PromptStep, path: Path | None) -> string.Template:
@@ -128,9 +134,15 @@ def workspace_view(root: Path) -> str:
 
 def tree_view(root: Path) -> str:
     """A system folder's text files, whole, up to SYSTEM_BYTES_MAX in all; the rest only named."""
+    return shown_tree(root, SYSTEM_BYTES_MAX)[0]
+
+
+def shown_tree(root: Path, budget: int) -> tuple[str, list[Path]]:
+    """A folder's text files, whole, up to `budget` bytes in all (the rest only named), and the paths
+    (relative to `root`) of those shown whole."""
     files = _files(root)
-    budget = SYSTEM_BYTES_MAX
     parts: list[str] = []
+    shown: list[Path] = []
     for path in files[:LISTING_ENTRIES_MAX]:
         name = path.relative_to(root)
         size = path.stat().st_size
@@ -139,7 +151,8 @@ def tree_view(root: Path) -> str:
             parts.append(f"### `{name}` ({size} bytes, not shown)")
             continue
         budget -= size
+        shown.append(name)
         parts.append(f"### `{name}`\n\n~~~~\n{text}\n~~~~")
     if len(files) > LISTING_ENTRIES_MAX:
         parts.append(f"(the listing stops at {LISTING_ENTRIES_MAX} files)")
-    return "\n\n".join(parts) or "(no files)"
+    return "\n\n".join(parts) or "(no files)", shown

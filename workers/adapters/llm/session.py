@@ -9,6 +9,7 @@ did not validate included, and priced from the adapter's `prices`.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -18,11 +19,18 @@ from openai.types.chat import ChatCompletion
 from service.files import append_line, write_atomic
 from service.models.records import Usage
 from service.models.tuning import LlmAdapter
+from workers.adapters.base import StepExit
 from workers.adapters.llm.client import LlmClient
-from workers.adapters.llm.errors import LlmStepError, ProviderRejected
+from workers.adapters.llm.errors import (
+    LlmStepError,
+    ProviderAuthFailed,
+    ProviderRejected,
+    ProviderUnavailable,
+)
 
 Message = dict[str, str]
-JsonMode = Literal["json_schema", "json_object"]
+Mode = Literal["json_schema", "json_object", "text"]
+"""`text`: a plain answer, no `response_format` at all (the runner's)."""
 
 
 @dataclass
@@ -46,21 +54,41 @@ class Meter:
                 self.input_tokens * price.input_usd_per_1m + self.output_tokens * price.output_usd_per_1m
             ) / 1_000_000
         return Usage(
-            input_tokens=self.input_tokens, output_tokens=self.output_tokens, cost_usd=round(cost_usd, 6)
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cost_usd=round(cost_usd, 6),
+            source="api",
         )
+
+
+def step_exit(
+    started: float, error: str | None, down: LlmStepError | None = None, spent: Usage | None = None
+) -> StepExit:
+    """How an LLM step ended: `down` says why it failed (the provider's outage is `infra`, a refused key
+    `key_refused`), `spent` what its calls cost whatever came of them."""
+    duration_ms = max(0, int((time.monotonic() - started) * 1000))
+    return StepExit(
+        exit_code=0 if error is None else 1,
+        duration_ms=duration_ms,
+        error=error,
+        infra=str(down) if isinstance(down, ProviderUnavailable) else None,
+        key_refused=str(down) if isinstance(down, ProviderAuthFailed) else None,
+        spent=spent,
+    )
 
 
 @dataclass
 class Session:
-    """The calls of one step, through one client; asks for JSON following `schema`."""
+    """The calls of one step, through one client; asks for JSON following `schema`, or in mode `text`
+    for a plain answer (no schema)."""
 
     config: LlmAdapter
     client: LlmClient
     step_dir: Path
     log_file: Path
-    schema_name: str
-    schema: dict[str, Any]
-    mode: JsonMode = "json_schema"
+    schema_name: str = ""
+    schema: dict[str, Any] = field(default_factory=dict)
+    mode: Mode = "json_schema"
     calls: int = 0
     meter: Meter = field(init=False)
 
@@ -73,19 +101,14 @@ class Session:
 
     def _params(self, messages: list[Message]) -> dict[str, Any]:
         config = self.config
-        response_format: dict[str, Any] = (
-            {
+        params: dict[str, Any] = {"model": config.model, "messages": messages}
+        if self.mode == "json_schema":
+            params["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": self.schema_name, "schema": self.schema, "strict": False},
             }
-            if self.mode == "json_schema"
-            else {"type": "json_object"}
-        )
-        params: dict[str, Any] = {
-            "model": config.model,
-            "messages": messages,
-            "response_format": response_format,
-        }
+        elif self.mode == "json_object":
+            params["response_format"] = {"type": "json_object"}
         if config.temperature is not None:
             params["temperature"] = config.temperature
         if config.max_output_tokens is not None:
@@ -131,7 +154,7 @@ class Session:
 def _transcript(params: dict[str, Any]) -> str:
     """A call as Markdown: its settings, then each message under its role."""
     settings = {key: value for key, value in params.items() if key not in ("messages", "response_format")}
-    settings["response_format"] = params["response_format"]["type"]
+    settings["response_format"] = params.get("response_format", {"type": "text"})["type"]
     head = "\n".join(f"- {key}: {value}" for key, value in settings.items())
     body = "\n\n".join(f"## {m['role']}\n\n{m['content']}" for m in params["messages"])
     return f"# Call\n\n{head}\n\n{body}\n"

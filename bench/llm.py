@@ -1,0 +1,329 @@
+"""9. Fleet overhead per LLM call: a tuning whose analyzer and applier are `kind: llm` (provider
+concurrency C), against the same calls made directly with the `openai` SDK at concurrency C, both
+against one local OpenAI-compatible server (tests/support/fake_openai.py, in a thread of the harness)
+that answers every call after a fixed LATENCY_S, in the same run.
+
+The tuning has CASES cases with a zero-latency demo runner: PASSING of them pass at once (2 calls:
+the nomem and mem analyses), the others lack one rule of their own (4 calls: an analysis that fails
+naming the rule, an apply whose edit adds it, then the two analyses that pass). The fake model
+answers by what the prompt quotes (the run's answer, the requested rule), so every call validates
+and the number of calls is known. It runs twice on a real worker process: with C slots (no call waits
+for a permit: the overhead is the step's own work around its call, then the case's loop until the
+next call: the run step, the records, the next step's start) and
+with a slot per case (every call waits for one of the C fleet-wide permits in Redis: the overhead
+is the hand-off of a permit).
+
+Times are the server's: from the first request's arrival to the last one's answer. The fleet's
+added time per call is C / rate - C / baseline rate: how much longer each of the C lanes is busy
+per call than with the SDK alone. The baseline runs in a process of its own (`python -m bench.llm
+baseline ...`), with the fleet's recorded requests (the same prompts and schemas), one client for
+all its calls (as an SDK user would); the notes add a client per call (as each fleet step opens
+its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import openai
+
+from bench.common import ROOT, Env, Figure, cpu_seconds, median, run_async, steps_of, wait_for
+from bench.profile import Profiler
+from tests.support.fake_openai import FakeOpenAI, Recorded, Reply, Scripted
+from tests.support.fleet import case, demo_adapter, write_tuning
+
+NAME = "llm"
+CASES = 40
+PASSING = 30
+CONCURRENCY = 4
+LATENCY_S = 0.05
+MODEL = "bench-model"
+CALLS = PASSING * 2 + (CASES - PASSING) * 4
+
+ANSWER_RE = re.compile(r"## Its answer\n\n(.*?)\n\n## Its error", re.S)
+RULE_RE = re.compile(r"add rule (\S+)")
+
+
+def feedback(answer: str) -> str:
+    """The analyzer's answer: a fail naming the rule the run says is missing, else a pass."""
+    missing = answer.removeprefix("missing: ") if answer.startswith("missing: ") else ""
+    if not missing:
+        scores = {"correct": 1.0, "brief": 1.0}
+        return json.dumps({"verdict": "pass", "done": True, "rubric": scores, "summary": "It passes."})
+    rule = missing.split(",")[0].strip()
+    change = f"add rule {rule}\nThe instructions lack the line `- rule: {rule}`."
+    return json.dumps(
+        {
+            "verdict": "fail",
+            "done": False,
+            "rubric": {"correct": 0.0, "brief": 1.0},
+            "improvements": [{"target": "prose", "change": change}],
+            "summary": f"The run misses {rule}.",
+        }
+    )
+
+
+def edits(prompt: str) -> str:
+    """The applier's answer: add the requested rule to rules.md."""
+    match = RULE_RE.search(prompt)
+    rule = match.group(1) if match else "none"
+    edit = {"file": "rules.md", "old": "- rule: base\n", "new": f"- rule: base\n- rule: {rule}\n"}
+    return json.dumps({"edits": [edit], "skills": [], "summary": f"added {rule}"})
+
+
+def model(body: dict[str, Any]) -> Scripted:
+    """The fake model: every answer after LATENCY_S, with a fixed usage."""
+    prompt = str(body["messages"][-1]["content"])
+    if body["response_format"]["json_schema"]["name"] == "edits":
+        return Reply(edits(prompt), 800, 80, delay_s=LATENCY_S)
+    match = ANSWER_RE.search(prompt)
+    return Reply(feedback(match.group(1).strip() if match else ""), 1500, 120, delay_s=LATENCY_S)
+
+
+def llm_adapter(server: FakeOpenAI) -> dict[str, Any]:
+    return {
+        "kind": "llm",
+        "base_url": server.base_url,
+        "model": MODEL,
+        "api_key_env": None,
+        "timeout_s": 30,
+        "max_retries": 0,
+        "concurrency": CONCURRENCY,
+    }
+
+
+def bench_cases(prefix: str) -> list[dict[str, Any]]:
+    return [
+        case(f"{prefix}{i:03d}") if i < PASSING else case(f"{prefix}{i:03d}", rules=[f"rule-{prefix}{i:03d}"])
+        for i in range(CASES)
+    ]
+
+
+def server_wall(requests: list[Recorded]) -> float:
+    """Seconds from the first request's arrival to the last one's answer (the server's clock)."""
+    return max(r.at for r in requests) + LATENCY_S - min(r.at for r in requests)
+
+
+def _at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["at"])).timestamp()
+
+
+def step_ms(events: list[dict[str, Any]], step: str) -> list[float]:
+    """Durations of the `step` steps (step_started to step_finished), in ms."""
+    began: dict[tuple[Any, ...], float] = {}
+    spans: list[float] = []
+    for event in events:
+        if event.get("step") != step:
+            continue
+        key = (event.get("case"), event.get("phase"), event.get("attempt"))
+        if event["kind"] == "step_started":
+            began[key] = _at(event)
+        elif event["kind"] == "step_finished" and key in began:
+            spans.append(1000 * (_at(event) - began.pop(key)))
+    return spans
+
+
+def fleet_round(env: Env, server: FakeOpenAI, name: str, slots: int) -> dict[str, Any]:
+    """One tuning of CASES cases on a fresh worker with `slots` slots; what the server and events saw."""
+    llm = llm_adapter(server)
+    tuning_file = write_tuning(
+        env.root / name, [], name=name, adapter=demo_adapter(0, 0, 0), analyzer=llm, applier=llm
+    )
+    tuning = run_async(env.register(tuning_file))
+    log_file = env.root / f"worker-{len(env.procs.items)}.log"
+    worker = env.start_worker(slots)
+    env.wait_worker_ready(worker)
+    first = len(server.requests)
+    with Profiler(f"{NAME}-{name}", worker.pid):
+        cpu0 = cpu_seconds(worker.pid)
+        run_async(env.submit(tuning, bench_cases(name)))
+        wait_for(
+            lambda: env.results_done(tuning) >= CASES, 60, f"the cases of {name}", worker, interval_s=0.05
+        )
+        cpu = cpu_seconds(worker.pid) - cpu0
+    worker.kill()
+    worker.wait()
+    requests = server.requests[first:]
+    events = env.events(tuning)
+    log = log_file.read_text()
+    results = list((env.settings.store / "tunings" / tuning / "cases").glob("*/r*/result.json"))
+    states = Counter(json.loads(p.read_text())["state"] for p in results)
+    return {
+        "requests": requests,
+        "wall": server_wall(requests),
+        "cpu": cpu,
+        "kinds": Counter(r.schema_name for r in requests),
+        "steps": steps_of(events),
+        "analyze_ms": step_ms(events, "analyze"),
+        "apply_ms": step_ms(events, "apply"),
+        "waited": log.count('"llm_call_waited"'),
+        "states": states,
+    }
+
+
+def baseline(env: Env, server: FakeOpenAI, bodies: list[dict[str, Any]], mode: str) -> tuple[float, float]:
+    """The same calls through the SDK in a process of its own; (the server's wall seconds, the
+    process's CPU seconds over its calls)."""
+    path = env.root / "bodies.json"
+    path.write_text(json.dumps(bodies))
+    first = len(server.requests)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.llm", "baseline", server.base_url, str(CONCURRENCY), str(path), mode],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        env=env.child_env(),
+        timeout=60,
+    )
+    requests = server.requests[first:]
+    if len(requests) != len(bodies):
+        raise RuntimeError(f"the baseline made {len(requests)} calls, not {len(bodies)}")
+    return server_wall(requests), float(json.loads(done.stdout)["cpu_s"])
+
+
+def check(got: dict[str, Any], name: str, env: Env) -> None:
+    """Every case completed with the calls it should have made (else the figures mean nothing)."""
+    calls = len(got["requests"])
+    if got["states"] == Counter(completed=CASES) and calls == CALLS:
+        return
+    reasons = []
+    for path in (env.settings.store / "tunings" / name / "cases").glob("*/r*/result.json"):
+        result = json.loads(path.read_text())
+        if result["state"] != "completed":
+            reasons.append(f"{result['case']}: {result['state']}: {result.get('reason')}")
+    raise RuntimeError(f"{name}: {dict(got['states'])}, {calls} calls, not {CALLS}; {reasons[:3]}")
+
+
+def run() -> list[Figure]:
+    figures: list[Figure] = []
+    with Env(NAME) as env, FakeOpenAI(responder=model) as server:
+        rounds = {"c": fleet_round(env, server, "c", CONCURRENCY)}
+        check(rounds["c"], "c", env)
+        bodies = [r.body for r in rounds["c"]["requests"]]
+        shared = [baseline(env, server, bodies, "shared")]
+        rounds["n"] = fleet_round(env, server, "n", CASES)
+        check(rounds["n"], "n", env)
+        shared.append(baseline(env, server, bodies, "shared"))
+        per_call, per_call_cpu = baseline(env, server, bodies, "per-call")
+        max_in_flight = server.max_in_flight
+    base_wall = sum(w for w, _ in shared) / len(shared)
+    base_cpu_ms = 1000 * sum(c for _, c in shared) / len(shared) / len(bodies)
+    base_rate = len(bodies) / base_wall
+    base_lane_ms = 1000 * CONCURRENCY / base_rate
+    per_call_lane_ms = 1000 * CONCURRENCY * per_call / len(bodies)
+    label = f"`openai.AsyncOpenAI` directly, {CONCURRENCY} calls at once, one client"
+    for key, slots in (("c", CONCURRENCY), ("n", CASES)):
+        got = rounds[key]
+        calls = len(got["requests"])
+        rate = calls / got["wall"]
+        lane_ms = 1000 * CONCURRENCY / rate
+        added = lane_ms - base_lane_ms
+        where = f"{slots} slots" + (" (= concurrency)" if slots == CONCURRENCY else " (a slot per case)")
+        analyze = median(got["analyze_ms"])
+        apply = median(got["apply_ms"])
+        common = (
+            f"{CASES} cases ({dict(got['states'])}), {calls} calls ({dict(got['kinds'])}; expected {CALLS}), "
+            f"concurrency {CONCURRENCY}, server latency {1000 * LATENCY_S:.0f} ms; {where}"
+        )
+        figures.append(
+            Figure(
+                NAME,
+                f"LLM calls per second, {where}",
+                rate,
+                "calls/s",
+                base_rate,
+                label,
+                note=(
+                    f"{common}; server wall {got['wall']:.2f} s against {base_wall:.2f} s "
+                    f"(baseline runs: {', '.join(f'{w:.2f}' for w, _ in shared)} s); ideal "
+                    f"{CONCURRENCY / LATENCY_S:.0f} calls/s; most in flight at the server over the run: "
+                    f"{max_in_flight}"
+                ),
+            )
+        )
+        figures.append(
+            Figure(
+                NAME,
+                f"added wall per LLM call, {where}",
+                added,
+                "ms",
+                note=(
+                    f"{common}; {CONCURRENCY} / rate - {CONCURRENCY} / baseline rate: each of the "
+                    f"{CONCURRENCY} lanes is busy {lane_ms:.1f} ms per call "
+                    f"(baseline {base_lane_ms:.1f} ms; a new client per call: {per_call_lane_ms:.1f} ms); "
+                    f"median analyze step {analyze:.1f} ms, apply step {apply:.1f} ms "
+                    f"(each holds one call of {1000 * LATENCY_S:.0f} ms); steps {dict(got['steps'])}; "
+                    f"calls that waited >= 50 ms for a permit: {got['waited']}; worker CPU "
+                    f"{1000 * got['cpu'] / calls:.1f} ms per call"
+                ),
+            )
+        )
+    cpu = {key: 1000 * got["cpu"] / len(got["requests"]) for key, got in rounds.items()}
+    figures.append(
+        Figure(
+            NAME,
+            "worker CPU per LLM call",
+            median(list(cpu.values())),
+            "ms",
+            base_cpu_ms,
+            "the SDK process's CPU per call, one client",
+            note=(
+                f"the worker's CPU (/proc/<pid>/stat) from the submission to the last result over its calls, "
+                f"run steps and bookkeeping included: {cpu['c']:.1f} ms with {CONCURRENCY} slots, "
+                f"{cpu['n']:.1f} ms with {CASES}; median of the two rounds; the SDK process with a "
+                f"new client per call: {1000 * per_call_cpu / len(bodies):.1f} ms per call"
+            ),
+        )
+    )
+    return figures
+
+
+async def _baseline_calls(base_url: str, concurrency: int, bodies: list[dict[str, Any]], mode: str) -> None:
+    queue = list(reversed(bodies))
+    shared = openai.AsyncOpenAI(api_key="no-key", base_url=base_url, max_retries=0, timeout=30)
+
+    async def lane() -> None:
+        while queue:
+            body = queue.pop()
+            if mode == "shared":
+                await shared.chat.completions.create(**body)
+                continue
+            async with openai.AsyncOpenAI(
+                api_key="no-key", base_url=base_url, max_retries=0, timeout=30
+            ) as client:
+                await client.chat.completions.create(**body)
+
+    try:
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+    finally:
+        await shared.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.llm")
+    parser.add_argument("what", choices=["baseline"])
+    parser.add_argument("base_url")
+    parser.add_argument("concurrency", type=int)
+    parser.add_argument("bodies", type=Path)
+    parser.add_argument("mode", choices=["shared", "per-call"])
+    args = parser.parse_args(argv)
+    bodies = json.loads(args.bodies.read_text())
+    began = time.monotonic()
+    cpu0 = time.process_time()
+    asyncio.run(_baseline_calls(args.base_url, args.concurrency, bodies, args.mode))
+    cpu_s = time.process_time() - cpu0
+    print(json.dumps({"calls": len(bodies), "seconds": time.monotonic() - began, "cpu_s": cpu_s}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Fleet-wide limits on one LLM provider (a `base_url` and a `model`), kept in Redis.
+
+- `concurrency`: a semaphore of leased permits, a sorted set of holder ids scored by their expiry
+  (`tf:llm-permits:<provider>`). A call waits, polling with a jittered backoff, until `ACQUIRE`
+  grants it a permit (expired holders are dropped first), renews the permit every third of
+  PERMIT_LEASE_S while the call runs, and releases it afterwards, also when cancelled. The permit of
+  a worker that died lapses within PERMIT_LEASE_S.
+- `tokens_per_minute`: a sliding window (`tf:llm-tokens:<provider>`): every completion's tokens are
+  added with the time, and a call waits until the last minute's tokens are under the limit.
+
+Every time is Redis's `TIME`, so the fleet's machines need no common clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service import keys
+from service.errors import ConfigError
+from service.models.tuning import LlmAdapter
+from workers.tasks import watched
+
+log = structlog.get_logger()
+
+PERMIT_LEASE_S = 3.0
+"""A permit's lease, renewed every third of it while the call runs."""
+WINDOW_MS = 60_000
+"""The tokens-per-minute window."""
+POLL_MIN_S = 0.05
+POLL_MAX_S = 1.0
+"""The backoff between two tries for a permit, or two looks at the window: doubled up to the max."""
+
+_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
+
+ACQUIRE = f"""
+-- KEYS: permits ; ARGV: holder limit lease_ms -> 1 granted, 0 not now
+{_NOW_MS}
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 1
+end
+return 0
+"""
+
+RENEW = f"""
+-- KEYS: permits ; ARGV: holder lease_ms -> 1 renewed, 0 lost (it expired)
+{_NOW_MS}
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry or tonumber(expiry) < now then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+RELEASE = """
+-- KEYS: permits ; ARGV: holder
+return redis.call('ZREM', KEYS[1], ARGV[1])
+"""
+
+WAIT_FOR_TOKENS = f"""
+-- KEYS: tokens ; ARGV: window_ms limit -> 0 when the window's tokens are under the limit, else the
+-- milliseconds until enough of them have left it
+{_NOW_MS}
+local window = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local total = 0
+for i = 1, #entries, 2 do
+  total = total + tonumber(string.match(entries[i], ':(%d+)$'))
+end
+if total < limit then return 0 end
+for i = 1, #entries, 2 do
+  total = total - tonumber(string.match(entries[i], ':(%d+)$'))
+  if total < limit then return math.max(1, tonumber(entries[i + 1]) + window - now) end
+end
+return 1
+"""
+
+SPEND = f"""
+-- KEYS: tokens ; ARGV: call_id tokens window_ms
+{_NOW_MS}
+redis.call('ZADD', KEYS[1], now, ARGV[1] .. ':' .. ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+
+class ProviderLimits:
+    """The fleet-wide limits of one provider: `async with limits.call():` around each HTTP call, then
+    `await limits.spend(tokens)` with its usage. A limit that is unset costs no Redis round trip."""
+
+    def __init__(self, redis: Redis, config: LlmAdapter, lease_s: float = PERMIT_LEASE_S) -> None:
+        self.provider = keys.llm_provider(config.base_url, config.model)
+        self.concurrency = config.concurrency
+        self.tokens_per_minute = config.tokens_per_minute
+        self.lease_ms = int(lease_s * 1000)
+        self._acquire = redis.register_script(ACQUIRE)
+        self._renew = redis.register_script(RENEW)
+        self._release = redis.register_script(RELEASE)
+        self._wait_for_tokens = redis.register_script(WAIT_FOR_TOKENS)
+        self._spend = redis.register_script(SPEND)
+
+    @asynccontextmanager
+    async def call(self) -> AsyncIterator[None]:
+        """Wait until the window has room and a permit is granted; hold the permit for the body."""
+        began = time.monotonic()
+        await self._tokens_room()
+        if self.concurrency is None:
+            self._log_wait(began)
+            yield
+            return
+        holder = uuid.uuid4().hex
+        await self._permit(holder, self.concurrency)
+        self._log_wait(began)
+        try:
+            async with watched(self._keep(holder)):
+                yield
+        finally:
+            await asyncio.shield(self._let_go(holder))
+
+    async def spend(self, tokens: int) -> None:
+        """Add a completion's tokens to the window (a Redis fault is logged: the call is paid already)."""
+        if self.tokens_per_minute is None or tokens <= 0:
+            return
+        try:
+            await self._spend([keys.llm_tokens(self.provider)], [uuid.uuid4().hex, tokens, WINDOW_MS])
+        except RedisError as exc:
+            log.warning("llm_tokens_not_counted", provider=self.provider, tokens=tokens, error=str(exc))
+
+    async def _tokens_room(self) -> None:
+        if self.tokens_per_minute is None:
+            return
+        window = keys.llm_tokens(self.provider)
+        while True:
+            wait_ms = int(await self._wait_for_tokens([window], [WINDOW_MS, self.tokens_per_minute]))
+            if wait_ms == 0:
+                return
+            await asyncio.sleep(min(wait_ms / 1000, POLL_MAX_S) * (0.5 + random.random() / 2))
+
+    async def _permit(self, holder: str, limit: int) -> None:
+        permits = keys.llm_permits(self.provider)
+        delay_s = POLL_MIN_S
+        while not int(await self._acquire([permits], [holder, limit, self.lease_ms])):
+            await asyncio.sleep(delay_s * (0.5 + random.random()))
+            delay_s = min(delay_s * 2, POLL_MAX_S)
+
+    async def _keep(self, holder: str) -> None:
+        """Renew the permit every third of its lease until cancelled."""
+        permits = keys.llm_permits(self.provider)
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            try:
+                renewed = int(await self._renew([permits], [holder, self.lease_ms]))
+            except RedisError as exc:
+                log.warning("llm_permit_renew_failed", provider=self.provider, error=str(exc))
+                continue
+            if not renewed:  # it lapsed (Redis unreachable for a lease): take one again, or wait for one
+                log.warning("llm_permit_lost", provider=self.provider)
+                await self._permit(holder, self.concurrency or 1)
+
+    async def _let_go(self, holder: str) -> None:
+        try:
+            await self._release([keys.llm_permits(self.provider)], [holder])
+        except RedisError as exc:  # the permit lapses by itself within its lease
+            log.warning("llm_permit_release_failed", provider=self.provider, error=str(exc))
+
+    def _log_wait(self, began: float) -> None:
+        waited_s = time.monotonic() - began
+        if waited_s >= POLL_MIN_S:
+            log.info("llm_call_waited", provider=self.provider, wait_s=round(waited_s, 3))
+
+
+def provider_limits(config: LlmAdapter, redis: Redis | None) -> ProviderLimits | None:
+    """The fleet-wide limits a step's calls keep: None when the config sets none. A config that sets
+    some without a Redis to keep them in is refused (every fleet worker passes its own)."""
+    if config.concurrency is None and config.tokens_per_minute is None:
+        return None
+    if redis is None:
+        raise ConfigError(
+            f"llm {config.model} at {config.base_url}: concurrency and tokens_per_minute are kept in "
+            "the fleet's Redis, and none was given"
+        )
+    return ProviderLimits(redis, config)

@@ -1,0 +1,84 @@
+"""The runner as a single prompt to a model behind an OpenAI-compatible Chat Completions API.
+
+One call per run: the prompt (`prompts/run.md`) holds the system version's text files, the memory's,
+the task's input (nothing else of the case: never its rubric) and the skills the run is expected to
+use; the model's plain-text answer is the run's answer. The runner writes no memory and no workspace.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from service.files import append_line
+from service.models.records import RunOutput, Usage
+from service.models.tuning import LlmAdapter
+from workers.adapters.base import RunOutcome, RunRequest
+from workers.adapters.llm.client import LlmClient
+from workers.adapters.llm.errors import LlmStepError, MissingApiKey, ProviderAuthFailed, ProviderUnavailable
+from workers.adapters.llm.limits import provider_limits
+from workers.adapters.llm.prompts import MEMORY_BYTES_MAX, SYSTEM_BYTES_MAX, load_template, shown_tree
+from workers.adapters.llm.session import Message, Session
+
+SKILLS_DIR = Path("skills")
+
+
+def skill_names(shown: list[Path]) -> list[str]:
+    """The skills among the files put in the prompt: `skills/<name>.md`."""
+    return [path.stem for path in shown if path.parent == SKILLS_DIR and path.suffix == ".md"]
+
+
+def prompt_values(request: RunRequest) -> tuple[dict[str, str], list[str]]:
+    """The template's values, and the names of the skills whose files they quote whole."""
+    system, shown = shown_tree(request.system_dir, SYSTEM_BYTES_MAX)
+    memory = (
+        shown_tree(request.memory_dir, MEMORY_BYTES_MAX)[0]
+        if request.memory_dir.is_dir() and any(request.memory_dir.iterdir())
+        else "(empty: no earlier work)"
+    )
+    values = {
+        "task_input": request.task.input,
+        "system": system,
+        "memory": memory,
+        "expected_skills": ", ".join(request.expected_skills) or "(none in particular)",
+    }
+    return values, skill_names(shown)
+
+
+def _elapsed_ms(started: float) -> int:
+    return max(0, int((time.monotonic() - started) * 1000))
+
+
+class LlmRunner:
+    """Runs a case as one prompt to a model and reports its plain-text answer with the measured usage.
+
+    The provider down through its retries, a refused key or a missing key variable make the run void
+    (infrastructure: the loop sets it aside and runs the try again); another refusal of the request
+    (a 4xx) or an unreadable answer is the run's error, graded as such.
+    """
+
+    def __init__(self, config: LlmAdapter, redis: Redis | None = None) -> None:
+        self._config = config
+        self._limits = provider_limits(config, redis)
+        self._template = load_template("run", config.prompts.get("run"))
+
+    async def run(self, request: RunRequest) -> RunOutcome:
+        started = time.monotonic()
+        session: Session | None = None
+        try:
+            async with LlmClient(self._config, self._limits) as client:
+                session = Session(self._config, client, request.step_dir, request.log_file, mode="text")
+                values, skills = prompt_values(request)
+                messages: list[Message] = [{"role": "user", "content": self._template.substitute(values)}]
+                answer = await session.ask(messages)
+        except (ProviderUnavailable, ProviderAuthFailed, MissingApiKey) as exc:
+            append_line(request.log_file, f"llm: the run is void: {exc}")
+            return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), void=str(exc))
+        except LlmStepError as exc:
+            usage = session.meter.usage() if session is not None else Usage(source="api")
+            output = RunOutput(error=str(exc), usage=usage)
+            return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), output=output)
+        output = RunOutput(answer=answer, turns=1, skills_loaded=skills, usage=session.meter.usage())
+        return RunOutcome(exit_code=0, duration_ms=_elapsed_ms(started), output=output)
