@@ -282,6 +282,15 @@ async def test_malformed_json_gets_one_repair_and_usage_sums_both_calls(
     assert (tmp_path / "analyze-lease" / "prompt-2.md").is_file()
 
 
+async def test_an_extra_key_gets_one_repair_quoting_it(server: FakeOpenAI, tmp_path: Path) -> None:
+    """Feedback with a key the schema does not have is repaired, not fatal: the repair names the key."""
+    extra = json.dumps({**json.loads(PASS), "confidence": 0.9})
+    feedback = feedback_of(await analyze(server, tmp_path, Reply(extra, 500, 40), Reply(PASS, 600, 30)))
+    assert feedback.verdict == "pass" and len(server.requests) == 2
+    assert "confidence" in server.requests[1].text
+    assert feedback.usage.tokens == 500 + 40 + 600 + 30
+
+
 async def test_an_answer_still_invalid_after_the_repair_is_handed_to_the_step(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -749,3 +758,21 @@ async def test_a_refused_key_holds_the_tuning_until_resume(fleet: Fleet, tmp_pat
     assert rows["c1"].state == "completed", rows["c1"].reason
     kinds = [r.schema_name for r in server.requests]
     assert kinds == ["feedback"] * 2 + ["edits", "feedback", "feedback"]  # the refused call, then the case
+
+
+async def test_a_case_budget_stops_llm_steps_before_they_start(fleet: Fleet, tmp_path: Path) -> None:
+    """With a case budget below what the first LLM grade costs, the case ends `difficult: budget` before
+    its apply starts, and its result holds the spend that the API measured."""
+    with FakeOpenAI(responder=meta_agent) as server:
+        llm = config(server).model_dump(mode="json")
+        budget = {"case_max_tokens": 500}
+        tuning = write_tuning(
+            tmp_path / "t", cases(1), runner=command_runner(), analyzer=llm, applier=llm, budget=budget
+        )
+        await fleet.start_tuning(tuning)
+        fleet.start_worker(4, **{KEY_ENV: KEY})
+        rows = await fleet.wait_finished(1)
+    row = rows["c1"]
+    assert row.state == "difficult" and (row.reason or "").startswith("budget: spent 1100 tokens")
+    assert [r.schema_name for r in server.requests] == ["feedback"]  # no apply was asked for
+    assert row.tokens == 1100
