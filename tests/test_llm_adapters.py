@@ -433,22 +433,23 @@ async def test_the_runners_usage_is_measured_from_the_api(server: FakeOpenAI, tm
     )
 
 
-async def test_a_provider_down_makes_the_run_void(server: FakeOpenAI, tmp_path: Path) -> None:
-    """After max_retries + 1 failing attempts the run is void (provider unavailable), with no output."""
+async def test_a_provider_down_is_no_run(server: FakeOpenAI, tmp_path: Path) -> None:
+    """After max_retries + 1 failing attempts there is no run (provider down: the step hands the case
+    back, spending no try), with no output."""
     outcome = await run(server, tmp_path, Status(503), Status(503), Status(503), Reply("Hello, Ada!"))
-    assert outcome.output is None and len(server.requests) == 3 and outcome.exit_code != 0
-    assert (outcome.void or "").startswith("provider unavailable after 3 attempts:"), outcome.void
-    assert "503" in (outcome.void or "")
+    assert outcome.output is None and len(server.requests) == 3 and outcome.void is None
+    down = outcome.provider_down or ""
+    assert down.startswith("provider unavailable after 3 attempts:") and "503" in down
     assert "provider unavailable" in (tmp_path / "run-lease" / "run.log").read_text()
 
 
-async def test_a_refused_or_missing_key_makes_the_run_void_naming_the_variable(
+async def test_a_refused_or_missing_key_stops_the_run_naming_the_variable(
     server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 401 voids the run at once, naming the server and the key's variable, never the key; without the
-    variable the run is void naming it, and nothing is sent."""
+    """A 401 is no run (the step holds the tuning), said at once naming the server and the key's
+    variable, never the key; without the variable the run is void naming it, and nothing is sent."""
     refused = await run(server, tmp_path / "a", Status(401, message=f"bad key {KEY}"), Reply("Hi"))
-    void = refused.void or ""
+    void = refused.key_refused or ""
     assert refused.output is None and len(server.requests) == 1
     assert "refused the API key (401)" in void and server.base_url in void
     assert KEY_ENV in void and KEY not in void
@@ -577,6 +578,39 @@ async def test_an_llm_runner_takes_a_case_through_a_real_fleet_to_completed(
     assert last.output.usage == Usage(
         input_tokens=300, output_tokens=30, cost_usd=cost(300, 30), source="api"
     )
+
+
+async def test_an_llm_runners_outage_and_refused_key_spend_no_try(fleet: Fleet, tmp_path: Path) -> None:
+    """An llm runner whose provider stays down hands the case back (no run recorded); a refused key holds
+    the tuning; after `resume` the case completes with exactly the honest tries."""
+    mode = "down"
+
+    def responder(body: dict[str, Any]) -> Scripted:
+        if "response_format" not in body and mode == "down":
+            return Status(503)
+        if "response_format" not in body and mode == "refused":
+            return Status(401, message="invalid api key")
+        return llm_agent(body)
+
+    with FakeOpenAI(responder=responder) as server:
+        llm = config(server).model_dump(mode="json")
+        tuning = write_tuning(tmp_path / "t", cases(1), runner=llm, analyzer=llm, applier=llm)
+        await fleet.start_tuning(tuning)
+        fleet.start_worker(4, **{KEY_ENV: KEY, "TUNEFLEET_PROVIDER_RETRY_S": "0.3"})
+        await wait_until(lambda: any(e["kind"] == "provider_down" for e in fleet.events()), 30, "an outage")
+        mode = "refused"
+        async with fleet.client() as client:
+            began = time.monotonic()
+            while (held := (await client.status()).tunings[0].held) is None:
+                assert time.monotonic() - began < 30, "the tuning was never held"
+                await asyncio.sleep(0.05)
+            assert held.kind == "auth"
+            mode = "up"
+            assert await client.resume("t1")
+        rows = await fleet.wait_finished(1, timeout_s=30)
+    assert rows["c1"].state == "completed", rows["c1"].reason
+    attempts = fleet.settings.store / "tunings" / "t1" / "cases" / "c1" / "r1" / "nomem"
+    assert sorted(p.name for p in attempts.iterdir()) == ["1", "2"]  # no void, no extra try
 
 
 def permits_key(server: FakeOpenAI) -> str:

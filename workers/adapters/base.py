@@ -113,6 +113,12 @@ class RunOutcome(BaseModel):
     output: RunOutput | None = Field(default=None, description="None when the run was void or never ran.")
     void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
     sandbox_down: str | None = Field(default=None, description="The sandbox was unavailable: not a run.")
+    provider_down: str | None = Field(
+        default=None, description="The model's provider stayed down: not a run, the case is handed back."
+    )
+    key_refused: str | None = Field(
+        default=None, description="The model's provider refused the key: not a run, the tuning is held."
+    )
     timed_out: bool = Field(default=False, description="Ended at its timeout: still a run, graded.")
     log_tail: str | None = Field(
         default=None, description="The end of the runner's log, when it did not end by itself with exit 0."

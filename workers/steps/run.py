@@ -12,7 +12,7 @@ from service.models.records import ApplyRecord, Phase, RunOutput, RunRecord, San
 from service.models.tuning import CommandAdapter
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
-from workers.errors import CaseFault
+from workers.errors import CaseFault, KeyRefused, ProviderDown
 from workers.spend import check_case_budget, tuning_hold
 
 SANDBOX_TRIPS_FILE = "sandbox-trips.json"
@@ -151,6 +151,10 @@ async def _run_once(
     started_at = datetime.now(UTC)
     began = time.monotonic()
     outcome = await cr.tuning.runner.run(request)
+    if outcome.provider_down is not None:  # not this case's fault: handed back, no try spent
+        raise ProviderDown(f"the runner's {outcome.provider_down}")
+    if outcome.key_refused is not None:
+        raise KeyRefused(f"the runner's {outcome.key_refused}")
     if outcome.sandbox_down is not None:
         await cr.emit("run_sandbox_down", phase=phase, attempt=attempt, detail=outcome.sandbox_down)
         await cr.gate.report_down(cr.tuning.name, outcome.sandbox_down)

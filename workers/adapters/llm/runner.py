@@ -54,9 +54,10 @@ def _elapsed_ms(started: float) -> int:
 class LlmRunner:
     """Runs a case as one prompt to a model and reports its plain-text answer with the measured usage.
 
-    The provider down through its retries, a refused key or a missing key variable make the run void
-    (infrastructure: the loop sets it aside and runs the try again); another refusal of the request
-    (a 4xx) or an unreadable answer is the run's error, graded as such.
+    The provider down through its retries is no run (the case is handed back, as for the meta agent),
+    a refused key holds the tuning, a missing key variable makes the run void (infrastructure: the loop
+    sets it aside and runs the try again); another refusal of the request (a 4xx) or an unreadable
+    answer is the run's error, graded as such.
     """
 
     def __init__(self, config: LlmAdapter, redis: Redis | None = None) -> None:
@@ -73,7 +74,13 @@ class LlmRunner:
                 values, skills = prompt_values(request)
                 messages: list[Message] = [{"role": "user", "content": self._template.substitute(values)}]
                 answer = await session.ask(messages)
-        except (ProviderUnavailable, ProviderAuthFailed, MissingApiKey) as exc:
+        except ProviderUnavailable as exc:
+            append_line(request.log_file, f"llm: no run: {exc}")
+            return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), provider_down=str(exc))
+        except ProviderAuthFailed as exc:
+            append_line(request.log_file, f"llm: no run: {exc}")
+            return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), key_refused=str(exc))
+        except MissingApiKey as exc:
             append_line(request.log_file, f"llm: the run is void: {exc}")
             return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), void=str(exc))
         except LlmStepError as exc:
