@@ -18,9 +18,15 @@ CASE_SUFFIXES = (".yaml", ".yml", ".json")
 def load_case(path: Path) -> Case:
     """The validated case in `path`, or CaseFileError naming the file, the field and what was expected."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CaseFileError(str(path), "(file)", f"readable file ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise CaseFileError(
+            str(path),
+            "(file)",
+            f"UTF-8 text, but it is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
+        ) from exc
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
@@ -43,7 +49,12 @@ def _expected(field: str, message: str) -> str:
 
 
 def case_files(path: Path) -> Iterator[Path]:
-    """The case files at `path`: the file itself, or every case file below a folder, sorted."""
+    """The case files at `path`: the file itself, or every case file below a folder, sorted; CaseFileError
+    when `path` does not exist."""
+    if not path.exists():
+        raise CaseFileError(
+            str(path), "(file)", "an existing case file or folder (there is nothing at this path)"
+        )
     if path.is_file():
         yield path
         return

@@ -13,10 +13,11 @@ import signal
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from service import logs
 from service.client import TunefleetClient
@@ -34,13 +35,18 @@ def _settings(ctx: typer.Context) -> FleetSettings:
     return settings
 
 
+def _fail(message: object) -> NoReturn:
+    """One red `error:` line on stderr (the message printed as is, never as markup), then exit code 2."""
+    Console(stderr=True).print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
 def _run(coro: Awaitable[T]) -> T:
     """Run a coroutine; a TunefleetError becomes one red line and exit code 2."""
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
     except TunefleetError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        _fail(exc)
 
 
 @app.callback()
@@ -123,9 +129,13 @@ def submit(
     async def go() -> int:
         async with TunefleetClient(_settings(ctx)) as client:
             report = await client.submit_path(tuning, path)
+        if not (report.accepted or report.duplicates or report.refused):
+            _fail(f"{path}: no case files (*.yaml, *.yml, *.json) in it; nothing submitted")
         console = Console()
         for refusal in report.refused:
-            Console(stderr=True).print(f"[red]refused[/red] {refusal.error}", highlight=False, soft_wrap=True)
+            Console(stderr=True).print(
+                f"[red]refused[/red] {escape(refusal.error)}", highlight=False, soft_wrap=True
+            )
         console.print(
             f"enqueued {len(report.accepted)}, already known {len(report.duplicates)}, "
             f"refused {len(report.refused)}"
@@ -166,8 +176,7 @@ def results(
         hold = asyncio.run(_hold_of(client, tuning))
         rows = client.results(tuning, hold)
     except TunefleetError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _fail(exc)
     if as_json:
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
     else:
@@ -182,7 +191,9 @@ async def _hold_of(client: TunefleetClient, tuning: str) -> Hold | None:
         async with client:
             return await client.hold(tuning)
     except TunefleetError as exc:
-        Console(stderr=True).print(f"[yellow]warning:[/yellow] holds not read: {exc}", highlight=False)
+        Console(stderr=True).print(
+            f"[yellow]warning:[/yellow] holds not read: {escape(str(exc))}", highlight=False
+        )
         return None
 
 
@@ -197,8 +208,7 @@ def show(
     try:
         detail = client.show(tuning, case)
     except TunefleetError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        _fail(exc)
     if as_json:
         print(detail.model_dump_json(indent=2))
     else:
@@ -221,15 +231,54 @@ def cancel(
     ctx: typer.Context,
     tuning: str,
     case: Annotated[str | None, typer.Argument(help="One case; all unfinished cases if omitted.")] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Cancel a whole tuning without asking for confirmation.")
+    ] = False,
 ) -> None:
-    """Cancel a case, or every unfinished case of a tuning: agents are stopped, cases end cancelled."""
+    """Cancel a case, or every unfinished case of a tuning: agents are stopped, cases end cancelled.
+
+    Cancelling a whole tuning asks for confirmation; without a terminal it needs `--yes`."""
+    client = TunefleetClient(_settings(ctx))
+    try:
+        cases = list(client.tuning_store(tuning).latest_revs())
+    except TunefleetError as exc:
+        _fail(exc)
+    if case is not None:
+        found = [c for c in cases if c.case_id == case]
+        if not found:
+            _fail(f"tuning {tuning!r} has no case {case!r}; nothing cancelled")
+        ended = found[0].result()
+        if ended is not None:
+            Console().print(
+                f"case {escape(case)} already ended {ended.state}: nothing to cancel", highlight=False
+            )
+            return
+    else:
+        unfinished = sum(not c.result_file.exists() for c in cases)
+        if unfinished == 0:
+            Console().print(
+                f"tuning {escape(tuning)} has no unfinished case: nothing to cancel", highlight=False
+            )
+            return
+        if not yes:
+            _confirm_cancel(tuning, unfinished)
 
     async def go() -> None:
-        async with TunefleetClient(_settings(ctx)) as client:
+        async with client:
             done = await client.cancel(tuning, case)
         Console().print(f"cancelled {len(done)} case(s)")
 
     _run(go())
+
+
+def _confirm_cancel(tuning: str, unfinished: int) -> None:
+    """Ask on a terminal before cancelling a whole tuning; refuse (exit 2) when stdin is not one."""
+    what = f"{unfinished} unfinished case(s) of tuning {tuning!r}"
+    if not sys.stdin.isatty():
+        _fail(f"refusing to cancel {what} without confirmation: stdin is not a terminal (pass --yes)")
+    if not typer.confirm(f"Cancel {what}?", default=False):
+        Console(stderr=True).print(f"not cancelled: {escape(what)} left as they are", highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command()

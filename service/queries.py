@@ -7,6 +7,7 @@ import json
 from redis.asyncio import Redis
 
 from service import keys
+from service.errors import StoreError
 from service.events import COST_SCALE
 from service.files import read_model
 from service.models.records import ApplyRecord, Feedback, RunRecord
@@ -114,7 +115,10 @@ def results(store: TuningStore, hold: Hold | None = None) -> list[ResultRow]:
     """One row per case (its newest rev), finished or not; an unfinished one names the tuning's `hold`."""
     rows = []
     for case_store in store.latest_revs():
-        case = case_store.load_case()
+        try:
+            case = case_store.load_case()
+        except StoreError:  # a case file gone bad: its row still shows how the case ended
+            case = None
         result = case_store.result()
         expected = None
         met = None

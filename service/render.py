@@ -9,6 +9,18 @@ from rich.text import Text
 from service.models.status import CaseDetail, FleetStatus, Hold, ResultRow, TuningStatus
 
 STATE_STYLE = {"completed": "green", "difficult": "yellow", "failed": "red", "cancelled": "magenta"}
+"""The states a case ends in, in the order `status` and `watch` show their counts, and their styles."""
+
+
+def outcome_counts(tuning: TuningStatus) -> dict[str, int]:
+    """How many of a tuning's cases ended in each state, keyed (and ordered) as STATE_STYLE."""
+    counts = {
+        "completed": tuning.completed,
+        "difficult": tuning.difficult,
+        "failed": tuning.failed,
+        "cancelled": tuning.cancelled,
+    }
+    return {state: counts[state] for state in STATE_STYLE}
 
 
 def status_table(status: FleetStatus) -> Group:
@@ -32,9 +44,7 @@ def status_table(status: FleetStatus) -> Group:
         "submitted",
         "waiting",
         "running",
-        "completed",
-        "difficult",
-        "failed",
+        *STATE_STYLE,
         "tokens",
         "cost $",
         title=None,
@@ -46,9 +56,7 @@ def status_table(status: FleetStatus) -> Group:
             str(t.submitted),
             str(t.waiting),
             f"{t.running} {steps}".strip(),
-            str(t.completed),
-            str(t.difficult),
-            str(t.failed),
+            *(str(n) for n in outcome_counts(t).values()),
             f"{t.tokens:,}",
             f"{t.cost_usd:.4f}",
         )

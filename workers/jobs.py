@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -11,9 +12,10 @@ from redis.exceptions import RedisError
 
 from service.errors import TunefleetError
 from service.models.jobs import CaseJob
-from service.models.records import CaseResult
+from service.models.records import CaseResult, Note
 from workers.case import CaseRun
 from workers.errors import KeyRefused, LeaseLost, ProviderDown
+from workers.lease import CaseLease
 from workers.loop import finish, run_loop
 from workers.runtime import WorkerRuntime
 from workers.tasks import watched
@@ -30,8 +32,7 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     try:
         cr = runtime.case_run(job, lease)
     except TunefleetError as exc:
-        log.error("case_unreadable", error=str(exc))
-        return {"error": str(exc)}
+        return await unreadable(runtime, job, lease, cancelled, exc)
     try:
         await cr.emit("case_started", data={"lease": lease.token, "lost_leases": lost, "try": ctx["job_try"]})
         if cancelled:
@@ -68,6 +69,56 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         log.exception("case_crashed")
         result = await finish(cr, "failed", None, f"internal error: {type(exc).__name__}: {exc}")
     return {"state": result.state, "reason": result.reason, "steps": result.steps}
+
+
+async def unreadable(
+    runtime: WorkerRuntime, job: CaseJob, lease: CaseLease, cancelled: bool, exc: TunefleetError
+) -> dict[str, Any]:
+    """The tuning's config or the case file cannot be read: end the case `failed` (or `cancelled`, if it
+    was) with the file and the problem as its reason, so that it is finished, counted and not run in a
+    loop; the event is sent even when the case's folder cannot be written."""
+    state = "cancelled" if cancelled else "failed"
+    reason = f"the case could not be loaded: {exc}"
+    log.error("case_unreadable", error=str(exc))
+    try:
+        done = await _end_unreadable(runtime, job, lease, state, reason)
+    except LeaseLost as lost:
+        log.warning("lease_lost", error=str(lost))
+        return {"lease_lost": lease.token}
+    except RedisError as lost_redis:
+        log.warning("redis_lost_mid_case", error=str(lost_redis))
+        await _quietly(lease.requeue())
+        raise Retry(defer=runtime.settings.poll_delay_s) from None
+    if done is not None:
+        return {"state": done.state, "reason": done.reason, "steps": done.steps}
+    return {"state": state, "reason": reason, "steps": 0}
+
+
+async def _end_unreadable(
+    runtime: WorkerRuntime, job: CaseJob, lease: CaseLease, state: str, reason: str
+) -> CaseResult | None:
+    """Write the result (fenced) and send its event; the result it already had, if it had one."""
+    store = runtime.store.tuning(job.tuning).case(job.case, job.rev)
+    try:
+        done = store.result()
+        if done is not None:  # ended before (its event was sent then): nothing to do again
+            return done
+        await lease.check()
+        result = CaseResult(case=job.case, rev=job.rev, state=state, reason=reason, at=datetime.now(UTC))
+        store.write_result(result)
+        if state == "failed":
+            store.add_note(Note(at=result.at, kind="failed", rev=job.rev, text=reason, worker=runtime.name))
+    except LeaseLost:
+        raise  # another worker owns the case now: it writes the result
+    except (OSError, TunefleetError) as unwritable:
+        log.error("case_result_unwritable", error=str(unwritable), reason=reason)
+    try:
+        await runtime.sink.emit(
+            f"case_{state}", job.tuning, case=job.case, rev=job.rev, detail=reason, running=(job.job_id, None)
+        )
+    except OSError as unwritable:  # the tuning's events file: the counters have not moved either
+        log.error("case_event_unwritable", error=str(unwritable), reason=reason)
+    return None
 
 
 async def supervised(cr: CaseRun) -> CaseResult:

@@ -11,7 +11,7 @@ from arq import Retry
 from arq.connections import ArqRedis
 
 from service.batch import RedisBatch
-from service.errors import CaseFileError
+from service.errors import CaseFileError, StoreError
 from service.events import EventSink
 from service.models.jobs import CaseJob
 from service.settings import FleetSettings
@@ -78,7 +78,12 @@ class WorkerRuntime:
         return lease, lost, cancelled
 
     def case_run(self, job: CaseJob, lease: CaseLease) -> CaseRun:
-        tuning = self.tuning(job.tuning)
+        """The case's run; TunefleetError naming the file when the tuning's config or the case file
+        cannot be read (the job function ends the case `failed` with it)."""
+        try:
+            tuning = self.tuning(job.tuning)
+        except OSError as exc:  # the config vanished or turned unreadable between two reads
+            raise StoreError(f"tuning {job.tuning!r}: its config cannot be read: {exc}") from exc
         store = tuning.store.case(job.case, job.rev)
         case = store.load_case()
         if case is None:

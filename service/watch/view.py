@@ -7,11 +7,12 @@ log as many rows as the height leaves, the follow view gives them to the agent's
 
 from __future__ import annotations
 
-from rich.cells import chop_cells
+from rich.cells import cell_len, chop_cells
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from service.render import STATE_STYLE, outcome_counts
 from service.watch.fmt import (
     KIND_STYLE,
     clock,
@@ -56,27 +57,45 @@ def footer(keys: str, alert: str | None, unreadable: int) -> Text:
     return line(*notes)
 
 
-def tunings_table(snapshot: WatchSnapshot, max_rows: int) -> Table:
-    """One row per tuning (at most `max_rows`): progress, tokens, cost, version and lock."""
-    table = plain_table(
-        "tuning", "version", "waiting", "running", "done", "difficult", "failed", "tokens", "cost $", "lock"
-    )
+SPARE_COLUMNS = ("version", "cost $", "tokens")
+"""The tunings table's columns left out, in this order, while its rows are wider than the screen
+(the head line still carries the fleet's tokens and cost)."""
+
+
+def tunings_table(snapshot: WatchSnapshot, max_rows: int, width: int | None = None) -> Table:
+    """One row per tuning (at most `max_rows`): progress, outcomes (the words of `status`), tokens, cost,
+    version and lock; within `width` cells, leaving out SPARE_COLUMNS as needed."""
+    headers = ["tuning", "version", "waiting", "running", *STATE_STYLE, "tokens", "cost $", "lock"]
     locks = {lock.tuning: lock for lock in snapshot.locks}
+    rows: list[list[str | Text]] = []
     for t in snapshot.status.tunings[:max_rows]:
         steps = " ".join(f"{k}:{v}" for k, v in sorted(t.running_by_step.items()))
-        table.add_row(
-            t.name,
-            (t.version or "")[:10],
-            str(t.waiting),
-            f"{t.running} {steps}".strip(),
-            str(t.completed),
-            Text(str(t.difficult), style="yellow" if t.difficult else ""),
-            Text(str(t.failed), style="red" if t.failed else ""),
-            f"{t.tokens:,}",
-            f"{t.cost_usd:.4f}",
-            lock_cell(locks.get(t.name)),
+        rows.append(
+            [
+                t.name,
+                (t.version or "")[:10],
+                str(t.waiting),
+                f"{t.running} {steps}".strip(),
+                *(Text(str(n), style=STATE_STYLE[s] if n else "") for s, n in outcome_counts(t).items()),
+                f"{t.tokens:,}",
+                f"{t.cost_usd:.4f}",
+                lock_cell(locks.get(t.name)),
+            ]
         )
+    shown = list(range(len(headers)))
+    spare = [headers.index(h) for h in SPARE_COLUMNS]
+    while width is not None and spare and _natural_width(headers, rows, shown) > width:
+        shown.remove(spare.pop(0))
+    table = plain_table(*(headers[i] for i in shown))
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
     return table
+
+
+def _natural_width(headers: list[str], rows: list[list[str | Text]], shown: list[int]) -> int:
+    """The cells a plain table of these columns takes when nothing in it is cut."""
+    widths = [max([cell_len(headers[i])] + [cell_len(str(row[i])) for row in rows]) for i in shown]
+    return sum(widths) + 2 * (len(widths) - 1)
 
 
 def window(total: int, selected: int, rows: int) -> range:
@@ -133,14 +152,14 @@ def overview(
     snapshot: WatchSnapshot, selected: int, width: int, height: int, *, alert: str | None = None
 ) -> RenderableType:
     """Queue, what is under way, tokens and cost, breaker and locks, then as many events as fit."""
-    del width  # every row is cut to the console's width as it renders
+    # every row is cut to the console's width as it renders; the tunings table leaves columns out first
     if height < 2:
         return Group(head(snapshot))
     parts: list[RenderableType] = []
     budget = max(0, height - 2)  # the head and the footer
     tunings_rows = min(len(snapshot.status.tunings), max(1, budget // 5))
     if budget >= tunings_rows + 1:
-        parts.append(tunings_table(snapshot, tunings_rows))
+        parts.append(tunings_table(snapshot, tunings_rows, width))
         budget -= tunings_rows + 1
     if budget >= 4:  # a gap, a title and the header before any row
         running_rows = min(max(1, len(snapshot.running)), max(1, (budget - 3) // 2))
