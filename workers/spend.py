@@ -128,8 +128,9 @@ def budget_of(cr: CaseRun) -> Budget:
 
 
 def check_case_budget(cr: CaseRun, phase: Phase) -> None:
-    """Raise OverBudget when the case's spend so far is at or past its budget."""
-    budget = budget_of(cr)
+    """Raise OverBudget when the case's spend so far is at or past its budget (the budget the worker
+    read with the tuning: a step without one costs nothing here, not even a stat of the config)."""
+    budget = cr.tuning.config.budget
     if budget.case_max_tokens is None and budget.case_max_usd is None:
         return
     usage, _ = case_usage(cr)
@@ -142,9 +143,14 @@ async def tuning_hold(cr: CaseRun) -> Hold | None:
     """The tuning's hold, set here first if its spend (the live counters) is at or past its budget
     and `tunefleet resume TUNING` did not waive that budget."""
     held = cr.controls.held(cr.tuning.name)
-    budget = budget_of(cr)
-    if held is not None or (budget.tuning_max_tokens is None and budget.tuning_max_usd is None):
+    if held is not None:
         return held
+    cached = cr.tuning.config.budget
+    if cached.tuning_max_tokens is None and cached.tuning_max_usd is None:
+        return None  # a tuning registered without one: no stat of its config at every run start
+    budget = budget_of(cr)
+    if budget.tuning_max_tokens is None and budget.tuning_max_usd is None:
+        return None
     async with cr.sink.redis.pipeline(transaction=False) as pipe:
         pipe.hmget(keys.stats(cr.tuning.name), ["tokens", "cost_usd_micros"])
         pipe.hget(keys.budget_waived(), cr.tuning.name)

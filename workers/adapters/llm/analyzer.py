@@ -10,14 +10,13 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from service.files import describe_validation
-from service.models.records import SEAL_FIELDS, Feedback
+from service.models.records import SEAL_FIELDS, Feedback, Usage
 from service.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
-from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.limits import provider_limits
 from workers.adapters.llm.prompts import load_template, tree_view, workspace_view
-from workers.adapters.llm.session import Message, Session, step_exit, strip_fences
+from workers.adapters.llm.session import Message, Session, in_session, step_exit, strip_fences
 
 FLEET_FIELDS = ("run_seal", "seal", "usage")
 """Feedback fields the model is not asked for: the seals are the fleet's, the usage is measured."""
@@ -113,16 +112,14 @@ class LlmAnalyzer:
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
         started = time.monotonic()
-        session: Session | None = None
-        try:
-            async with LlmClient(self._config, self._limits) as client:
-                session = Session(
-                    self._config, client, request.step_dir, request.log_file, "feedback", self._schema
-                )
-                return await self._grade(session, request, started)
-        except LlmStepError as exc:
-            spent = session.meter.usage() if session is not None else None
+
+        def failed(exc: LlmStepError, spent: Usage | None) -> AnalyzeOutcome:
             return AnalyzeOutcome(exit=step_exit(started, str(exc), exc, spent), source=self.source)
+
+        async def grade(session: Session) -> AnalyzeOutcome:
+            return await self._grade(session, request, started)
+
+        return await in_session(self._config, self._limits, request, "feedback", self._schema, grade, failed)
 
     async def _grade(self, session: Session, request: AnalyzeRequest, started: float) -> AnalyzeOutcome:
         prompt = self._template.substitute(prompt_values(request, self._schema))

@@ -11,15 +11,14 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from service.files import describe_validation
-from service.models.records import ApplyOutput
+from service.models.records import ApplyOutput, Usage
 from service.models.tuning import LlmAdapter
 from workers.adapters.base import ApplyOutcome, ApplyRequest
-from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
 from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.limits import provider_limits
 from workers.adapters.llm.prompts import load_template, tree_view
-from workers.adapters.llm.session import Message, Session, step_exit, strip_fences
+from workers.adapters.llm.session import Message, Session, in_session, step_exit, strip_fences
 
 REPAIR = (
     "Nothing was changed: {problems}\n"
@@ -67,16 +66,14 @@ class LlmApplier:
 
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
         started = time.monotonic()
-        session: Session | None = None
-        try:
-            async with LlmClient(self._config, self._limits) as client:
-                session = Session(
-                    self._config, client, request.step_dir, request.log_file, "edits", self._schema
-                )
-                return await self._edit(session, request, started)
-        except LlmStepError as exc:
-            spent = session.meter.usage() if session is not None else None
+
+        def failed(exc: LlmStepError, spent: Usage | None) -> ApplyOutcome:
             return ApplyOutcome(exit=step_exit(started, str(exc), exc, spent), source=self.source)
+
+        async def edit(session: Session) -> ApplyOutcome:
+            return await self._edit(session, request, started)
+
+        return await in_session(self._config, self._limits, request, "edits", self._schema, edit, failed)
 
     async def _edit(self, session: Session, request: ApplyRequest, started: float) -> ApplyOutcome:
         values = prompt_values(request, json.dumps(self._schema, indent=2))

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from openai.types.chat import ChatCompletion
 
 from service.files import append_line, write_atomic
 from service.models.records import Usage
 from service.models.tuning import LlmAdapter
-from workers.adapters.base import StepExit
+from workers.adapters.base import StepExit, StepRequest
 from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import (
     LlmStepError,
@@ -27,6 +28,9 @@ from workers.adapters.llm.errors import (
     ProviderRejected,
     ProviderUnavailable,
 )
+from workers.adapters.llm.limits import ProviderLimits
+
+T = TypeVar("T")
 
 Message = dict[str, str]
 Mode = Literal["json_schema", "json_object", "text"]
@@ -167,3 +171,23 @@ def strip_fences(text: str) -> str:
         first_line_end = stripped.find("\n")
         return stripped[first_line_end + 1 : -3].strip() if first_line_end != -1 else stripped
     return stripped
+
+
+async def in_session(
+    config: LlmAdapter,
+    limits: ProviderLimits | None,
+    request: StepRequest,
+    schema_name: str,
+    schema: dict[str, Any],
+    body: Callable[[Session], Awaitable[T]],
+    failed: Callable[[LlmStepError, Usage | None], T],
+) -> T:
+    """`body` with a session of its own client; a step error is `failed` with what the calls before it
+    cost (None when no session was opened)."""
+    session: Session | None = None
+    try:
+        async with LlmClient(config, limits) as client:
+            session = Session(config, client, request.step_dir, request.log_file, schema_name, schema)
+            return await body(session)
+    except LlmStepError as exc:
+        return failed(exc, session.meter.usage() if session is not None else None)
