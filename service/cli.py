@@ -1,21 +1,20 @@
-"""`tunefleet`: the command line. Settings are built once here and handed down.
+"""`tunefleet`: the command line. Settings are built once here and handed down."""
 
-Commands import what they need when they run, so that `tunefleet status` does not pay for the
-web server, git or YAML at start-up.
-"""
+# Commands import what they need when they run, so that `tunefleet status` does not pay for the
+# web server, git or YAML at start-up.
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import signal
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
 import typer
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.markup import escape
 
@@ -26,7 +25,11 @@ from service.models.status import Hold
 from service.schema import SCHEMAS, schemas
 from service.settings import CONFIG_ENV, FleetSettings
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+HELP = "Tune an agent's instructions against a data set on a fleet of workers."
+LOGGING_COMMANDS = {"daemon", "worker"}
+"""Long-running commands whose stderr is a log: their one error line is a log record (JSON when logs are)."""
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
 T = TypeVar("T")
 
 
@@ -35,18 +38,38 @@ def _settings(ctx: typer.Context) -> FleetSettings:
     return settings
 
 
-def _fail(message: object) -> NoReturn:
-    """One red `error:` line on stderr (the message printed as is, never as markup), then exit code 2."""
-    Console(stderr=True).print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
+def _fail(message: object, as_log: bool = False) -> NoReturn:
+    """One `error:` line on stderr (the message printed as is, never as markup), then exit code 2. With
+    `as_log` (a daemon or worker) and logs rendered as JSON, the line is a JSON log record instead."""
+    text = " ".join(str(message).split())
+    if as_log and logs.renders_json(os.environ.get("TUNEFLEET_LOG_FORMAT", "auto")):
+        logs.error_record(text)
+    else:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
-def _run(coro: Awaitable[T]) -> T:
-    """Run a coroutine; a TunefleetError becomes one red line and exit code 2."""
+def _run(coro: Awaitable[T], as_log: bool = False) -> T:
+    """Run a coroutine; a TunefleetError or an error answered by Redis (alone, or the first in an
+    exception group) becomes one error line and exit code 2."""
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
-    except TunefleetError as exc:
-        _fail(exc)
+    except (TunefleetError, RedisError) as exc:
+        _fail(_message(exc), as_log)
+    except BaseExceptionGroup as group:
+        found = group.subgroup(lambda e: isinstance(e, TunefleetError | RedisError))
+        if found is None:
+            raise
+        _fail(_message(_first_leaf(found)), as_log)
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _message(exc: BaseException) -> str:
+    return f"Redis answered with an error: {exc}" if isinstance(exc, RedisError) else str(exc)
 
 
 @app.callback()
@@ -57,6 +80,8 @@ def main_options(
     redis_url: Annotated[str | None, typer.Option(help="redis:// or rediss:// URL.")] = None,
 ) -> None:
     """Tune an agent's instructions against a data set on a fleet of workers."""
+    from service.startup import load_settings
+
     # Options travel as environment, so that worker processes started from here see them too.
     if config is not None:
         os.environ[CONFIG_ENV] = str(config.resolve())
@@ -65,24 +90,26 @@ def main_options(
     if redis_url is not None:
         os.environ["TUNEFLEET_REDIS_URL"] = redis_url
     try:
-        settings = FleetSettings()
-    except ValueError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] settings: {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        settings = load_settings()
+    except TunefleetError as exc:
+        _fail(exc, ctx.invoked_subcommand in LOGGING_COMMANDS)
     logs.configure(settings.log_format, settings.log_level)
     ctx.obj = settings
 
 
-@app.command()
+@app.command(help="Claim cases from the queue and run the loop on them until stopped (SIGTERM/SIGINT).")
 def worker(
-    concurrency: Annotated[int | None, typer.Option(help="Cases this process runs at once.")] = None,
+    ctx: typer.Context,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Cases this process runs at once (1 or more).")
+    ] = None,
     burst: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
 ) -> None:
-    """Claim cases from the queue and run the loop on them until stopped (SIGTERM/SIGINT).
-
-    The worker is its own program (`python -m workers`); this command becomes it, so the
-    service package never imports the workers package.
-    """
+    # The worker is its own program (`python -m workers`); this command becomes it, so the service
+    # package never imports the workers package.
+    if concurrency is not None and concurrency < 1:
+        what = "the cases this worker runs at once"
+        _fail(f"--concurrency must be 1 or more (got {concurrency}): {what}", as_log=True)
     argv = [sys.executable, "-m", "workers"]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
@@ -98,24 +125,10 @@ def daemon(
     once: Annotated[bool, typer.Option(help="Enqueue and reconcile once, then exit.")] = False,
 ) -> None:
     """Register tunings, enqueue their cases, re-enqueue failed ones, keep Redis and the store agreed, and
-    serve the HTTP API, the dashboard and /metrics (on api_host:api_port)."""
+    serve the HTTP API, the dashboard and /metrics (on api_host:api_port). One daemon per fleet."""
+    from service.daemon import run_daemon
 
-    from service.daemon import Daemon
-    from service.server import serve
-
-    async def go() -> None:
-        async with TunefleetClient(_settings(ctx)) as client:
-            d = Daemon(client)
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, d.stopping.set)
-            await d.start(tunings)
-            if not once:
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(serve(client, client.settings, d.stopping))
-                    await d.run()
-
-    _run(go())
+    _run(run_daemon(_settings(ctx), tunings, once), as_log=True)
 
 
 @app.command()

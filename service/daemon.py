@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from pathlib import Path
 
@@ -18,10 +19,13 @@ from redis.exceptions import RedisError
 
 from service import keys
 from service.client import TunefleetClient
+from service.daemon_lock import DaemonLock
 from service.events import COST_SCALE
 from service.mirror import Mirror
 from service.models.jobs import CASE_FUNCTION, CaseJob
 from service.models.status import SubmitReport
+from service.settings import FleetSettings
+from service.startup import check_redis_address
 from service.store import TuningStore
 
 log = structlog.get_logger()
@@ -41,7 +45,7 @@ return 1
 
 
 class Daemon:
-    """One daemon per fleet (more are harmless: every action is idempotent)."""
+    """The fleet's daemon; `run_daemon` makes sure it is the only one on its Redis (`service.daemon_lock`)."""
 
     def __init__(self, client: TunefleetClient) -> None:
         self.client = client
@@ -169,3 +173,34 @@ class Daemon:
                     last = time.monotonic()
             except (OSError, RedisError) as exc:
                 log.warning("daemon_tick_failed", error=str(exc))
+
+
+async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bool = False) -> None:
+    """The `tunefleet daemon` command: check the Redis address, bind the API port, take the fleet's daemon
+    lease, and only then register the tunings and enqueue their cases; serve and watch until SIGTERM or
+    SIGINT. A fault before registering (a bad address, a busy port, another daemon) changes nothing."""
+    from service.server import listen, serve  # the web server: only when serving
+
+    check_redis_address(settings)
+    sock = None if once else listen(settings.api_host, settings.api_port)
+    api = "none (--once)" if sock is None else "{}:{}".format(*sock.getsockname()[:2])
+    try:
+        async with TunefleetClient(settings) as client:
+            lease = DaemonLock(client.redis, settings.daemon_lease_s, api)
+            await lease.acquire()
+            try:
+                daemon = Daemon(client)
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, daemon.stopping.set)
+                await daemon.start(tuning_files)
+                if sock is not None:
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(serve(client, settings, daemon.stopping, sock), name="api")
+                        group.create_task(lease.keep(daemon.stopping), name="daemon-lease")
+                        await daemon.run()
+            finally:
+                await lease.release()
+    finally:
+        if sock is not None:
+            sock.close()

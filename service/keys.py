@@ -125,7 +125,9 @@ def llm_tokens(provider: str) -> str:
 
 
 def cancelled(tuning: str) -> str:
-    """SET: case ids of a tuning that are cancelled ("*" for the whole tuning)."""
+    """SET: the job ids (`case:<tuning>:<case>:<rev>`) of a tuning's cases that `cancel` cancelled, one per
+    case (cancelling a whole tuning adds each unfinished case); a worker checks it when it claims a case
+    and at every poll while it runs one."""
     return f"{PREFIX}:cancelled:{tuning}"
 
 
@@ -147,6 +149,11 @@ def arq_retry(job_id: str) -> str:
 
 def arq_abort() -> str:
     return abort_jobs_ss
+
+
+def daemon() -> str:
+    """STRING, PX: JSON of the daemon that serves the fleet (`DaemonHolder`); a second daemon is refused."""
+    return f"{PREFIX}:daemon"
 
 
 def epoch() -> str:

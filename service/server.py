@@ -38,9 +38,16 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-async def serve(client: TunefleetClient, settings: FleetSettings, stopping: asyncio.Event) -> None:
-    """Serve the API and dashboard on `api_host:api_port` until `stopping` is set."""
-    sock = listen(settings.api_host, settings.api_port)
+async def serve(
+    client: TunefleetClient,
+    settings: FleetSettings,
+    stopping: asyncio.Event,
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve the API and dashboard on `sock` (bound beforehand, so that a busy port fails before anything
+    else is done), or else on `api_host:api_port`, until `stopping` is set."""
+    if sock is None:
+        sock = listen(settings.api_host, settings.api_port)
     config = uvicorn.Config(
         create_app(client, settings),
         log_config=None,

@@ -62,6 +62,12 @@ class FleetSettings(BaseSettings):
     breaker_probe_max_s: float = Field(default=60.0, gt=0)
 
     reconcile_interval_s: float = Field(default=30.0, gt=0)
+    daemon_lease_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="The daemon's lease on the fleet (one daemon per Redis), renewed every third; a "
+        "killed daemon blocks the next start for at most this long.",
+    )
     git_timeout_s: float = Field(
         default=60.0, gt=0, description="How long one git command on a system repository may run."
     )

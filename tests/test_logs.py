@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 import structlog
 
 from service import logs
+from tests.support.redis_server import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -54,3 +58,28 @@ def test_stdlib_records_are_rendered_the_same_way(capsys: pytest.CaptureFixture[
     logging.getLogger("arq.worker").warning("job %s expired", "case:t1:c1:1")
     [event] = lines(capsys.readouterr().err)
     assert event["event"] == "job case:t1:c1:1 expired" and event["level"] == "warning"
+
+
+def test_the_client_library_never_logs_to_stdout() -> None:
+    """A program that uses the client without configuring logging gets no log line on its stdout; the
+    client's warnings reach stderr through stdlib logging."""
+    program = (
+        "import asyncio\n"
+        "from service.client import TunefleetClient\n"
+        "from service.settings import FleetSettings\n"
+        "from service.errors import RedisUnavailableError\n"
+        "async def main() -> None:\n"
+        "    settings = FleetSettings(redis_url=f'redis://127.0.0.1:{PORT}/0', redis_connect_attempts=2)\n"
+        "    try:\n"
+        "        async with TunefleetClient(settings):\n"
+        "            pass\n"
+        "    except RedisUnavailableError:\n"
+        "        pass\n"
+        "asyncio.run(main())\n"
+    ).replace("PORT", str(free_port()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == ""
+    assert "redis_connect_retry attempt=2" in done.stderr

@@ -1,0 +1,170 @@
+"""The daemon starts cleanly or fails in one error line, having registered and queued nothing (issue 12,
+item 9): a busy port, a second daemon on the same Redis, bad settings, a bad Redis address, Redis errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service import keys
+from service.settings import FleetSettings
+from tests.support.fleet import case, settings_env, wait_until, write_tuning
+from tests.support.redis_server import RedisServer, free_port
+
+
+def cli_env(settings: FleetSettings, log_format: str = "console", **extra: str) -> dict[str, str]:
+    env = {**os.environ, **settings_env(settings), "TUNEFLEET_LOG_FORMAT": log_format, **extra}
+    env.pop("TUNEFLEET_CONFIG", None)
+    return env
+
+
+def tunefleet(env: dict[str, str], *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """`tunefleet ARGS` as a real process, to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def only_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The process failed with exit code 2 and wrote one line, an `error:` line, to stderr; its text."""
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def nothing_registered(settings: FleetSettings, redis_server: RedisServer, name: str = "t1") -> None:
+    assert not (settings.store / "tunings" / name).exists()
+    assert [job for job in redis_server.zmembers(settings.queue) if job.startswith(f"case:{name}:")] == []
+    assert not redis_server.client().sismember(keys.tunings(), name)
+
+
+def tuning_file(tmp_path: Path, name: str = "t1") -> Path:
+    return write_tuning(tmp_path / name, [case("c0"), case("c1")], name=name)
+
+
+def test_a_busy_port_fails_in_one_line_before_registering(
+    settings: FleetSettings, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A daemon whose API port is taken says so in one `error:` line and registers and queues nothing."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        env = cli_env(settings, TUNEFLEET_API_PORT=str(port))
+        line = only_error_line(tunefleet(env, "daemon", str(tuning_file(tmp_path))))
+    assert f"127.0.0.1:{port}" in line
+    nothing_registered(settings, redis_server)
+    assert redis_server.get(keys.daemon()) is None
+
+
+def test_the_error_line_is_json_when_logs_are(
+    settings: FleetSettings, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """With JSON logs, the daemon's one failure line is a JSON record at level error naming the port."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        env = cli_env(settings, "json", TUNEFLEET_API_PORT=str(port))
+        done = tunefleet(env, "daemon", str(tuning_file(tmp_path)))
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    record = json.loads(line)
+    assert record["level"] == "error" and f"127.0.0.1:{port}" in record["error"]
+    nothing_registered(settings, redis_server)
+
+
+async def test_a_second_daemon_on_the_same_redis_is_refused(
+    settings: FleetSettings, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """While one daemon serves a Redis, a second is refused in one line naming the first, and registers
+    nothing; once the first stops on SIGTERM, it gives its lease back and a daemon starts at once."""
+    first_env = cli_env(settings, TUNEFLEET_API_PORT=str(free_port()))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "service", "daemon", str(tuning_file(tmp_path, "t1"))],
+        env=first_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await wait_until(lambda: redis_server.zcard(settings.queue) == 2, 30, "the first daemon's cases")
+        holder = json.loads(redis_server.get(keys.daemon()) or b"{}")
+        assert holder["pid"] == first.pid
+        second_env = cli_env(settings, TUNEFLEET_API_PORT=str(free_port()))
+        line = only_error_line(tunefleet(second_env, "daemon", str(tuning_file(tmp_path, "t2"))))
+        assert "another daemon" in line and f"pid {first.pid}" in line
+        nothing_registered(settings, redis_server, "t2")
+        assert first.poll() is None
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(30) == 0
+    assert redis_server.get(keys.daemon()) is None
+    again = tunefleet(cli_env(settings), "daemon", "--once", str(tuning_file(tmp_path, "t2")))
+    assert again.returncode == 0, again.stderr
+    assert (settings.store / "tunings" / "t2").exists()
+
+
+BAD_SETTINGS: dict[str, tuple[dict[str, str | None], str]] = {
+    "malformed settings YAML": ({"config": "api_port: [8321\n"}, "not valid YAML at line"),
+    "settings YAML not a mapping": ({"config": "- api_port\n"}, "must hold a mapping"),
+    "unknown setting in YAML": ({"config": "api_prot: 1\n"}, "api_prot"),
+    "missing --config file": ({"config": None}, "does not exist"),
+    "invalid Redis URL": ({"TUNEFLEET_REDIS_URL": "http://127.0.0.1:6379/0"}, "is not a Redis URL"),
+    "Redis URL with a bad port": ({"TUNEFLEET_REDIS_URL": "redis://127.0.0.1:63x9/0"}, "is not a Redis URL"),
+    "sentinel without a port": ({"TUNEFLEET_REDIS_SENTINELS": '["sentinel-1"]'}, "is not host:port"),
+    "concurrency 0 in the environment": ({"TUNEFLEET_CONCURRENCY": "0"}, "TUNEFLEET_CONCURRENCY"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(BAD_SETTINGS), ids=lambda m: m.replace(" ", "-"))
+def test_a_settings_mistake_is_one_error_line(
+    mistake: str, settings: FleetSettings, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Each settings mistake stops the daemon in one `error:` line naming it, with nothing registered."""
+    given, expected = BAD_SETTINGS[mistake]
+    env = cli_env(settings, TUNEFLEET_API_PORT=str(free_port()))
+    args = []
+    if "config" in given:
+        path = tmp_path / "settings.yaml"
+        text = given["config"]
+        if text is not None:
+            path.write_text(text)
+        args = ["--config", str(path)]
+    env |= {k: v for k, v in given.items() if k != "config" and v is not None}
+    line = only_error_line(tunefleet(env, *args, "daemon", str(tuning_file(tmp_path))))
+    assert expected in line
+    nothing_registered(settings, redis_server)
+
+
+def test_a_worker_of_no_slots_is_refused(settings: FleetSettings) -> None:
+    """`tunefleet worker --concurrency 0` is refused in one `error:` line instead of starting."""
+    line = only_error_line(tunefleet(cli_env(settings), "worker", "--concurrency", "0"))
+    assert "--concurrency must be 1 or more (got 0)" in line
+
+
+def test_a_redis_error_after_connecting_is_one_line(
+    settings: FleetSettings, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A Redis that connects but answers writes with an error (out of memory) stops the daemon in one line."""
+    admin = redis_server.client()
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", "1")
+    try:
+        env = cli_env(settings, TUNEFLEET_API_PORT=str(free_port()))
+        line = only_error_line(tunefleet(env, "daemon", str(tuning_file(tmp_path))))
+    finally:
+        admin.config_set("maxmemory", "0")
+    assert "Redis answered with an error" in line
+    assert "maxmemory" in line
+    assert redis_server.zcard(settings.queue) == 0
