@@ -1,116 +1,84 @@
 """The HTTP API and dashboard of a fleet: a Starlette app built by `create_app(client, settings)`.
 
-Reads come from Redis (status, events) and the store (tunings, results, case detail); the only
-write is a case submission, guarded by a bearer token. Every endpoint is declared once, in
-`Api.endpoints`, which both routes it and describes it in the OpenAPI document.
+Reads come from Redis (status, events) and the store (tunings, results, case detail) and need the
+read token unless `api_public_read` is on; writes (submit a case or a batch, pause, resume, cancel:
+service.api_controls) need the write token. Every endpoint is declared once, in `Api.endpoints`,
+which routes it, guards it (service.api_http) and describes it in the OpenAPI document.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ValidationError
-from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from service import keys
+from service.api_controls import BatchError, Controls
+from service.api_http import (
+    READ_COOKIE,
+    Endpoint,
+    Guard,
+    Handler,
+    HttpError,
+    json_response,
+    parse_query,
+    slug_param,
+)
 from service.client import TunefleetClient
 from service.errors import RedisUnavailableError, TunefleetError, UnknownTuningError
 from service.metrics import FleetMetrics, fleet_snapshot
 from service.models.api import (
+    BatchResult,
+    Cancelled,
+    CaseBatch,
     CaseRows,
     CasesQuery,
     ErrorBody,
     EventsPage,
     EventsQuery,
-    FieldError,
+    PauseState,
+    Released,
     StatusView,
     StreamEvent,
     SubmitResult,
     TuningInfo,
     TuningList,
 )
-from service.models.case import SLUG_PATTERN, SLUG_RE, Case
+from service.models.case import Case
 from service.models.events import Event
 from service.models.status import CaseDetail
+from service.openapi import openapi_document
 from service.queries import case_detail, results
 from service.settings import FleetSettings
 
 log = structlog.get_logger()
 
 DASHBOARD = Path(__file__).parent / "dashboard"
-MAX_BODY_BYTES = 1 << 20
 CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'"
-REF = "#/components/schemas/{model}"
 CASES = "/api/tunings/{tuning}/cases"
-SUBMIT_ERRORS = (401, 404, 413, 422, 503)
-M = TypeVar("M", bound=BaseModel)
-Handler = Callable[[Request], Awaitable[Response]]
+TUNING = "/api/tunings/{tuning}"
+READ_ERRORS = (401, 503)
+WRITE_ERRORS = (401, 404, 422, 503)
 
 
-class HttpError(Exception):
-    """An error answer: its status code and body (and a challenge for 401)."""
-
-    def __init__(self, status: int, error: str, fields: list[FieldError] | None = None) -> None:
-        super().__init__(error)
-        self.status = status
-        self.body = ErrorBody(error=error, fields=fields or [])
-        self.headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One route and its OpenAPI description. `answer` is a model (JSON) or a media type."""
-
-    method: str
-    path: str
-    handler: Handler
-    summary: str
-    answer: type[BaseModel] | str
-    errors: tuple[int, ...] = ()
-    query: type[BaseModel] | None = None
-    body: type[BaseModel] | None = None
-
-
-def json_response(model: BaseModel, status: int = 200) -> Response:
-    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
-
-
-def field_errors(exc: ValidationError) -> list[FieldError]:
-    return [
-        FieldError(field=".".join(str(p) for p in e["loc"]) or "(body)", message=e["msg"])
-        for e in exc.errors()
-    ]
-
-
-def parse_query(model: type[M], params: Mapping[str, str]) -> M:
-    try:
-        return model.model_validate(dict(params))
-    except ValidationError as exc:
-        raise HttpError(422, "invalid query", field_errors(exc)) from None
-
-
-def slug_param(request: Request, name: str) -> str:
-    value = str(request.path_params[name])
-    if not SLUG_RE.match(value):
-        raise HttpError(422, f"invalid {name}", [FieldError(field=name, message="not a safe slug")])
-    return value
+def writing(
+    path: str, handler: Handler, summary: str, answer: type[BaseModel], body: type[BaseModel] | None = None
+) -> Endpoint:
+    """A POST endpoint that needs the write token."""
+    errors = (*WRITE_ERRORS, 413) if body is not None else WRITE_ERRORS
+    return Endpoint("POST", path, handler, summary, answer, errors, body=body, access="write")
 
 
 class Api:
@@ -120,19 +88,37 @@ class Api:
         self.client = client
         self.settings = settings
         self.metrics = FleetMetrics(client.redis, settings.queue)
-        E = Endpoint  # noqa: N806 (a table reads better with a short name)
+        w = Controls(client, settings)
+        R = READ_ERRORS  # noqa: N806 (a table reads better with short names)
+        E = Endpoint  # noqa: N806
         self.endpoints = [
-            E("GET", "/api/status", self.status, "Fleet status and locks", StatusView, (503,)),
-            E("GET", "/api/tunings", self.tunings, "Registered tunings", TuningList),
-            E("GET", CASES, self.cases, "Result rows", CaseRows, (404, 422), CasesQuery),
-            E("GET", CASES + "/{case}", self.case, "A case's tries", CaseDetail, (404, 422)),
-            E("GET", "/api/events", self.events, "Stream events", EventsPage, (422, 503), EventsQuery),
-            E("POST", CASES, self.submit, "Submit a case", SubmitResult, SUBMIT_ERRORS, body=Case),
-            E("GET", "/metrics", self.prometheus, "Prometheus metrics", "text/plain"),
-            E("GET", "/openapi.json", self.openapi, "This document", "application/json"),
-            E("GET", "/", self.dashboard, "The dashboard", "text/html"),
+            E("GET", "/api/status", self.status, "Fleet status and locks", StatusView, R),
+            E("GET", "/api/tunings", self.tunings, "Registered tunings", TuningList, R),
+            E("GET", CASES, self.cases, "A page of result rows", CaseRows, (*R, 404, 422), CasesQuery),
+            E("GET", CASES + "/{case}", self.case, "A case's tries", CaseDetail, (*R, 404, 422)),
+            E("GET", "/api/events", self.events, "Stream events", EventsPage, (*R, 422), EventsQuery),
+            writing(CASES, w.submit, "Submit a case", SubmitResult, Case),
+            writing(TUNING + "/batch", w.batch, "Submit cases, all or none", BatchResult, CaseBatch),
+            writing("/api/pause", w.pause, "Pause the fleet: no run starts", PauseState),
+            writing("/api/resume", w.resume, "Resume the fleet", PauseState),
+            writing(TUNING + "/resume", w.resume_tuning, "Release a tuning's hold", Released),
+            writing(TUNING + "/cancel", w.cancel_tuning, "Cancel every unfinished case", Cancelled),
+            writing(CASES + "/{case}/cancel", w.cancel_case, "Cancel one case", Cancelled),
+            E("GET", "/metrics", self.prometheus, "Prometheus metrics", "text/plain", R),
+            E("GET", "/openapi.json", self.openapi, "This document", "application/json", access="public"),
+            E("GET", "/", self.dashboard, "The dashboard", "text/html", R, access="public"),
         ]
-        self.document = json.dumps(openapi_document(self.endpoints)).encode()
+        self.guard = Guard(settings)
+        self.document = json.dumps(openapi_document(self.endpoints, __doc__ or "")).encode()
+
+    def route(self, endpoint: Endpoint) -> Handler:
+        """The endpoint's handler behind its access check."""
+
+        async def guarded(request: Request) -> Response:
+            self.guard.check(request, endpoint.access)
+            return await endpoint.handler(request)
+
+        return guarded
 
     async def status(self, request: Request) -> Response:
         return json_response(await fleet_snapshot(self.client.redis, self.settings.queue))
@@ -155,7 +141,18 @@ class Api:
         rows = await run_in_threadpool(results, store)
         if query.state is not None:
             rows = [r for r in rows if r.state == query.state]
-        return json_response(CaseRows(tuning=store.name, state=query.state, cases=rows))
+        page = rows[query.offset : query.offset + query.limit]
+        following = query.offset + len(page)
+        return json_response(
+            CaseRows(
+                tuning=store.name,
+                state=query.state,
+                cases=page,
+                total=len(rows),
+                offset=query.offset,
+                next_offset=following if following < len(rows) else None,
+            )
+        )
 
     async def case(self, request: Request) -> Response:
         store = self.client.tuning_store(slug_param(request, "tuning"))
@@ -183,33 +180,6 @@ class Api:
         last = raw[-1][0].decode() if raw else query.after
         return json_response(EventsPage(events=page, last_id=last))
 
-    def authorize(self, request: Request) -> None:
-        token = self.settings.api_token
-        if token is None:
-            raise HttpError(503, "case submission is disabled: the fleet has no api_token configured")
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        expected = token.get_secret_value().encode()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
-            raise HttpError(401, "a valid bearer token is required")
-
-    async def submit(self, request: Request) -> Response:
-        self.authorize(request)
-        tuning = slug_param(request, "tuning")
-        self.client.tuning_store(tuning)
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY_BYTES:
-                raise HttpError(413, f"a case body is at most {MAX_BODY_BYTES} bytes")
-        try:
-            case = Case.model_validate_json(bytes(body))
-        except ValidationError as exc:
-            raise HttpError(422, "invalid case", field_errors(exc)) from None
-        enqueued = await self.client.submit(tuning, case)
-        log.info("case_submitted", tuning=tuning, case=case.id, rev=case.rev, enqueued=enqueued, via="api")
-        result = SubmitResult(tuning=tuning, case=case.id, rev=case.rev, enqueued=enqueued)
-        return json_response(result, 201 if enqueued else 200)
-
     async def prometheus(self, request: Request) -> Response:
         return Response(await self.metrics.scrape(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -217,73 +187,23 @@ class Api:
         return Response(self.document, media_type="application/json")
 
     async def dashboard(self, request: Request) -> Response:
+        """The dashboard page; `/?token=…` with a read token keeps it as an HttpOnly cookie, from which the
+        page's own requests read, and sends the browser back to `/` (the token leaves the address bar)."""
+        offered = request.query_params.get("token")
+        if offered is not None:
+            if not self.guard.token_for_cookie(offered):
+                raise HttpError(401, "that token may not read this fleet")
+            back = RedirectResponse("/", status_code=303)
+            back.set_cookie(READ_COOKIE, offered, httponly=True, samesite="strict", path="/")
+            return back
+        self.guard.read(request)
         return FileResponse(DASHBOARD / "index.html", headers={"Content-Security-Policy": CSP})
-
-
-def openapi_document(endpoints: list[Endpoint]) -> dict[str, Any]:
-    """An OpenAPI 3.1 document: the endpoints' paths, and their models' JSON Schemas as components."""
-    wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(ErrorBody, "serialization")]
-    for e in endpoints:
-        if e.body is not None:
-            wanted.append((e.body, "validation"))
-        if not isinstance(e.answer, str):
-            wanted.append((e.answer, "serialization"))
-    refs, defs = models_json_schema(list(dict.fromkeys(wanted)), ref_template=REF)
-    error = {"content": {"application/json": {"schema": refs[(ErrorBody, "serialization")]}}}
-    paths: dict[str, dict[str, Any]] = {}
-    for e in endpoints:
-        if isinstance(e.answer, str):
-            kind = "object" if e.answer == "application/json" else "string"
-            content: dict[str, Any] = {e.answer: {"schema": {"type": kind}}}
-        else:
-            content = {"application/json": {"schema": refs[(e.answer, "serialization")]}}
-        responses: dict[str, Any] = {"200": {"description": "OK", "content": content}}
-        if e.body is not None:
-            responses["201"] = {"description": "Created", "content": content}
-        responses |= {str(code): {"description": "Error", **error} for code in e.errors}
-        params: list[dict[str, Any]] = [
-            {"name": n, "in": "path", "required": True, "schema": {"type": "string", "pattern": SLUG_PATTERN}}
-            for n in re.findall(r"{(\w+)}", e.path)
-        ]
-        if e.query is not None:
-            schema = e.query.model_json_schema(ref_template=REF)
-            for name, prop in schema["properties"].items():
-                required = name in schema.get("required", [])
-                doc = prop.get("description", "")
-                params.append(
-                    {"name": name, "in": "query", "required": required, "schema": prop, "description": doc}
-                )
-        op: dict[str, Any] = {"operationId": e.handler.__name__, "summary": e.summary, "responses": responses}
-        if params:
-            op["parameters"] = params
-        if e.body is not None:
-            op["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": refs[(e.body, "validation")]}},
-            }
-            op["security"] = [{"bearer": []}]
-        paths.setdefault(e.path, {})[e.method.lower()] = op
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "tunefleet", "version": _version(), "description": __doc__},
-        "paths": paths,
-        "components": {
-            "schemas": defs.get("$defs", {}),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-    }
-
-
-def _version() -> str:
-    try:
-        return version("tunefleet")
-    except PackageNotFoundError:
-        return "0"
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HttpError)
-    return Response(exc.body.model_dump_json(), exc.status, exc.headers, media_type="application/json")
+    body = exc.refused if isinstance(exc, BatchError) else exc.body
+    return Response(body.model_dump_json(), exc.status, exc.headers, media_type="application/json")
 
 
 async def on_fleet_error(request: Request, exc: Exception) -> Response:
@@ -314,7 +234,7 @@ def create_app(client: TunefleetClient, settings: FleetSettings) -> Starlette:
             with contextlib.suppress(asyncio.CancelledError):
                 await tail
 
-    routes: list[BaseRoute] = [Route(e.path, e.handler, methods=[e.method]) for e in api.endpoints]
+    routes: list[BaseRoute] = [Route(e.path, api.route(e), methods=[e.method]) for e in api.endpoints]
     routes.append(Mount("/static", StaticFiles(directory=DASHBOARD), name="static"))
     handlers = {HttpError: on_http_error, TunefleetError: on_fleet_error, RedisError: on_fleet_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)

@@ -21,7 +21,7 @@ from rich.markup import escape
 from service import logs
 from service.client import TunefleetClient
 from service.errors import TunefleetError
-from service.models.status import Hold
+from service.models.status import Hold, ResultRow
 from service.schema import SCHEMAS, schemas
 from service.settings import CONFIG_ENV, FleetSettings
 
@@ -183,13 +183,13 @@ def results(
     unfinished cases of a held tuning say why they wait."""
     from service.render import hold_line, results_table
 
-    client = TunefleetClient(_settings(ctx))
-    try:
+    async def go() -> tuple[Hold | None, list[ResultRow]]:
+        client = TunefleetClient(_settings(ctx))
         client.tuning_store(tuning)
-        hold = asyncio.run(_hold_of(client, tuning))
-        rows = client.results(tuning, hold)
-    except TunefleetError as exc:
-        _fail(exc)
+        hold = await _hold_of(client, tuning)
+        return hold, await client.results(tuning, hold)
+
+    hold, rows = _run(go())
     if as_json:
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
     else:
@@ -217,11 +217,7 @@ def show(
     """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
     from service.render import case_view
 
-    client = TunefleetClient(_settings(ctx))
-    try:
-        detail = client.show(tuning, case)
-    except TunefleetError as exc:
-        _fail(exc)
+    detail = _run(TunefleetClient(_settings(ctx)).show(tuning, case))
     if as_json:
         print(detail.model_dump_json(indent=2))
     else:

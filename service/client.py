@@ -1,8 +1,11 @@
 """The Python client: submit cases, read status and results. Owns its Redis connection.
 
-async with TunefleetClient(settings) as client:
-    report = await client.submit_path("demo", Path("cases/"))
-    status = await client.status()
+    async with TunefleetClient(settings) as client:
+        report = await client.submit_path("demo", Path("cases/"))
+        status = await client.status()
+        rows = await client.results("demo")
+
+It configures no logging (see service.logs).
 """
 
 from __future__ import annotations
@@ -267,7 +270,13 @@ class TunefleetClient:
         self.tuning_store(tuning)
         report = SubmitReport()
         cases: list[Case] = []
+        limit = self.settings.case_max_bytes
         for file in case_files(path):
+            size = file.stat().st_size
+            if size > limit:
+                error = f"{file}: {size} bytes; a case file is at most {limit} bytes (case_max_bytes)"
+                report.refused.append(Refusal(file=str(file), error=error))
+                continue
             try:
                 cases.append(load_case(file))
             except CaseFileError as exc:
@@ -358,16 +367,18 @@ class TunefleetClient:
     async def status(self) -> FleetStatus:
         return await fleet_status(self.redis, self.settings.queue)
 
-    def results(self, tuning: str, hold: Hold | None = None) -> list[ResultRow]:
-        """One row per case; unfinished ones name `hold` (see `hold`) as what they wait for."""
-        return results(self.tuning_store(tuning), hold)
+    async def results(self, tuning: str, hold: Hold | None = None) -> list[ResultRow]:
+        """One row per case, read from the store (no Redis needed); unfinished ones name `hold` (see
+        `hold`) as what they wait for."""
+        return await asyncio.to_thread(results, self.tuning_store(tuning), hold)
 
     async def hold(self, tuning: str) -> Hold | None:
         """The tuning's hold, while it has one: no run of it starts until `resume(tuning)`."""
         return await tuning_hold(self.redis, tuning)
 
-    def show(self, tuning: str, case: str) -> CaseDetail:
-        detail = case_detail(self.tuning_store(tuning), case)
+    async def show(self, tuning: str, case: str) -> CaseDetail:
+        """Every try of a case, read from the store (no Redis needed)."""
+        detail = await asyncio.to_thread(case_detail, self.tuning_store(tuning), case)
         if detail is None:
             raise TunefleetError(f"tuning {tuning!r} has no case {case!r}")
         return detail

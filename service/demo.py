@@ -77,7 +77,8 @@ async def run_demo(settings: FleetSettings, tuning_file: Path, workers: int, tim
             daemon.stopping.set()
             await watcher
             await stop_workers(processes, settings.stop_grace_s)
-        rows = client.results(name)
+        rows = await client.results(name)
+    console.print()
     console.print(results_table(rows))
     return _summary(console, rows)
 

@@ -83,7 +83,21 @@ class FleetSettings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8321, ge=0, le=65535)
-    api_token: SecretStr | None = Field(default=None, description="Bearer token for case submission.")
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for the API's writes (submit, pause, resume, cancel); it reads too.",
+    )
+    api_read_token: SecretStr | None = Field(
+        default=None, description="Bearer token for the API's reads, /metrics and the dashboard only."
+    )
+    api_public_read: bool = Field(
+        default=False, description="Let anyone read the API, /metrics and the dashboard, without a token."
+    )
+    case_max_bytes: int = Field(
+        default=1 << 20,
+        ge=1024,
+        description="The largest case: a case file `submit` takes, a case sent over HTTP.",
+    )
 
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "info"

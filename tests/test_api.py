@@ -48,7 +48,8 @@ async def client(settings: FleetSettings) -> AsyncIterator[TunefleetClient]:
 
 
 def http(client: TunefleetClient, settings: FleetSettings) -> httpx.AsyncClient:
-    app = create_app(client, settings)
+    """The app, open to read (tests/test_api_controls.py checks the read token)."""
+    app = create_app(client, settings.model_copy(update={"api_public_read": True}))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://tunefleet")
 
 
@@ -221,7 +222,7 @@ async def test_status_is_503_while_redis_is_down(
 async def test_serve_listens_until_stopped(settings: FleetSettings, client: TunefleetClient) -> None:
     """serve() answers on api_host:api_port, refuses a taken port by name, and returns when stopped."""
     port = free_port()
-    on_port = settings.model_copy(update={"api_port": port})
+    on_port = settings.model_copy(update={"api_port": port, "api_public_read": True})
     stopping = asyncio.Event()
     task = asyncio.create_task(serve(client, on_port, stopping))
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as web:

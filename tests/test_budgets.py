@@ -27,7 +27,8 @@ from tests.support.fleet import (
     wait_until,
     write_tuning,
 )
-from tests.test_dashboard_browser import CHROMIUM, browser_page, served
+from tests.support.tools import needs_tool
+from tests.test_dashboard_browser import browser_page, served
 from workers.control import Controls
 
 STEP_TOKENS = 1000
@@ -194,7 +195,7 @@ async def test_an_analyzer_round_whose_feedback_was_refused_is_counted_in_the_ca
         assert int(await client.redis.hget(keys.stats("t1"), "tokens")) == 3200  # type: ignore[misc]
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+@needs_tool("chromium")
 @pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="needs the playwright package")
 @pytest.mark.timeout(120)
 async def test_the_dashboard_shows_a_held_tuning_until_it_is_resumed(

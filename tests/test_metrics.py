@@ -41,7 +41,7 @@ async def client(settings: FleetSettings) -> AsyncIterator[TunefleetClient]:
 @pytest.fixture
 async def app(client: TunefleetClient, settings: FleetSettings) -> AsyncIterator[Starlette]:
     """The API app with its lifespan running (so the event tail follows the stream from now on)."""
-    built = create_app(client, settings)
+    built = create_app(client, settings.model_copy(update={"api_public_read": True}))
     async with built.router.lifespan_context(built):
         yield built
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from service.models.case import Slug
+from service.models.case import Case, Slug
 from service.models.events import Event
 from service.models.status import FleetStatus, ResultRow
 
@@ -58,14 +58,20 @@ class CasesQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state: CaseFilter | None = Field(default=None, description="Only cases in this state.")
+    offset: int = Field(default=0, ge=0, description="Skip this many rows (of those the filter keeps).")
+    limit: int = Field(default=1000, ge=1, le=10_000, description="At most this many rows.")
 
 
 class CaseRows(BaseModel):
-    """The result rows of a tuning's cases (the newest rev of each), maybe filtered by state."""
+    """A page of the result rows of a tuning's cases (the newest rev of each, ordered by case id), maybe
+    filtered by state."""
 
     tuning: str
     state: CaseFilter | None
     cases: list[ResultRow]
+    total: int = Field(description="Rows the filter keeps, on every page.")
+    offset: int
+    next_offset: int | None = Field(description="The `offset` of the next page; None on the last page.")
 
 
 class EventsQuery(BaseModel):
@@ -112,3 +118,61 @@ class ErrorBody(BaseModel):
 
     error: str
     fields: list[FieldError] = Field(default_factory=list)
+
+
+class CaseBatch(RootModel[list[Case]]):
+    """A batch submission: a JSON array of cases, all valid or none submitted."""
+
+
+class BatchItem(BaseModel):
+    """What became of one case of an accepted batch."""
+
+    index: int
+    case: Slug
+    rev: int
+    enqueued: bool = Field(description="False when the same case and rev is already queued, running or done.")
+
+
+class BatchResult(BaseModel):
+    """The answer to an accepted batch, one item per case in the order sent."""
+
+    tuning: str
+    enqueued: int
+    already_known: int
+    cases: list[BatchItem]
+
+
+class ItemErrors(BaseModel):
+    """Why one case of a refused batch is invalid."""
+
+    index: int
+    case: str | None = Field(description="The item's `id`, when it has a readable one.")
+    fields: list[FieldError]
+
+
+class BatchRefused(BaseModel):
+    """The answer to a refused batch: nothing was submitted; every invalid item is named."""
+
+    error: str
+    items: list[ItemErrors]
+
+
+class PauseState(BaseModel):
+    """The fleet's pause after a pause or resume."""
+
+    paused: bool
+
+
+class Released(BaseModel):
+    """The answer to resuming a tuning: whether it was held."""
+
+    tuning: str
+    released: bool
+
+
+class Cancelled(BaseModel):
+    """The answer to a cancel: the job ids of the cases cancelled (running ones end within a poll)."""
+
+    tuning: str
+    case: str | None = Field(description="The case cancelled; None when every unfinished case was.")
+    cancelled: list[str]

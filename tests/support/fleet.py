@@ -20,6 +20,7 @@ import yaml
 from service.client import TunefleetClient
 from service.daemon import Daemon
 from service.models.status import ResultRow
+from service.queries import results
 from service.settings import FleetSettings
 
 RUBRIC = [
@@ -161,7 +162,7 @@ class Fleet:
         return [json.loads(line) for line in path.read_text().splitlines() if line]
 
     def results(self, tuning: str = "t1") -> dict[str, ResultRow]:
-        return {row.case: row for row in self.client().results(tuning)}
+        return {row.case: row for row in results(self.client().tuning_store(tuning))}
 
     async def wait_finished(
         self, count: int, tuning: str = "t1", timeout_s: float = 60.0
