@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
@@ -158,30 +159,46 @@ def submit(
     raise typer.Exit(_run(go()))
 
 
+class Format(StrEnum):
+    """How `status` and `results` print: a table (whole values when not in a terminal), TSV or JSON."""
+
+    table = "table"
+    tsv = "tsv"
+    json = "json"
+
+
+FormatOption = Annotated[
+    Format, typer.Option("--format", help="table, tsv (tab-separated, a header line first) or json.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="The same as --format json.")]
+
+
 @app.command()
-def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def status(ctx: typer.Context, fmt: FormatOption = Format.table, as_json: JsonOption = False) -> None:
     """Queue depth, running cases, outcomes, tokens and cost, from the live counters."""
 
-    from service.render import status_table
+    from service.render import out_console, status_table, status_tsv
 
     async def go() -> None:
         async with TunefleetClient(_settings(ctx)) as client:
             result = await client.status()
-        if as_json:
+        if as_json or fmt is Format.json:
             print(result.model_dump_json(indent=2))
+        elif fmt is Format.tsv:
+            sys.stdout.write(status_tsv(result))
         else:
-            Console().print(status_table(result))
+            out_console().print(status_table(result))
 
     _run(go())
 
 
 @app.command()
 def results(
-    ctx: typer.Context, tuning: str, as_json: Annotated[bool, typer.Option("--json")] = False
+    ctx: typer.Context, tuning: str, fmt: FormatOption = Format.table, as_json: JsonOption = False
 ) -> None:
     """One row per case: case, rev, state, reason, tokens, cost (and the declared outcome, if any);
     unfinished cases of a held tuning say why they wait."""
-    from service.render import hold_line, results_table
+    from service.render import hold_line, out_console, results_table, results_tsv
 
     async def go() -> tuple[Hold | None, list[ResultRow]]:
         client = TunefleetClient(_settings(ctx))
@@ -190,12 +207,15 @@ def results(
         return hold, await client.results(tuning, hold)
 
     hold, rows = _run(go())
-    if as_json:
+    if as_json or fmt is Format.json:
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+    elif fmt is Format.tsv:
+        sys.stdout.write(results_tsv(rows))
     else:
+        console = out_console()
         if hold is not None:
-            Console().print(hold_line(tuning, hold))
-        Console().print(results_table(rows))
+            console.print(hold_line(tuning, hold))
+        console.print(results_table(rows))
 
 
 async def _hold_of(client: TunefleetClient, tuning: str) -> Hold | None:
@@ -205,7 +225,7 @@ async def _hold_of(client: TunefleetClient, tuning: str) -> Hold | None:
             return await client.hold(tuning)
     except TunefleetError as exc:
         Console(stderr=True).print(
-            f"[yellow]warning:[/yellow] holds not read: {escape(str(exc))}", highlight=False
+            f"[yellow]warning:[/yellow] holds not read: {escape(str(exc))}", highlight=False, soft_wrap=True
         )
         return None
 
@@ -215,13 +235,13 @@ def show(
     ctx: typer.Context, tuning: str, case: str, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
-    from service.render import case_view
+    from service.render import case_view, out_console
 
     detail = _run(TunefleetClient(_settings(ctx)).show(tuning, case))
     if as_json:
         print(detail.model_dump_json(indent=2))
     else:
-        Console().print(case_view(detail))
+        out_console().print(case_view(detail))
 
 
 @app.command()

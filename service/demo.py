@@ -17,7 +17,7 @@ from service import keys
 from service.client import TunefleetClient
 from service.daemon import Daemon
 from service.models.status import ResultRow
-from service.render import results_table, status_table
+from service.render import out_console, results_table, status_table
 from service.settings import FleetSettings
 
 REFRESH_S = 0.5
@@ -63,7 +63,7 @@ async def stop_workers(processes: list[asyncio.subprocess.Process], grace_s: flo
 
 async def run_demo(settings: FleetSettings, tuning_file: Path, workers: int, timeout_s: float) -> int:
     """0 when every demo case reached the outcome it declares."""
-    console = Console()
+    console = out_console()
     async with TunefleetClient(settings) as client:
         daemon = Daemon(client)
         reports = await daemon.start([tuning_file])
@@ -72,34 +72,38 @@ async def run_demo(settings: FleetSettings, tuning_file: Path, workers: int, tim
         processes = await start_workers(workers)
         watcher = asyncio.create_task(daemon.run())
         try:
-            await _follow(client, name, total, timeout_s, console)
+            last = await _follow(client, name, total, timeout_s, console)
         finally:
             daemon.stopping.set()
             await watcher
             await stop_workers(processes, settings.stop_grace_s)
         rows = await client.results(name)
+    console.print(last)
     console.print()
     console.print(results_table(rows))
     return _summary(console, rows)
 
 
-async def _follow(client: TunefleetClient, name: str, total: int, timeout_s: float, console: Console) -> None:
+async def _follow(
+    client: TunefleetClient, name: str, total: int, timeout_s: float, console: Console
+) -> Group:
+    """Show the fleet live until every case finished (or the time is up); the last view, which the live
+    display leaves to the caller to print (a live display's last line ends without a line break)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    with Live(console=console, refresh_per_second=4, transient=False) as live:
+    with Live(console=console, refresh_per_second=4, transient=True) as live:
         while True:
             status = await client.status()
             tuning = next((t for t in status.tunings if t.name == name), None)
             finished = (tuning.completed + tuning.difficult + tuning.failed) if tuning else 0
-            live.update(
-                Group(
-                    status_table(status),
-                    await recent_events(client, EVENT_ROWS),
-                    f"{finished}/{total} cases finished",
-                )
+            view = Group(
+                status_table(status),
+                await recent_events(client, EVENT_ROWS),
+                f"{finished}/{total} cases finished",
             )
+            live.update(view)
             if finished >= total or loop.time() > deadline:
-                return
+                return view
             await asyncio.sleep(REFRESH_S)
 
 

@@ -1,8 +1,14 @@
-"""Rich renderings shared by the CLI commands: status, results, one case."""
+"""Renderings shared by the CLI commands: status, results, one case; as rich tables or as TSV.
+
+In a terminal, tables fit its width (`results` fits 120 columns: the reason wraps, nothing else is
+cut). Anywhere else (a pipe, a file) `out_console` is wide enough that every value is printed whole.
+"""
 
 from __future__ import annotations
 
-from rich.console import Group
+from collections.abc import Iterable, Sequence
+
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -10,6 +16,67 @@ from service.models.status import CaseDetail, FleetStatus, Hold, ResultRow, Tuni
 
 STATE_STYLE = {"completed": "green", "difficult": "yellow", "failed": "red", "cancelled": "magenta"}
 """The states a case ends in, in the order `status` and `watch` show their counts, and their styles."""
+
+PIPE_WIDTH = 10_000
+"""The width of output that goes to no terminal: tables are as wide as their values, never cut."""
+
+
+def out_console() -> Console:
+    """Where a command prints: a terminal at its width; anything else so wide that no value is cut."""
+    console = Console()
+    return console if console.is_terminal else Console(width=PIPE_WIDTH)
+
+
+def tsv(header: list[str], rows: Iterable[Sequence[object]]) -> str:
+    """Tab-separated lines: the header, then one line per row (tabs and line breaks in values escaped)."""
+
+    def cell(value: object) -> str:
+        text = "" if value is None else str(value)
+        return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+    return "".join("\t".join(cell(v) for v in row) + "\n" for row in [header, *rows])
+
+
+def status_tsv(status: FleetStatus) -> str:
+    """`tunefleet status --format tsv`: one line per tuning."""
+    header = ["tuning", "submitted", "waiting", "running", "running_by_step", *STATE_STYLE]
+    header += ["tokens", "unmeasured_tokens", "cost_usd", "held"]
+    rows = [
+        [
+            t.name,
+            t.submitted,
+            t.waiting,
+            t.running,
+            ", ".join(f"{k} {v}" for k, v in sorted(t.running_by_step.items())),
+            *outcome_counts(t).values(),
+            t.tokens,
+            t.unmeasured_tokens,
+            f"{t.cost_usd:.6f}",
+            t.held.reason if t.held is not None else "",
+        ]
+        for t in status.tunings
+    ]
+    return tsv(header, rows)
+
+
+def results_tsv(rows: list[ResultRow]) -> str:
+    """`tunefleet results --format tsv`: one line per case, every value whole."""
+    header = ["case", "rev", "state", "reason", "tokens", "cost_usd", "declared", "met", "held"]
+    cells = [
+        [
+            r.case,
+            r.rev,
+            r.state,
+            r.reason or "",
+            r.tokens,
+            f"{r.cost_usd:.6f}",
+            r.expected or "",
+            "" if r.met is None else ("yes" if r.met else "no"),
+            r.held or "",
+        ]
+        for r in rows
+    ]
+    return tsv(header, cells)
 
 
 def outcome_counts(tuning: TuningStatus) -> dict[str, int]:
@@ -108,16 +175,32 @@ def mirror_line(tuning: TuningStatus) -> Text:
 
 
 def results_table(rows: list[ResultRow]) -> Table:
+    """One row per case. Every column but the reason is as wide as its widest value (so never cut); the
+    reason takes what width is left and wraps."""
     show_expected = any(r.expected for r in rows)
+
+    def widest(header: str, values: Iterable[str]) -> int:
+        return max([len(header), *(len(v) for v in values)])
+
     table = Table()
-    table.add_column("case", no_wrap=True)
-    table.add_column("rev", justify="right", no_wrap=True, min_width=3)
-    table.add_column("state", no_wrap=True)
-    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=36)
-    table.add_column("tokens", justify="right", no_wrap=True, min_width=6)
-    table.add_column("cost $", justify="right", no_wrap=True, min_width=6)
+    table.add_column("case", no_wrap=True, min_width=widest("case", (r.case for r in rows)))
+    table.add_column(
+        "rev", justify="right", no_wrap=True, min_width=widest("rev", (str(r.rev) for r in rows))
+    )
+    states = (r.state + (", held" if r.held else "") for r in rows)
+    table.add_column("state", no_wrap=True, min_width=widest("state", states))
+    table.add_column("reason", overflow="fold", ratio=1)
+    table.add_column(
+        "tokens", justify="right", no_wrap=True, min_width=widest("tokens", (f"{r.tokens:,}" for r in rows))
+    )
+    table.add_column(
+        "cost $",
+        justify="right",
+        no_wrap=True,
+        min_width=widest("cost $", (f"{r.cost_usd:.4f}" for r in rows)),
+    )
     if show_expected:
-        table.add_column("declared", no_wrap=True)
+        table.add_column("declared", overflow="fold", ratio=1)
         table.add_column("met", no_wrap=True, min_width=3)
     for r in rows:
         cells: list[str | Text] = [

@@ -1,0 +1,108 @@
+"""The CLI's tables read whole in a pipe, as TSV on request, and fit a terminal of 120 columns (issue 12,
+item 11); the demo's progress line stands apart from the result table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from service.queries import results
+from service.render import results_table
+from service.store import Store
+from tests.support.fleet import Fleet, case, settings_env, write_tuning
+
+LONG_ID = "a-case-whose-identifier-is-long-enough-to-be-cut-in-eighty-columns"
+CASES = [
+    case(LONG_ID),
+    case("flawed", flawed=True),
+    case("structural", rules=["structural-a"], structural=True),
+]
+
+
+def tunefleet(fleet: Fleet, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`tunefleet ARGS` as a real process whose stdout is a pipe."""
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        env={**os.environ, **settings_env(fleet.settings), "TUNEFLEET_LOG_FORMAT": "json", **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+
+@pytest.fixture
+async def finished(fleet: Fleet, tmp_path: Path) -> Fleet:
+    """Three cases with a long id and long reasons, run to their end by a real worker."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", CASES))
+    fleet.start_worker(concurrency=3)
+    await fleet.wait_finished(len(CASES))
+    return fleet
+
+
+async def test_a_pipe_gets_whole_values(finished: Fleet) -> None:
+    """`results` and `status` into a pipe print every id, reason and header whole, however long."""
+    rows = finished.results()
+    reasons = [r.reason for r in rows.values() if r.reason]
+    assert len(reasons) == 2 and all(len(reason) > 36 for reason in reasons)
+    shown = tunefleet(finished, "results", "t1").stdout
+    assert LONG_ID in shown and "…" not in shown
+    for reason in reasons:
+        assert reason in shown
+    status = tunefleet(finished, "status").stdout
+    assert "…" not in status
+    for header in ("submitted", "waiting", "completed", "difficult", "cancelled", "tokens"):
+        assert header in status
+
+
+async def test_tsv_gives_one_line_per_case(finished: Fleet) -> None:
+    """`results --format tsv` prints a header and one tab-separated line per case with every value whole;
+    `status --format tsv` one line per tuning."""
+    lines = tunefleet(finished, "results", "t1", "--format", "tsv").stdout.splitlines()
+    header, *body = (line.split("\t") for line in lines)
+    assert header[:6] == ["case", "rev", "state", "reason", "tokens", "cost_usd"]
+    by_case = {cells[0]: dict(zip(header, cells, strict=True)) for cells in body}
+    assert set(by_case) == {c["id"] for c in CASES}
+    for row in finished.results().values():
+        assert by_case[row.case]["state"] == row.state
+        assert by_case[row.case]["reason"] == (row.reason or "")
+        assert int(by_case[row.case]["tokens"]) == row.tokens
+    status_header, tuning = (
+        line.split("\t") for line in tunefleet(finished, "status", "--format", "tsv").stdout.splitlines()
+    )
+    status = dict(zip(status_header, tuning, strict=True))
+    assert (status["tuning"], status["submitted"], status["completed"], status["difficult"]) == (
+        "t1",
+        "3",
+        "1",
+        "2",
+    )
+
+
+async def test_results_fit_a_terminal_of_120_columns(finished: Fleet) -> None:
+    """In a 120-column terminal the results table stays within 120 columns and cuts no id, state or count
+    (the reason wraps)."""
+    rows = results(Store(finished.settings.store).tuning("t1"))
+    console = Console(width=120, force_terminal=True, color_system=None, record=True)
+    console.print(results_table(rows))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 120
+    assert "…" not in text
+    for row in rows:
+        assert row.case in text and row.state in text and f"{row.tokens:,}" in text
+
+
+async def test_the_demo_progress_line_stands_apart(fleet: Fleet, tmp_path: Path) -> None:
+    """`tunefleet demo` ends its live view with `N/N cases finished` on a line of its own, then a blank line,
+    then the result table."""
+    tuning = write_tuning(tmp_path / "t", [case("pass"), case("also-passes")])
+    out = tunefleet(fleet, "demo", "--tuning", str(tuning), "--workers", "1").stdout.splitlines()
+    at = out.index("2/2 cases finished")
+    assert out[at + 1] == ""
+    assert out[at + 2].startswith("┏")
