@@ -125,8 +125,10 @@ def daemon(
     tunings: Annotated[list[Path], typer.Argument(help="Tuning files to register and enqueue.")],
     once: Annotated[bool, typer.Option(help="Enqueue and reconcile once, then exit.")] = False,
 ) -> None:
-    """Register tunings, enqueue their cases, re-enqueue failed ones, keep Redis and the store agreed, and
-    serve the HTTP API, the dashboard and /metrics (on api_host:api_port). One daemon per fleet."""
+    """Register tunings and enqueue their cases; serve the HTTP API, the dashboard and /metrics.
+
+    It re-enqueues failed cases, keeps Redis and the store agreed, and serves on api_host:api_port.
+    One daemon per fleet: a second one on the same Redis is refused."""
     from service.daemon import run_daemon
 
     _run(run_daemon(_settings(ctx), tunings, once), as_log=True)
@@ -171,6 +173,8 @@ FormatOption = Annotated[
     Format, typer.Option("--format", help="table, tsv (tab-separated, a header line first) or json.")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="The same as --format json.")]
+TuningArg = Annotated[str, typer.Argument(help="The tuning's name.")]
+CaseArg = Annotated[str, typer.Argument(help="The case's id.")]
 
 
 @app.command()
@@ -194,10 +198,11 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.table, as_json: JsonOp
 
 @app.command()
 def results(
-    ctx: typer.Context, tuning: str, fmt: FormatOption = Format.table, as_json: JsonOption = False
+    ctx: typer.Context, tuning: TuningArg, fmt: FormatOption = Format.table, as_json: JsonOption = False
 ) -> None:
-    """One row per case: case, rev, state, reason, tokens, cost (and the declared outcome, if any);
-    unfinished cases of a held tuning say why they wait."""
+    """One row per case: case, rev, state, reason, tokens, cost, and the declared outcome if any.
+
+    Unfinished cases of a held tuning say why they wait."""
     from service.render import hold_line, out_console, results_table, results_tsv
 
     async def go() -> tuple[Hold | None, list[ResultRow]]:
@@ -232,7 +237,10 @@ async def _hold_of(client: TunefleetClient, tuning: str) -> Hold | None:
 
 @app.command()
 def show(
-    ctx: typer.Context, tuning: str, case: str, as_json: Annotated[bool, typer.Option("--json")] = False
+    ctx: typer.Context,
+    tuning: TuningArg,
+    case: CaseArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
 ) -> None:
     """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
     from service.render import case_view, out_console
@@ -258,7 +266,7 @@ def watch(
 @app.command()
 def cancel(
     ctx: typer.Context,
-    tuning: str,
+    tuning: TuningArg,
     case: Annotated[str | None, typer.Argument(help="One case; all unfinished cases if omitted.")] = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Cancel a whole tuning without asking for confirmation.")
@@ -266,7 +274,7 @@ def cancel(
 ) -> None:
     """Cancel a case, or every unfinished case of a tuning: agents are stopped, cases end cancelled.
 
-    Cancelling a whole tuning asks for confirmation; without a terminal it needs `--yes`."""
+    Cancelling a whole tuning asks for confirmation; without a terminal it needs --yes."""
     client = TunefleetClient(_settings(ctx))
     try:
         cases = list(client.tuning_store(tuning).latest_revs())
@@ -359,7 +367,9 @@ def schema(
 @app.command()
 def demo(
     ctx: typer.Context,
-    tuning_file: Annotated[Path, typer.Option("--tuning")] = Path("examples/demo/tuning.yaml"),
+    tuning_file: Annotated[Path, typer.Option("--tuning", help="The tuning file to run.")] = Path(
+        "examples/demo/tuning.yaml"
+    ),
     workers: Annotated[int, typer.Option(help="Worker processes to start.")] = 2,
     timeout_s: Annotated[float, typer.Option(help="Give up after this long.")] = 600.0,
 ) -> None:

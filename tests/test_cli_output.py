@@ -4,6 +4,7 @@ item 11); the demo's progress line stands apart from the result table."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,31 @@ async def test_the_demo_progress_line_stands_apart(fleet: Fleet, tmp_path: Path)
     at = out.index("2/2 cases finished")
     assert out[at + 1] == ""
     assert out[at + 2].startswith("┏")
+
+
+DEVELOPER_WORDS = ("import", "package", "python -m", "module", "noqa", "TODO")
+
+
+def test_help_texts_speak_to_users() -> None:
+    """`tunefleet --help` and every command's `--help` give each command and argument a help text, and
+    none carries a developer's note (imports, packages, modules)."""
+    from service.cli import app
+
+    commands = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
+    assert len(commands) >= 12
+    for args in [[], *([name] for name in commands)]:
+        done = subprocess.run(
+            [sys.executable, "-m", "service", *args, "--help"],
+            env={**os.environ, "COLUMNS": "200", "TUNEFLEET_LOG_FORMAT": "console"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        text = done.stdout
+        for word in DEVELOPER_WORDS:
+            assert word not in text, (args, word, text)
+        assert not re.search(r"<[\w\[\], ]+>\s+\[required\]", text), (args, text)
+        if not args:
+            for name in commands:
+                assert re.search(rf"│ {name}\s+\S", text), (name, text)

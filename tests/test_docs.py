@@ -8,7 +8,10 @@ a heading that names the model, e.g. "### Top level (`TuningConfig`)".
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,7 @@ from service.models.tuning import (
 )
 from service.schema import SCHEMAS
 from service.settings import CONFIG_ENV, FleetSettings
+from tests.support.fleet import Fleet, case, settings_env, write_tuning
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 CONFIGURATION = DOCS / "configuration.md"
@@ -168,3 +172,33 @@ def test_the_readmes_real_agent_tuning_is_valid() -> None:
     tuning = TuningConfig.model_validate(yaml.safe_load(readme[start : readme.index("```\n", start)]))
     assert tuning.analyzer.kind == "llm" and tuning.applier == tuning.analyzer
     assert tuning.budget.tuning_max_usd == 200.0
+
+
+def readme_block(after: str, language: str) -> str:
+    """The first fenced block of `language` in the README after the text `after`."""
+    text = (DOCS.parent / "README.md").read_text()
+    rest = text[text.index(after) :]
+    start = rest.index(f"```{language}\n") + len(f"```{language}\n")
+    return rest[start : rest.index("```\n", start)]
+
+
+async def test_the_readmes_client_example_runs(fleet: Fleet, tmp_path: Path) -> None:
+    """The README's Python client example runs as written (as a script, against a real fleet): it submits
+    the case it finds, prints the queue and the results, and prints no log line of the library."""
+    await fleet.start_tuning(write_tuning(tmp_path / "demo", [case("c0")], name="demo"))
+    (tmp_path / "new-cases").mkdir()
+    (tmp_path / "new-cases" / "late.yaml").write_text(yaml.safe_dump(case("late")))
+    script = tmp_path / "example.py"
+    script.write_text(readme_block("The Python client offers", "python"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+    env |= settings_env(fleet.settings) | {"PYTHONPATH": str(DOCS.parent)}
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "enqueued 1, refused 0",
+        "queue depth 2",
+        "c0 unfinished ",
+        "late unfinished ",
+    ]
