@@ -29,7 +29,8 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
 ]
 MID_RUN = """(least) => {
-  const number = (selector) => Number((document.querySelector(selector) || {}).textContent?.replace(/,/g, "") || 0);
+  const number = (selector) =>
+    Number((document.querySelector(selector) || {}).textContent?.replace(/,/g, "") || 0);
   return number("#in-progress") > 1 && number('#tunings tr[data-tuning="demo"] td.completed') >= least;
 }"""
 
