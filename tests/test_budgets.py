@@ -3,7 +3,6 @@ until resumed or given a larger budget, and usage no record keeps is counted all
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,7 +26,7 @@ from tests.support.fleet import (
     wait_until,
     write_tuning,
 )
-from tests.support.tools import needs_tool
+from tests.support.tools import needs_module, needs_tool
 from tests.test_dashboard_browser import browser_page, served
 from workers.control import Controls
 
@@ -196,7 +195,7 @@ async def test_an_analyzer_round_whose_feedback_was_refused_is_counted_in_the_ca
 
 
 @needs_tool("chromium")
-@pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="needs the playwright package")
+@needs_module("playwright")
 @pytest.mark.timeout(120)
 async def test_the_dashboard_shows_a_held_tuning_until_it_is_resumed(
     fleet: Fleet, settings: FleetSettings, tmp_path: Path

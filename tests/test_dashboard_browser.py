@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,7 +24,7 @@ from service.server import serve
 from service.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
 from tests.support.redis_server import free_port
-from tests.support.tools import needs_tool
+from tests.support.tools import needs_module, needs_tool
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
@@ -63,10 +61,7 @@ RUNNING_AND_FINISHING = """(least) => {
 
 pytestmark = [
     needs_tool("chromium"),
-    pytest.mark.skipif(
-        importlib.util.find_spec("playwright") is None and os.environ.get("CI") != "true",
-        reason="needs the playwright Python package (pip install playwright; no browser download)",
-    ),
+    needs_module("playwright"),
     pytest.mark.timeout(180),
 ]
 

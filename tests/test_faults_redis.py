@@ -63,7 +63,11 @@ async def test_cases_survive_redis_going_away(
         server.stop()
     for case_id, (state, reason) in EXPECTED.items():
         assert rows[case_id].state == state, (case_id, rows[case_id])
-        assert (rows[case_id].reason or "").startswith(reason or ""), (case_id, rows[case_id])
+        got = rows[case_id].reason
+        if reason is None:
+            assert not got, (case_id, rows[case_id])
+        else:
+            assert got is not None and got.startswith(reason), (case_id, rows[case_id])
     assert all(rows[f"extra-{i}"].state == "completed" for i in range(12))
     events = fleet.events()
     recovered = "redis_state_lost" in (tmp_path / "fleet-logs" / "daemon.log").read_text()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from service.metrics import FleetMetrics
 from service.models.api import StatusView
 from service.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
+from tests.support.tools import require_tool
 
 CASES = [
     case("pass"),
@@ -29,7 +28,6 @@ CASES = [
     case("flawed", flawed=True),
     case("voids", voids={"nomem-1": 1}),
 ]
-APT_TIMEOUT_S = 400
 
 
 @pytest.fixture
@@ -123,26 +121,10 @@ async def test_a_scrape_agrees_with_the_fleet_status(
 
 async def test_promtool_accepts_the_scrape(ran: Fleet, app: Starlette, tmp_path: Path) -> None:
     """`promtool check metrics` finds nothing to say about a scrape (naming, units, help, types)."""
-    promtool = find_promtool()
+    promtool = require_tool("promtool")
     text = await scrape(app)
     checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
-
-
-def find_promtool() -> str:
-    """promtool, installed from Debian's `prometheus` package if missing and apt-get can; else a skip."""
-    found = shutil.which("promtool")
-    if found:
-        return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("promtool is missing and cannot be installed here (needs root and apt-get: prometheus)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
-    for argv in (install, ["apt-get", "update"], install):
-        done = subprocess.run(argv, env=env, capture_output=True, timeout=APT_TIMEOUT_S, check=False)
-        if done.returncode == 0 and argv is install and shutil.which("promtool"):
-            return str(shutil.which("promtool"))
-    pytest.skip("promtool is missing and `apt-get install prometheus` failed")
 
 
 @pytest.mark.timeout(120)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from service.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, settings_env, wait_until, write_tuning
+from tests.support.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[1]
 SESSION = "watch"
@@ -76,9 +76,7 @@ class Pane:
 
 @pytest.fixture
 def pane(settings: FleetSettings, tmp_path: Path) -> Iterator[Pane]:
-    binary = shutil.which("tmux")
-    if binary is None:
-        pytest.skip("tmux is not installed (apt-get install -y tmux): the watch needs a real terminal")
+    binary = require_tool("tmux")  # the watch needs a real terminal
     socket = tmp_path / "tmux.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "TUNEFLEET_"))}
     env |= settings_env(settings) | {"TUNEFLEET_LOG_FORMAT": "json", "LANG": "C.UTF-8"}
