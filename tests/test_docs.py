@@ -202,3 +202,52 @@ async def test_the_readmes_client_example_runs(fleet: Fleet, tmp_path: Path) -> 
         "c0 unfinished ",
         "late unfinished ",
     ]
+
+
+ARCHITECTURE = DOCS / "architecture.md"
+
+
+def test_every_event_kind_is_in_the_events_table() -> None:
+    """Each event kind the code emits has a row in docs/architecture.md's events table."""
+    emitted: set[str] = set()
+    for folder in ("service", "workers"):
+        for path in (DOCS.parent / folder).rglob("*.py"):
+            emitted |= set(re.findall(r'\.emit(?:_many)?\(\s*"([a-z][a-z0-9_]*)"', path.read_text()))
+    table = section(ARCHITECTURE.read_text(), "Events")
+    documented = {
+        name
+        for line in table.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`([a-z][a-z0-9_]*)`", line.split("|")[1])
+    }
+    assert len(emitted) > 20
+    assert emitted - documented == set()
+
+
+def test_no_document_cites_a_missing_spec() -> None:
+    """The README, the docs and the code cite the project's own documents, not a SPEC.md it lacks."""
+    root = DOCS.parent
+    texts = [root / "README.md", *DOCS.glob("*.md"), *(root / "service").rglob("*.py")]
+    texts += [*(root / "workers").rglob("*.py"), *(root / "tests").glob("test_*.py")]
+    citing = [str(p.relative_to(root)) for p in texts if p.name != "test_docs.py" and "SPEC" in p.read_text()]
+    assert citing == []
+
+
+async def test_arq_reads_tunefleets_jobs_with_the_documented_deserializer(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """As docs/architecture.md says, arq's Job reads a tunefleet job with `_deserializer=json.loads`, and
+    cannot with its default (pickle)."""
+    from arq.jobs import DeserializationError, Job
+
+    assert "_deserializer=json.loads" in ARCHITECTURE.read_text()
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c0")]))
+    async with fleet.client() as client:
+        job_id = "case:t1:c0:1"
+        info = await Job(
+            job_id, client.redis, _queue_name=fleet.settings.queue, _deserializer=json.loads
+        ).info()
+        assert info is not None and info.function == "run_case"
+        assert list(info.args) == [{"tuning": "t1", "case": "c0", "rev": 1}]
+        with pytest.raises(DeserializationError):
+            await Job(job_id, client.redis, _queue_name=fleet.settings.queue).info()

@@ -1,5 +1,5 @@
-"""Every rule of the case loop (SPEC.md), driven by the demo adapters through real worker processes
-and a real Redis; each test checks the result, the attempt folders and the events."""
+"""Every rule of the case loop (docs/architecture.md), driven by the demo adapters through real
+worker processes and a real Redis; each test checks the result, the attempt folders and the events."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The case loop of SPEC.md, top to bottom.
+"""The case loop (docs/architecture.md, "One case through the fleet"), top to bottom.
 
 Phase `nomem`: tries without memory until one passes; phase `mem`: tries again from the memory
 the passing run wrote. Every step is skipped when its result is already in the attempt's folder,

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -38,6 +39,23 @@ SEAL_FIELDS = frozenset({"seal", "after", "run_seal", "feedback_seal"})
 def new_seal() -> str:
     """A seal for a record the fleet writes: random, so no agent can know it in advance."""
     return uuid.uuid4().hex
+
+
+AGENT_TEXT_MAX_CHARS = 64 * 1024
+"""The most of one text an agent wrote that the fleet keeps (a summary, an answer, a change): its
+records, notes, events and API answers stay small whatever an agent writes."""
+
+
+def cap_text(text: str) -> str:
+    """`text`, or its beginning with a note that the fleet truncated it, within AGENT_TEXT_MAX_CHARS."""
+    if len(text) <= AGENT_TEXT_MAX_CHARS:
+        return text
+    note = f" […truncated by the fleet: {len(text):,} characters, {AGENT_TEXT_MAX_CHARS:,} kept]"
+    return text[: AGENT_TEXT_MAX_CHARS - len(note)] + note
+
+
+AgentText = Annotated[str, AfterValidator(cap_text)]
+"""A text an agent wrote, capped as it is read (`cap_text`)."""
 
 
 UsageSource = Literal["api", "envelope", "agent"]
@@ -105,10 +123,10 @@ class RunOutput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    answer: str = Field(default="", description="The agent's final answer.")
+    answer: AgentText = Field(default="", description="The agent's final answer.")
     turns: int = Field(default=0, ge=0)
     skills_loaded: list[str] = Field(default_factory=list, description="Skills the agent loaded.")
-    error: str | None = Field(default=None, description="Set when the agent itself failed.")
+    error: AgentText | None = Field(default=None, description="Set when the agent itself failed.")
     usage: Usage = Field(default_factory=Usage)
 
 
@@ -148,7 +166,7 @@ class Improvement(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     target: Literal["prose", "dataset"]
-    change: str = Field(min_length=1, description="What to change; its first line is the lead.")
+    change: AgentText = Field(min_length=1, description="What to change; its first line is the lead.")
 
     @property
     def lead(self) -> str:
@@ -164,8 +182,8 @@ class Feedback(BaseModel):
     done: bool = Field(description="The case passed: no further try in this phase.")
     rubric: dict[str, float] = Field(default_factory=dict, description="Rubric item id -> score in 0..1.")
     improvements: list[Improvement] = Field(default_factory=list)
-    summary: str = ""
-    infra: str | None = Field(default=None, description="With verdict void: what broke.")
+    summary: AgentText = ""
+    infra: AgentText | None = Field(default=None, description="With verdict void: what broke.")
     usage: Usage = Field(default_factory=Usage)
     run_seal: str | None = Field(
         default=None, description="Set by the fleet when it records: the seal of the run graded."
@@ -188,9 +206,9 @@ class ApplyOutput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    structural: str | None = Field(default=None, description="A change it must not make by itself.")
+    structural: AgentText | None = Field(default=None, description="A change it must not make by itself.")
     skills: list[str] = Field(default_factory=list, description="Skills the next run should load.")
-    summary: str = ""
+    summary: AgentText = ""
     usage: Usage = Field(default_factory=Usage)
 
 
@@ -239,7 +257,7 @@ class CaseResult(BaseModel):
     rev: int
     state: State
     phase: Phase | None = None
-    reason: str | None = None
+    reason: AgentText | None = None
     at: datetime
     usage: Usage = Field(default_factory=Usage)
     steps: int = Field(default=0, ge=0, description="Recorded steps (runs, analyses, applies).")
@@ -258,5 +276,5 @@ class Note(BaseModel):
     attempt: int | None = None
     verdict: Verdict | None = None
     rubric: dict[str, float] = Field(default_factory=dict)
-    text: str
+    text: AgentText
     worker: str | None = None

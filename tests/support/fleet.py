@@ -134,7 +134,13 @@ class Fleet:
         log = (self.logs / "daemon.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "service", "daemon", str(tuning_file)],
-            env={**os.environ, **settings_env(self.settings), "TUNEFLEET_LOG_FORMAT": "json"},
+            # A free port: a busy one stops the daemon before it registers anything.
+            env={
+                **os.environ,
+                **settings_env(self.settings),
+                "TUNEFLEET_LOG_FORMAT": "json",
+                "TUNEFLEET_API_PORT": "0",
+            },
             stdout=log,
             stderr=subprocess.STDOUT,
         )
