@@ -213,3 +213,26 @@ async def test_one_size_limit_for_submit_and_http(
 def test_the_api_listens_on_loopback_by_default() -> None:
     """Outside a container (no TUNEFLEET_API_HOST), the API listens on 127.0.0.1 only."""
     assert FleetSettings.model_fields["api_host"].default == "127.0.0.1"
+
+
+async def test_openapi_describes_the_guard_and_the_controls(queued: Fleet, client: TunefleetClient) -> None:
+    """/openapi.json lists the controls and the batch with the write token, the reads with the read token
+    or its cookie, the batch's per-item refusal, and the case list's paging."""
+    async with http(client, queued.settings) as api:
+        doc = (await api.get("/openapi.json")).json()
+    paths = doc["paths"]
+    for path in (
+        "/api/pause",
+        "/api/resume",
+        "/api/tunings/{tuning}/resume",
+        "/api/tunings/{tuning}/cancel",
+        "/api/tunings/{tuning}/cases/{case}/cancel",
+        "/api/tunings/{tuning}/batch",
+    ):
+        assert paths[path]["post"]["security"] == [{"bearer": []}], path
+    assert paths["/api/status"]["get"]["security"] == [{"bearer": []}, {"readCookie": []}]
+    assert "security" not in paths["/openapi.json"]["get"]
+    refused = paths["/api/tunings/{tuning}/batch"]["post"]["responses"]["422"]
+    assert refused["content"]["application/json"]["schema"]["$ref"].endswith("/BatchRefused")
+    listed = {p["name"] for p in paths["/api/tunings/{tuning}/cases"]["get"]["parameters"]}
+    assert {"state", "offset", "limit"} <= listed
