@@ -5,21 +5,27 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
-from collections.abc import Awaitable
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated
 
 import typer
-from redis.exceptions import RedisError
 from rich.console import Console
 from rich.markup import escape
 
 from service import logs
+from service.cli_support import (
+    LOGGING_COMMANDS,
+    CaseArg,
+    Format,
+    FormatOption,
+    JsonOption,
+    TuningArg,
+    fail,
+    run,
+)
 from service.client import TunefleetClient
 from service.errors import TunefleetError
 from service.models.status import Hold, ResultRow
@@ -27,50 +33,13 @@ from service.schema import SCHEMAS, schemas
 from service.settings import CONFIG_ENV, FleetSettings
 
 HELP = "Tune an agent's instructions against a data set on a fleet of workers."
-LOGGING_COMMANDS = {"daemon", "worker"}
-"""Long-running commands whose stderr is a log: their one error line is a log record (JSON when logs are)."""
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
-T = TypeVar("T")
 
 
 def _settings(ctx: typer.Context) -> FleetSettings:
     settings: FleetSettings = ctx.obj
     return settings
-
-
-def _fail(message: object, as_log: bool = False) -> NoReturn:
-    """One `error:` line on stderr (the message printed as is, never as markup), then exit code 2. With
-    `as_log` (a daemon or worker) and logs rendered as JSON, the line is a JSON log record instead."""
-    text = " ".join(str(message).split())
-    if as_log and logs.renders_json(os.environ.get("TUNEFLEET_LOG_FORMAT", "auto")):
-        logs.error_record(text)
-    else:
-        Console(stderr=True).print(f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
-
-
-def _run(coro: Awaitable[T], as_log: bool = False) -> T:
-    """Run a coroutine; a TunefleetError or an error answered by Redis (alone, or the first in an
-    exception group) becomes one error line and exit code 2."""
-    try:
-        return asyncio.run(coro)  # type: ignore[arg-type]
-    except (TunefleetError, RedisError) as exc:
-        _fail(_message(exc), as_log)
-    except BaseExceptionGroup as group:
-        found = group.subgroup(lambda e: isinstance(e, TunefleetError | RedisError))
-        if found is None:
-            raise
-        _fail(_message(_first_leaf(found)), as_log)
-
-
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
-
-
-def _message(exc: BaseException) -> str:
-    return f"Redis answered with an error: {exc}" if isinstance(exc, RedisError) else str(exc)
 
 
 @app.callback()
@@ -93,7 +62,7 @@ def main_options(
     try:
         settings = load_settings()
     except TunefleetError as exc:
-        _fail(exc, ctx.invoked_subcommand in LOGGING_COMMANDS)
+        fail(exc, ctx.invoked_subcommand in LOGGING_COMMANDS)
     logs.configure(settings.log_format, settings.log_level)
     ctx.obj = settings
 
@@ -110,7 +79,7 @@ def worker(
     # package never imports the workers package.
     if concurrency is not None and concurrency < 1:
         what = "the cases this worker runs at once"
-        _fail(f"--concurrency must be 1 or more (got {concurrency}): {what}", as_log=True)
+        fail(f"--concurrency must be 1 or more (got {concurrency}): {what}", as_log=True)
     argv = [sys.executable, "-m", "workers"]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
@@ -131,7 +100,7 @@ def daemon(
     One daemon per fleet: a second one on the same Redis is refused."""
     from service.daemon import run_daemon
 
-    _run(run_daemon(_settings(ctx), tunings, once), as_log=True)
+    run(run_daemon(_settings(ctx), tunings, once), as_log=True)
 
 
 @app.command()
@@ -146,7 +115,7 @@ def submit(
         async with TunefleetClient(_settings(ctx)) as client:
             report = await client.submit_path(tuning, path)
         if not (report.accepted or report.duplicates or report.refused):
-            _fail(f"{path}: no case files (*.yaml, *.yml, *.json) in it; nothing submitted")
+            fail(f"{path}: no case files (*.yaml, *.yml, *.json) in it; nothing submitted")
         console = Console()
         for refusal in report.refused:
             Console(stderr=True).print(
@@ -158,23 +127,7 @@ def submit(
         )
         return 1 if report.refused else 0
 
-    raise typer.Exit(_run(go()))
-
-
-class Format(StrEnum):
-    """How `status` and `results` print: a table (whole values when not in a terminal), TSV or JSON."""
-
-    table = "table"
-    tsv = "tsv"
-    json = "json"
-
-
-FormatOption = Annotated[
-    Format, typer.Option("--format", help="table, tsv (tab-separated, a header line first) or json.")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="The same as --format json.")]
-TuningArg = Annotated[str, typer.Argument(help="The tuning's name.")]
-CaseArg = Annotated[str, typer.Argument(help="The case's id.")]
+    raise typer.Exit(run(go()))
 
 
 @app.command()
@@ -193,7 +146,7 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.table, as_json: JsonOp
         else:
             out_console().print(status_table(result))
 
-    _run(go())
+    run(go())
 
 
 @app.command()
@@ -211,7 +164,7 @@ def results(
         hold = await _hold_of(client, tuning)
         return hold, await client.results(tuning, hold)
 
-    hold, rows = _run(go())
+    hold, rows = run(go())
     if as_json or fmt is Format.json:
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
     elif fmt is Format.tsv:
@@ -245,7 +198,7 @@ def show(
     """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
     from service.render import case_view, out_console
 
-    detail = _run(TunefleetClient(_settings(ctx)).show(tuning, case))
+    detail = run(TunefleetClient(_settings(ctx)).show(tuning, case))
     if as_json:
         print(detail.model_dump_json(indent=2))
     else:
@@ -260,7 +213,7 @@ def watch(
     """Live view: queue, cases under way, tokens, breaker, locks, events; enter follows one agent's log."""
     from service.watch.app import watch as watch_live
 
-    _run(watch_live(_settings(ctx), refresh_s=refresh_s))
+    run(watch_live(_settings(ctx), refresh_s=refresh_s))
 
 
 @app.command()
@@ -279,11 +232,11 @@ def cancel(
     try:
         cases = list(client.tuning_store(tuning).latest_revs())
     except TunefleetError as exc:
-        _fail(exc)
+        fail(exc)
     if case is not None:
         found = [c for c in cases if c.case_id == case]
         if not found:
-            _fail(f"tuning {tuning!r} has no case {case!r}; nothing cancelled")
+            fail(f"tuning {tuning!r} has no case {case!r}; nothing cancelled")
         ended = found[0].result()
         if ended is not None:
             Console().print(
@@ -305,14 +258,14 @@ def cancel(
             done = await client.cancel(tuning, case)
         Console().print(f"cancelled {len(done)} case(s)")
 
-    _run(go())
+    run(go())
 
 
 def _confirm_cancel(tuning: str, unfinished: int) -> None:
     """Ask on a terminal before cancelling a whole tuning; refuse (exit 2) when stdin is not one."""
     what = f"{unfinished} unfinished case(s) of tuning {tuning!r}"
     if not sys.stdin.isatty():
-        _fail(f"refusing to cancel {what} without confirmation: stdin is not a terminal (pass --yes)")
+        fail(f"refusing to cancel {what} without confirmation: stdin is not a terminal (pass --yes)")
     if not typer.confirm(f"Cancel {what}?", default=False):
         Console(stderr=True).print(f"not cancelled: {escape(what)} left as they are", highlight=False)
         raise typer.Exit(1)
@@ -327,7 +280,7 @@ def pause(ctx: typer.Context) -> None:
             await client.pause()
         Console().print("paused")
 
-    _run(go())
+    run(go())
 
 
 @app.command()
@@ -347,7 +300,7 @@ def resume(
         else:
             Console().print(f"released {tuning}" if released else f"{tuning} was not held")
 
-    _run(go())
+    run(go())
 
 
 @app.command()
@@ -376,7 +329,7 @@ def demo(
     """Run the demo tuning end to end: daemon, worker processes, live progress, the result table."""
     from service.demo import run_demo
 
-    raise typer.Exit(_run(run_demo(_settings(ctx), tuning_file, workers, timeout_s)))
+    raise typer.Exit(run(run_demo(_settings(ctx), tuning_file, workers, timeout_s)))
 
 
 def main() -> None:
