@@ -31,6 +31,7 @@ from service.errors import TunefleetError
 from service.models.status import Hold, ResultRow
 from service.schema import SCHEMAS, schemas
 from service.settings import CONFIG_ENV, FleetSettings
+from service.startup import check_redis_address, load_settings
 
 HELP = "Tune an agent's instructions against a data set on a fleet of workers."
 
@@ -50,8 +51,6 @@ def main_options(
     redis_url: Annotated[str | None, typer.Option(help="redis:// or rediss:// URL.")] = None,
 ) -> None:
     """Tune an agent's instructions against a data set on a fleet of workers."""
-    from service.startup import load_settings
-
     # Options travel as environment, so that worker processes started from here see them too.
     if config is not None:
         os.environ[CONFIG_ENV] = str(config.resolve())
@@ -80,6 +79,10 @@ def worker(
     if concurrency is not None and concurrency < 1:
         what = "the cases this worker runs at once"
         fail(f"--concurrency must be 1 or more (got {concurrency}): {what}", as_log=True)
+    try:
+        check_redis_address(_settings(ctx))
+    except TunefleetError as exc:
+        fail(exc, as_log=True)
     argv = [sys.executable, "-m", "workers"]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]

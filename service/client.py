@@ -32,6 +32,7 @@ from service.models.status import CaseDetail, FleetStatus, Hold, Refusal, Result
 from service.models.tuning import TuningConfig
 from service.queries import case_detail, fleet_status, results, tuning_hold
 from service.settings import FleetSettings
+from service.startup import check_redis_address
 from service.store import CaseStore, Store, TuningStore
 from service.submission import ENQUEUE, SUBMIT_BATCH, write_cases
 
@@ -55,6 +56,7 @@ class TunefleetClient:
 
     async def __aenter__(self) -> Self:
         if self._redis is None:
+            check_redis_address(self.settings)  # a ConfigError naming the URL, not arq's error
             self._redis = await connect(self.settings)
         return self
 

@@ -168,3 +168,13 @@ def test_a_redis_error_after_connecting_is_one_line(
     assert "Redis answered with an error" in line
     assert "maxmemory" in line
     assert redis_server.zcard(settings.queue) == 0
+
+
+@pytest.mark.parametrize("command", [["status"], ["worker"], ["pause"], ["resume"]], ids=" ".join)
+def test_every_command_refuses_a_bad_redis_url_in_one_line(
+    command: list[str], settings: FleetSettings
+) -> None:
+    """Not only the daemon: any command given a URL that names no Redis says so in one `error:` line."""
+    env = cli_env(settings, TUNEFLEET_REDIS_URL="http://127.0.0.1:6379/0")
+    line = only_error_line(tunefleet(env, *command))
+    assert "is not a Redis URL" in line
