@@ -178,3 +178,48 @@ def test_every_command_refuses_a_bad_redis_url_in_one_line(
     env = cli_env(settings, TUNEFLEET_REDIS_URL="http://127.0.0.1:6379/0")
     line = only_error_line(tunefleet(env, *command))
     assert "is not a Redis URL" in line
+
+
+def start_daemon(env: dict[str, str], tuning: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "service", "daemon", str(tuning)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def holder_pid(redis_server: RedisServer) -> int | None:
+    raw = redis_server.get(keys.daemon())
+    return None if raw is None else int(json.loads(raw)["pid"])
+
+
+async def test_a_frozen_daemon_loses_its_lease_and_stops(
+    settings: FleetSettings, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A daemon frozen past `daemon_lease_s` loses the fleet to a new daemon; thawed, it finds its lease
+    taken and stops with one error line saying so, leaving the new daemon in charge."""
+    lease = {"TUNEFLEET_DAEMON_LEASE_S": "1"}
+    first = start_daemon(cli_env(settings, TUNEFLEET_API_PORT="0", **lease), tuning_file(tmp_path, "t1"))
+    second: subprocess.Popen[str] | None = None
+    try:
+        await wait_until(lambda: holder_pid(redis_server) == first.pid, 30, "the first daemon's lease")
+        first.send_signal(signal.SIGSTOP)
+        await wait_until(lambda: holder_pid(redis_server) is None, 10, "the frozen daemon's lease to lapse")
+        second = start_daemon(cli_env(settings, TUNEFLEET_API_PORT="0", **lease), tuning_file(tmp_path, "t2"))
+        await wait_until(lambda: holder_pid(redis_server) == second.pid, 30, "the second daemon's lease")
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(30) == 2
+        _, err = first.communicate()
+        assert err.splitlines()[-1].startswith("error: this daemon lost its lease to another")
+        assert f"pid {second.pid}" in err.splitlines()[-1]
+        assert second.poll() is None and holder_pid(redis_server) == second.pid
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.kill()
+        first.wait()
+        if second is not None:
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(30) == 0
