@@ -343,3 +343,12 @@ def demo(
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="tunefleet")
+
+
+def _add_goal_commands() -> None:
+    from service.goal_cli import goal_app
+
+    app.add_typer(goal_app, name="goal")
+
+
+_add_goal_commands()

@@ -73,6 +73,17 @@ class FleetSettings(BaseSettings):
         gt=0,
         description="How often the daemon pushes each tuning's current version to its remote.",
     )
+    goal_min_iterations: int = Field(default=1, ge=1, description="A goal's default `min_iterations`.")
+    goal_max_iterations: int = Field(default=5, ge=1, description="A goal's default `max_iterations`.")
+    goal_timeout_s: float = Field(default=8 * 3600.0, gt=0, description="A goal's default run timeout.")
+    goal_iteration_timeout_s: float = Field(
+        default=2 * 3600.0, gt=0, description="A goal's default iteration timeout."
+    )
+    goal_reviewer_timeout_s: float = Field(
+        default=900.0, gt=0, description="A goal's default reviewer timeout."
+    )
+    goal_attempts_per_task: int = Field(default=2, ge=1, description="A goal's default attempts per task.")
+    goal_max_voids: int = Field(default=3, ge=1, description="Void goal steps in a row before it fails.")
     events_max: int = Field(default=100_000, ge=100, description="Events kept in the Redis stream.")
 
     api_host: str = "127.0.0.1"

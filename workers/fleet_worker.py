@@ -25,7 +25,8 @@ from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 
 from service import keys
-from service.models.jobs import CASE_FUNCTION, dump_job, load_job
+from service.models.jobs import CASE_FUNCTION, GOAL_FUNCTION, dump_job, load_job
+from workers.goals.job import run_goal
 from workers.jobs import run_case
 from workers.runtime import WorkerRuntime
 
@@ -92,7 +93,10 @@ class FleetWorker(Worker):
     def __init__(self, runtime: WorkerRuntime, *, burst: bool = False) -> None:
         settings = runtime.settings
         super().__init__(
-            functions=[func(run_case, name=CASE_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES)],
+            functions=[
+                func(run_case, name=CASE_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES),
+                func(run_goal, name=GOAL_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES),
+            ],
             redis_pool=runtime.redis,
             ctx={"runtime": runtime},
             queue_name=settings.queue,
