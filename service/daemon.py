@@ -84,6 +84,7 @@ class Daemon:
         total = 0
         for name in self.client.store.tuning_names():
             total += await self._reconcile_tuning(self.client.store.tuning(name))
+        total += await self.client.goals.reconcile()
         if total:
             log.info("reconciled", requeued=total)
         return total

@@ -76,15 +76,15 @@ class GoalStore:
         return self.root / "iterations" / f"{iteration:02d}"
 
     def save(self, state: GoalState) -> None:
-        """Persist a change: the state (validated, atomic), the trace events the file lacks, the
-        iteration's snapshot and the rendered result. Safe to repeat after any interruption."""
+        """Persist a change: the iteration's snapshot, the rendered result, the state (validated,
+        atomic), then the trace events the file lacks. Safe to repeat after any interruption."""
         checked = GoalState.model_validate(state.model_dump())
-        write_model(self.state_file, checked)
-        self._sync_trace(checked)
         current = checked.current()
-        if current is not None:
+        if current is not None:  # the derived files first: a reader that sees the state sees them too
             self.write_iteration(current)
         write_atomic(self.result_file, render_result(checked, self.root).encode(), durable=False)
+        write_model(self.state_file, checked)
+        self._sync_trace(checked)  # after the state, which holds every event: never one twice
 
     def write_iteration(self, iteration: IterationState) -> None:
         write_model(self.iteration_dir(iteration.iteration) / ITERATION_FILE, iteration)

@@ -36,9 +36,11 @@ def goal_state(fleet: Fleet, goal_id: str = "g1") -> GoalState | None:
 async def wait_goal_ended(fleet: Fleet, goal_id: str = "g1", timeout_s: float = 60.0) -> GoalState:
     """Wait until the goal's state is final; the state."""
 
-    def ended() -> bool:
+    def ended() -> bool:  # the trace is written last
         state = goal_state(fleet, goal_id)
-        return state is not None and state.status in FINAL_STATUSES
+        if state is None or state.status not in FINAL_STATUSES:
+            return False
+        return any(e["kind"] == f"goal_{state.status}" for e in trace(fleet, goal_id))
 
     await wait_until(ended, timeout_s, f"goal {goal_id} to end")
     state = goal_state(fleet, goal_id)

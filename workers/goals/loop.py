@@ -65,8 +65,7 @@ async def pursue(gr: GoalRun) -> GoalState:
                 f"({max(MIN_STEP_S, budget_s):.0f} s left when it started)",
                 limit,
             )
-        finally:
-            gr.step = None
+        gr.step = None  # not on a cancel: the job names the step the goal was cancelled in
     return state
 
 

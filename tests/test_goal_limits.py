@@ -1,0 +1,93 @@
+"""A goal's limits and its cancel on a real fleet: a hung step is ended by the iteration timeout, the run
+timeout or the reviewer timeout, and the goal names the limit; a cancel in any step ends the goal
+`cancelled` with its reason, and the agent's process is gone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.fleet import Fleet, settings_env, wait_until
+from tests.support.goals import goal_dir, start_goal, wait_goal_ended, write_goal
+
+AGENT = str(Path(__file__).parent / "agents" / "goal_agent.py")
+
+
+@pytest.mark.parametrize(
+    ("hang", "limits", "limit"),
+    [
+        ("work", {"iteration_timeout_s": 2, "timeout_s": 60}, "iteration_timeout"),
+        ("plan", {"iteration_timeout_s": 60, "timeout_s": 2}, "timeout"),
+        ("review", {"reviewer_timeout_s": 1.5}, "reviewer_timeout"),
+    ],
+)
+async def test_a_hung_step_is_ended_by_its_limit_and_the_goal_names_it(
+    fleet: Fleet, tmp_path: Path, hang: str, limits: dict[str, float], limit: str
+) -> None:
+    """A step that never ends is cancelled at the sooner deadline; the goal ends incomplete naming it."""
+    fleet.start_worker()
+    spec = write_goal(tmp_path / "goals", limits=limits, demo={"hang": {"step": hang}, "step_ms": 0})
+    began = time.monotonic()
+    await start_goal(fleet, spec)
+    state = await wait_goal_ended(fleet, timeout_s=30)
+    assert state.completion is not None
+    assert (state.status, state.completion.limit) == ("incomplete", limit)
+    assert f"the {hang} step of iteration 1" in state.completion.reason
+    assert time.monotonic() - began < min(limits.values()) + 10
+
+
+def _hanging_agent(step: str) -> dict[str, object]:
+    return {
+        "kind": "command",
+        "argv": [sys.executable, AGENT, "{step}", "{brief}", "{output}", "{workspace}"],
+        "env": {"GOAL_AGENT_HANG": step},
+    }
+
+
+def _pid_of(fleet: Fleet, step: str) -> int | None:
+    found = sorted((goal_dir(fleet) / "iterations" / "01").glob(f"{step}-*/out/pid"))
+    return int(found[0].read_text()) if found and found[0].read_text() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] != "Z"
+
+
+@pytest.mark.parametrize("step", ["plan", "work", "review"])
+async def test_cancel_during_a_step_ends_the_goal_cancelled_and_its_agent(
+    fleet: Fleet, tmp_path: Path, step: str
+) -> None:
+    """`tunefleet goal cancel` while a step's agent runs: the goal ends cancelled with its reason, the
+    agent's process is gone, and no later step starts."""
+    fleet.start_worker()
+    agent = _hanging_agent(step)
+    await start_goal(fleet, write_goal(tmp_path / "goals", runner=agent, analyzer=agent))
+    await wait_until(lambda: _pid_of(fleet, step) is not None, 30, f"the {step} agent to start")
+    pid = _pid_of(fleet, step)
+    assert pid is not None and _alive(pid)
+    cancel = subprocess.run(
+        [sys.executable, "-m", "service", "goal", "cancel", "g1"],
+        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert cancel.returncode == 0, cancel.stderr
+    state = await wait_goal_ended(fleet, timeout_s=30)
+    assert state.completion is not None
+    assert (state.status, state.completion.reason) == (
+        "cancelled",
+        f"cancelled by the user during the {step} step",
+    )
+    await wait_until(lambda: not _alive(pid), 10, "the agent process to end")
+    later = {"plan": ["work", "review"], "work": ["review"], "review": []}[step]
+    for other in later:
+        assert not list((goal_dir(fleet) / "iterations" / "01").glob(f"{other}-*"))
