@@ -333,11 +333,15 @@ def demo(
     tuning_file: Annotated[Path, typer.Option("--tuning")] = Path("examples/demo/tuning.yaml"),
     workers: Annotated[int, typer.Option(help="Worker processes to start.")] = 2,
     timeout_s: Annotated[float, typer.Option(help="Give up after this long.")] = 600.0,
+    goals: Annotated[
+        Path | None, typer.Option(help="A folder of goal specs to pursue beside the cases (none: no goals).")
+    ] = Path("examples/goals"),
 ) -> None:
-    """Run the demo tuning end to end: daemon, worker processes, live progress, the result table."""
+    """Run the demo tuning and the example goals end to end: daemon, worker processes, live progress,
+    the result tables."""
     from service.demo import run_demo
 
-    raise typer.Exit(_run(run_demo(_settings(ctx), tuning_file, workers, timeout_s)))
+    raise typer.Exit(_run(run_demo(_settings(ctx), tuning_file, workers, timeout_s, goals)))
 
 
 def main() -> None:
