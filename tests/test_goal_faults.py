@@ -82,3 +82,21 @@ async def test_an_emptied_redis_gets_the_goal_back_from_the_store(
     assert "redis_state_lost" in (tmp_path / "fleet-logs" / "daemon.log").read_text()
     finished = [(e["iteration"], e["step"]) for e in trace(fleet) if e["kind"] == "step_finished"]
     assert sorted(finished) == sorted(EVERY_STEP_ONCE)
+
+
+async def test_sigterm_mid_step_hands_the_goal_back_and_another_worker_finishes_it(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """SIGTERM while the work step runs: the worker ends its step, hands the goal back and exits; another
+    worker runs that step again (only that one) and completes the goal."""
+    first = fleet.start_worker()
+    await start_goal(fleet, write_goal(tmp_path / "goals", demo={"step_ms": 1500}))
+    await wait_until(lambda: _started(fleet, 1, "work"), 30, "the work step to start")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=fleet.settings.stop_grace_s + 10) == 0
+    fleet.start_worker()
+    state = await wait_goal_ended(fleet, timeout_s=60)
+    assert state.status == "completed"
+    assert agent_starts(fleet) == {(1, "plan"): 1, (1, "work"): 2, (1, "review"): 1}
+    finished = [(e["iteration"], e["step"]) for e in trace(fleet) if e["kind"] == "step_finished"]
+    assert sorted(finished) == [(1, "plan"), (1, "review"), (1, "work")]

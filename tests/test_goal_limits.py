@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fleet import Fleet, settings_env, wait_until
+from service import keys
+from tests.support.fleet import Fleet, settings_env, wait_until, write_tuning
 from tests.support.goals import goal_dir, start_goal, wait_goal_ended, write_goal
 
 AGENT = str(Path(__file__).parent / "agents" / "goal_agent.py")
@@ -91,3 +92,43 @@ async def test_cancel_during_a_step_ends_the_goal_cancelled_and_its_agent(
     later = {"plan": ["work", "review"], "work": ["review"], "review": []}[step]
     for other in later:
         assert not list((goal_dir(fleet) / "iterations" / "01").glob(f"{other}-*"))
+
+
+async def test_a_goal_started_on_a_tuning_works_on_its_current_version(fleet: Fleet, tmp_path: Path) -> None:
+    """`tunefleet goal start SPEC --tuning t1`: the goal records the tuning's current version, and its
+    worker's agent reads that version's files (read-only) while it edits the workspace."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", []))
+    fleet.start_worker()
+    agent = {
+        "kind": "command",
+        "argv": [sys.executable, AGENT, "{step}", "{brief}", "{output}", "{workspace}", "{system}"],
+    }
+    spec = write_goal(tmp_path / "goals", runner=agent, analyzer=agent)
+    started = subprocess.run(
+        [sys.executable, "-m", "service", "goal", "start", str(spec), "--tuning", "t1"],
+        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    state = await wait_goal_ended(fleet, timeout_s=30)
+    assert (state.status, state.tuning) == ("completed", "t1")
+    async with fleet.client() as client:
+        assert state.version == (await client.redis.get(keys.version("t1"))).decode()
+    changes = (goal_dir(fleet) / "iterations" / "01" / "changes.diff").read_text()
+    assert "+rules.md" in changes and "+42" in changes
+
+
+async def test_an_unknown_tuning_is_refused_by_name(fleet: Fleet, tmp_path: Path) -> None:
+    """A goal started on a tuning the store does not hold is refused with one error line naming it."""
+    spec = write_goal(tmp_path / "goals")
+    started = subprocess.run(
+        [sys.executable, "-m", "service", "goal", "start", str(spec), "--tuning", "nope"],
+        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert started.returncode == 2
+    assert started.stderr.strip() == "error: goal g1: field 'tuning': no tuning 'nope'"

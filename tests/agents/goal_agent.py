@@ -1,7 +1,9 @@
 """A goal agent CLI for the tests: plans, works and reviews through the goal placeholders, as a real
 agent would, and hangs in the step named by $GOAL_AGENT_HANG (writing its pid to `out/pid` first).
 
-    goal_agent.py STEP BRIEF OUTPUT WORKSPACE [TODO]
+    goal_agent.py STEP BRIEF OUTPUT WORKSPACE [SYSTEM]
+
+The work step also lists the files of SYSTEM (the tuning's version, read-only) in `system-files.txt`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def main() -> int:
         Path(output).write_text(f"# {brief['goal']}\n\n- [ ] A: write the answer\n")
     elif step == "work":
         Path(workspace, "answer.txt").write_text("42\n")
+        if len(sys.argv) > 5:
+            names = sorted(p.name for p in Path(sys.argv[5]).iterdir())
+            Path(workspace, "system-files.txt").write_text("\n".join(names) + "\n")
         progress = out / "progress.jsonl"
         progress.write_text(
             json.dumps({"task": "A", "event": "started"})

@@ -15,7 +15,7 @@ from service import keys
 from service.errors import ConfigError, TunefleetError
 from service.goals.spec import resolve_limits
 from service.goals.store import GoalStore
-from service.models.goal import GoalSpec
+from service.models.goal import FINAL_STATUSES, GoalSpec
 from service.models.goal_state import GoalState, GoalSummary
 from service.models.jobs import GoalJob
 from service.models.tuning import CommandAdapter, DemoAdapter
@@ -39,7 +39,7 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     """Pursue one goal; the returned dict is arq's job result (JSON)."""
     runtime: WorkerRuntime = ctx["runtime"]
     job = GoalJob.model_validate(payload)
-    lease, _, cancelled = await CaseLease.acquire(
+    lease, lost, cancelled = await CaseLease.acquire(
         runtime.batch, runtime.settings.queue, job.job_id, runtime.settings.lease_s, keys.GOALS_SCOPE
     )
     if lease is None:
@@ -57,6 +57,8 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     try:
         if cancelled:
             await end(gr, "cancelled", "cancelled before a worker took it")
+        elif lost >= runtime.settings.max_lease_losses:
+            await end(gr, "failed", f"poison: the goal lost its lease {lost} times")
         else:
             async with watched(lease.heartbeat()):
                 await pursue(gr)
@@ -113,7 +115,7 @@ async def goal_run(runtime: WorkerRuntime, job: GoalJob, lease: CaseLease) -> Go
     )
     if state is None:
         gr.event("goal_started", None, None, spec.goal)
-    else:
+    elif state.status not in FINAL_STATUSES or state.status == "failed":
         if state.status == "failed":  # started again: it goes on where it failed, voids counted afresh
             state.status, state.completion = "running", None
             current = state.current()
