@@ -12,7 +12,7 @@ from pathlib import Path
 from service.files import write_atomic
 from service.models.goal import GOAL_PLACEHOLDERS, GoalStep
 from service.models.tuning import CommandAdapter
-from workers.adapters.command import _CommandStep
+from workers.adapters.command import CommandStep
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (
     PLAN_OUTPUT,
@@ -34,7 +34,7 @@ class CommandGoalAgent:
 
     def __init__(self, config: CommandAdapter, host: AgentHost, role: str) -> None:
         self._steps = {
-            step: _CommandStep(
+            step: CommandStep(
                 config.model_copy(update={"env": {**config.env, "TUNEFLEET_STEP": step}}),
                 host,
                 f"goal {step} ({role})",
@@ -77,8 +77,8 @@ class CommandGoalAgent:
             readonly.append(request.workspace_dir)
         mounts = SandboxMounts(writable=writable, readonly=readonly, home=folder.home)
         cwd = request.workspace_dir if request.step == "work" else request.step_dir
-        result = await run_process(command._spec(values, request.log_file, mounts, cwd))
-        ended = command._exit(result)
+        result = await run_process(command.process_spec(values, request.log_file, mounts, cwd))
+        ended = command.step_exit(result)
         if ended.sandbox_down is not None:
             return GoalStepExit(
                 exit_code=ended.exit_code, duration_ms=ended.duration_ms, sandbox_down=ended.sandbox_down
