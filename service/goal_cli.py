@@ -13,7 +13,7 @@ from rich.table import Table
 from service.client import TunefleetClient
 from service.errors import TunefleetError
 from service.goals.fleet import GoalFiles
-from service.models.goal_state import GoalSummary
+from service.models.goal_state import GoalState, GoalSummary
 from service.store import Store
 
 goal_app = typer.Typer(no_args_is_help=True, help="Pursue goals: plan, work and review in iterations.")
@@ -61,10 +61,12 @@ def status(
         if as_json:
             print(state.model_dump_json(indent=2))
             return
-        current = state.current()
-        print(f"goal {state.goal_id}: {state.status}, iteration {current.iteration if current else 0}")
+        Console().print(iterations_table(state), markup=False, highlight=False)
         if state.completion is not None:
-            print(f"  {state.completion.reason}")
+            limit = f" (limit: {state.completion.limit})" if state.completion.limit else ""
+            print(f"{state.status}: {state.completion.reason}{limit}")
+        else:
+            print(f"{state.status}, until {state.deadline_at.isoformat(timespec='seconds')} at the latest")
         return
     found = _run(go())
     if as_json:
@@ -74,6 +76,26 @@ def status(
     for s in found:
         table.add_row(s.id, s.status, str(s.iteration), s.step or "", s.worker or "", s.reason or "")
     Console().print(table, markup=False, highlight=False)
+
+
+def iterations_table(state: GoalState) -> Table:
+    """One row per iteration: its status, TODO, worker result and the reviewer's verdict."""
+    table = Table("iteration", "status", "tasks", "worker", "review", "complete", "remaining work", box=None)
+    table.title = f"goal {state.goal_id}: {state.goal}"
+    for it in state.iterations:
+        tasks = str(len(it.plan.tasks)) if it.plan and it.plan.error is None else ""
+        work = f"{it.work.result.status}: {it.work.tasks_finished} finished" if it.work else ""
+        review = it.review.review if it.review else None
+        table.add_row(
+            str(it.iteration),
+            it.status if it.error is None else f"{it.status}: {it.error}",
+            tasks,
+            work,
+            review.decision if review else "",
+            ("yes" if review.complete else "no") if review else "",
+            "; ".join(review.remaining_work) if review else "",
+        )
+    return table
 
 
 @goal_app.command("show")

@@ -132,3 +132,39 @@ async def test_an_unknown_tuning_is_refused_by_name(fleet: Fleet, tmp_path: Path
     )
     assert started.returncode == 2
     assert started.stderr.strip() == "error: goal g1: field 'tuning': no tuning 'nope'"
+
+
+async def test_void_steps_in_a_row_end_the_goal_failed(fleet: Fleet, tmp_path: Path) -> None:
+    """A work step void max_voids times in a row is set aside each time, then the goal ends failed,
+    saying so; the set-aside folders are kept."""
+    fleet.start_worker()
+    spec = write_goal(tmp_path / "goals", limits={"max_voids": 2}, demo={"voids": {"work": 5}, "step_ms": 0})
+    await start_goal(fleet, spec)
+    state = await wait_goal_ended(fleet, timeout_s=30)
+    assert state.completion is not None
+    assert state.status == "failed"
+    assert (
+        state.completion.reason == "2 void work steps in a row, the last: demo: injected infrastructure fault"
+    )
+    assert len(list((goal_dir(fleet) / "iterations" / "01").glob("work-*.void-*"))) == 2
+
+
+async def test_goal_status_shows_each_iteration_and_the_verdicts(fleet: Fleet, tmp_path: Path) -> None:
+    """`tunefleet goal status ID` prints one row per iteration with the review's decision and remaining
+    work, then how the goal ended."""
+    fleet.start_worker()
+    await start_goal(fleet, write_goal(tmp_path / "goals", demo={"complete_at": 2, "step_ms": 0}))
+    await wait_goal_ended(fleet)
+    shown = subprocess.run(
+        [sys.executable, "-m", "service", "goal", "status", "g1"],
+        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = shown.stdout.splitlines()
+    assert any(
+        line.split()[:2] == ["1", "reviewed"] and "continue the goal in iteration 2" in line for line in lines
+    )
+    assert any(line.split()[:2] == ["2", "reviewed"] and "complete" in line for line in lines)
+    assert lines[-1].startswith("completed: the review of iteration 2")
