@@ -4,7 +4,6 @@ timeout or the reviewer timeout, and the goal names the limit; a cancel in any s
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from service import keys
-from tests.support.fleet import Fleet, settings_env, wait_until, write_tuning
-from tests.support.goals import goal_dir, start_goal, wait_goal_ended, write_goal
+from tests.support.fleet import Fleet, wait_until, write_tuning
+from tests.support.goals import goal_cli, goal_dir, start_goal, wait_goal_ended, write_goal
 
 AGENT = str(Path(__file__).parent / "agents" / "goal_agent.py")
 
@@ -74,13 +73,7 @@ async def test_cancel_during_a_step_ends_the_goal_cancelled_and_its_agent(
     await wait_until(lambda: _pid_of(fleet, step) is not None, 30, f"the {step} agent to start")
     pid = _pid_of(fleet, step)
     assert pid is not None and _alive(pid)
-    cancel = subprocess.run(
-        [sys.executable, "-m", "service", "goal", "cancel", "g1"],
-        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    cancel = goal_cli(fleet, "cancel", "g1")
     assert cancel.returncode == 0, cancel.stderr
     state = await wait_goal_ended(fleet, timeout_s=30)
     assert state.completion is not None
@@ -104,13 +97,7 @@ async def test_a_goal_started_on_a_tuning_works_on_its_current_version(fleet: Fl
         "argv": [sys.executable, AGENT, "{step}", "{brief}", "{output}", "{workspace}", "{system}"],
     }
     spec = write_goal(tmp_path / "goals", runner=agent, analyzer=agent)
-    started = subprocess.run(
-        [sys.executable, "-m", "service", "goal", "start", str(spec), "--tuning", "t1"],
-        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    started = goal_cli(fleet, "start", str(spec), "--tuning", "t1")
     assert started.returncode == 0, started.stderr
     state = await wait_goal_ended(fleet, timeout_s=30)
     assert (state.status, state.tuning) == ("completed", "t1")
@@ -123,13 +110,7 @@ async def test_a_goal_started_on_a_tuning_works_on_its_current_version(fleet: Fl
 async def test_an_unknown_tuning_is_refused_by_name(fleet: Fleet, tmp_path: Path) -> None:
     """A goal started on a tuning the store does not hold is refused with one error line naming it."""
     spec = write_goal(tmp_path / "goals")
-    started = subprocess.run(
-        [sys.executable, "-m", "service", "goal", "start", str(spec), "--tuning", "nope"],
-        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    started = goal_cli(fleet, "start", str(spec), "--tuning", "nope")
     assert started.returncode == 2
     assert started.stderr.strip() == "error: goal g1: field 'tuning': no tuning 'nope'"
 
@@ -155,13 +136,8 @@ async def test_goal_status_shows_each_iteration_and_the_verdicts(fleet: Fleet, t
     fleet.start_worker()
     await start_goal(fleet, write_goal(tmp_path / "goals", demo={"complete_at": 2, "step_ms": 0}))
     await wait_goal_ended(fleet)
-    shown = subprocess.run(
-        [sys.executable, "-m", "service", "goal", "status", "g1"],
-        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    shown = goal_cli(fleet, "status", "g1")
+    assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert any(
         line.split()[:2] == ["1", "reviewed"] and "continue the goal in iteration 2" in line for line in lines

@@ -1,5 +1,7 @@
 """A goal agent CLI for the tests: plans, works and reviews through the goal placeholders, as a real
-agent would, and hangs in the step named by $GOAL_AGENT_HANG (writing its pid to `out/pid` first).
+agent would, and hangs in the step named by $GOAL_AGENT_HANG (writing its pid to `out/pid` first); with
+$GOAL_AGENT_HOSTILE its work step links its result to /etc/passwd (`symlink`) or leaves a git repository
+in the workspace (`nested-git`).
 
     goal_agent.py STEP BRIEF OUTPUT WORKSPACE [SYSTEM]
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +31,12 @@ def main() -> int:
     brief = json.loads(Path(brief_file).read_text())
     if step == "plan":
         Path(output).write_text(f"# {brief['goal']}\n\n- [ ] A: write the answer\n")
+    elif step == "work" and os.environ.get("GOAL_AGENT_HOSTILE") == "symlink":
+        os.symlink("/etc/passwd", output)  # the fleet must not read what it points at
+    elif step == "work" and os.environ.get("GOAL_AGENT_HOSTILE") == "nested-git":
+        subprocess.run(["git", "init", "--quiet", str(Path(workspace, "vendored"))], check=True)
+        Path(workspace, "vendored", "x.txt").write_text("x\n")
+        Path(output).write_text(json.dumps({"status": "completed", "summary": "vendored a repository"}))
     elif step == "work":
         Path(workspace, "answer.txt").write_text("42\n")
         if len(sys.argv) > 5:

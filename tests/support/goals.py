@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,18 @@ from service.goals.fleet import GoalFiles
 from service.models.goal import FINAL_STATUSES
 from service.models.goal_state import GoalState
 from service.store import Store
-from tests.support.fleet import Fleet, wait_until
+from tests.support.fleet import Fleet, settings_env, wait_until
+
+
+def goal_cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    """`tunefleet goal ARGS...` as a user runs it, against the fleet's settings (200 columns wide)."""
+    return subprocess.run(
+        [sys.executable, "-m", "service", "goal", *args],
+        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def write_goal(root: Path, goal_id: str = "g1", **fields: Any) -> Path:

@@ -9,13 +9,16 @@ run again, up to `max_voids` in a row, after which the goal ends failed.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from service.errors import SystemRepoError
 from service.files import describe_validation, write_atomic
 from service.goals.store import (
     CHANGES_FILE,
@@ -158,14 +161,21 @@ async def set_aside(gr: GoalRun, it: IterationState, step: GoalStep, step_dir: P
 
 
 def _read(path: Path) -> str | None:
-    """An agent's output file as text; None when it wrote none; ValueError when it is too large."""
+    """An agent's output file as text; None when it wrote none; ValueError when it is too large, not a
+    regular file, or a symbolic link (never followed: it could point at anything the worker can read)."""
     try:
-        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    if size > MAX_OUTPUT_BYTES:
-        raise ValueError(f"{path.name} is {size} bytes, more than the {MAX_OUTPUT_BYTES} kept")
-    return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ValueError(f"{path.name} cannot be read: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if info.st_size > MAX_OUTPUT_BYTES:
+            raise ValueError(f"{path.name} is {info.st_size} bytes, more than the {MAX_OUTPUT_BYTES} kept")
+        return file.read(MAX_OUTPUT_BYTES + 1).decode("utf-8", errors="replace")
 
 
 def _exit_words(exit_: GoalStepExit) -> str:
@@ -209,8 +219,12 @@ async def work(gr: GoalRun, it: IterationState) -> None:
     entries = _progress(progress_text)
     last = {entry.task: entry.event for entry in entries}
     base = it.workspace_base or ""
-    after = await gr.workspace.commit_folder(workspace, base, f"goal {gr.spec.id}: iteration {it.iteration}")
-    after = after or base
+    try:
+        message = f"goal {gr.spec.id}: iteration {it.iteration}"
+        after = await gr.workspace.commit_folder(workspace, base, message) or base
+    except SystemRepoError as exc:  # a nested repository, a link out of the workspace: the work's fault
+        after = base
+        result = WorkerResult(status="failed", summary=f"the workspace could not be recorded: {exc}")
     changes = await gr.workspace.diff(base, after)
     await gr.lease.check()
     write_atomic(folder_iteration / PROGRESS_FILE, progress_text.encode())
