@@ -8,8 +8,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import redis.asyncio as aioredis
-
 from service.metrics import FleetMetrics
 from service.models.status import TuningStatus
 from service.settings import FleetSettings
@@ -63,8 +61,8 @@ async def test_every_run_set_aside_counts_as_a_void(fleet: Fleet, tmp_path: Path
     runs = sum(e["kind"] == "step_finished" and e["step"] == "run" for e in events)
     status = await tuning_status(fleet)
     assert status.runs_by_outcome == {"void": VOIDS, "ran": runs - VOIDS}
-    async with aioredis.from_url(fleet.settings.redis_url) as redis:
-        metrics = FleetMetrics(redis, fleet.settings.queue)
+    async with fleet.client() as client:
+        metrics = FleetMetrics(client.redis, fleet.settings.queue)
         await metrics.refresh()
     sample = metrics.registry.get_sample_value
     assert sample("tunefleet_runs_total", {"tuning": "t1", "outcome": "void"}) == VOIDS
@@ -83,9 +81,9 @@ async def test_run_counts_are_rebuilt_from_the_store_when_redis_is_emptied(
     await fleet.wait_finished(len(CASES))
     before = await tuning_status(fleet)
     assert before.runs_by_outcome["void"] == VOIDS and before.runs_by_outcome["ran"] > len(CASES)
-    async with aioredis.from_url(fleet.settings.redis_url) as redis:
-        await redis.flushall()
-        assert await redis.dbsize() == 0
+    async with fleet.client() as client:
+        await client.redis.flushall()
+        assert await client.redis.dbsize() == 0
     after = await status_when(fleet, lambda t: t.submitted == len(CASES), 30, "the daemon to restore t1")
     assert after.runs_by_outcome == before.runs_by_outcome
     assert (after.completed, after.tokens) == (before.completed, before.tokens)
