@@ -22,6 +22,7 @@ from service.events import COST_SCALE
 from service.mirror import Mirror
 from service.models.jobs import CASE_FUNCTION, CaseJob
 from service.models.status import SubmitReport
+from service.queries import stored_runs
 from service.store import TuningStore
 
 log = structlog.get_logger()
@@ -132,6 +133,8 @@ class Daemon:
         counts: dict[str, int] = {"queued": 0, "tokens": 0, "tokens_unmeasured": 0, "cost_usd_micros": 0}
         for case in tuning.latest_revs():
             counts["queued"] += 1
+            for field, runs in stored_runs(case).items():
+                counts[field] = counts.get(field, 0) + runs
             result = case.result()
             if result is not None:
                 counts[f"state:{result.state}"] = counts.get(f"state:{result.state}", 0) + 1

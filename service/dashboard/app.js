@@ -10,6 +10,11 @@ const SERIES_MAX = 300;
 const CHART_MIN_SPAN_MS = 30000;
 const EVENTS_MAX = 100;
 const STATES = ["completed", "difficult", "failed", "cancelled"];
+// What a case a worker holds may wait for before its next step (service/models/status.py WAIT_WORDS).
+const WAIT_WORDS = {
+  resume: "waiting for resume", hold: "waiting for the hold", sandbox: "waiting for the sandbox",
+  apply: "waiting for an apply", lock: "waiting for the lock",
+};
 
 const state = {
   series: [],
@@ -66,7 +71,7 @@ function renderTiles(status) {
   lock.textContent = holding.length ? "held" : "free";
   lock.className = "value " + (holding.length ? "warn" : "good");
   $("lock-detail").textContent = holding.length
-    ? holding.map((l) => `${l.tuning} #${l.fence}`).join(", ") + ` · ${pending} pending`
+    ? holding.map((l) => `${l.tuning}: ${lockHolder(l)}`).join(", ") + ` · ${pending} pending`
     : `${pending} pending`;
   const tokens = status.tunings.reduce((n, t) => n + t.tokens, 0);
   const cost = status.tunings.reduce((n, t) => n + t.cost_usd, 0);
@@ -126,13 +131,25 @@ function heldBadge(held) {
     el("span", { class: "held-reason" }, ` ${held.reason}`));
 }
 
+// The case and worker holding a lock (its fencing token only while the holder is not known yet).
+function lockHolder(lock) {
+  const h = lock.holder;
+  return h ? `${h.case} r${h.rev} on ${h.worker || "?"}` : `#${lock.fence}`;
+}
+
+function waitsText(t) {
+  return Object.entries(t.waiting_by_cause || {}).sort()
+    .filter(([k, v]) => v && WAIT_WORDS[k]).map(([k, v]) => `${v} ${WAIT_WORDS[k]}`).join(" · ");
+}
+
 function renderTunings(status) {
   const locks = Object.fromEntries((status.locks || []).map((l) => [l.tuning, l]));
   const rows = status.tunings.map((t) => {
-    const steps = Object.entries(t.running_by_step).sort().map(([k, v]) => `${k} ${v}`).join(" · ");
+    const steps = Object.entries(t.running_by_step).sort().map(([k, v]) => `${k} ${v}`)
+      .concat(waitsText(t) || []).join(" · ");
     const runs = Object.entries(t.runs_by_outcome).sort().map(([k, v]) => `${k} ${v}`).join(" · ");
     const lock = locks[t.name];
-    const lockText = lock ? (lock.held ? `held #${lock.fence}` : "free") + (lock.pending ? `, ${lock.pending} pending` : "") : "–";
+    const lockText = lock ? (lock.held ? `held by ${lockHolder(lock)}` : "free") + (lock.pending ? `, ${lock.pending} pending` : "") : "–";
     return el("tr", { "data-tuning": t.name },
       el("td", {}, t.name, heldBadge(t.held)), el("td", {}, outcomeBar(t)),
       el("td", { class: "num submitted" }, fmtInt(t.submitted)),
