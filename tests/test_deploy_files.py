@@ -1,4 +1,5 @@
-"""docker-compose.yml and deploy/Dockerfile checked against the code, since Docker cannot run here.
+"""docker-compose.yml, deploy/Dockerfile and the lock files checked against the code, since Docker cannot
+run here.
 
 Each check is a function that returns the problems it finds; the real files must have none, and
 deliberately broken copies must have some (so a check that can never fail is caught too).
@@ -20,20 +21,27 @@ from typing import Any
 import pytest
 import typer
 import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from service.cli import app
 from service.errors import ConfigError
 from service.settings import FleetSettings
 from service.tunings import load_tuning_file
+from tests.support.grace import default_stop_grace_s, release_wait_s
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENTRYPOINT = ["tini", "--", "tunefleet"]
 STORE_PATH = "/store"
-RELEASE_WAIT_S = 5.0
-"""How long a stopping worker waits, beyond the agents' grace, for its cases to go back to the queue
-(workers/fleet_worker.py, `_stop_when_released`)."""
 REQUIRED_PACKAGES = ("git", "tini", "bubblewrap")
+RUNTIME_LOCK = ROOT / "requirements" / "runtime.lock"
+DEV_LOCK = ROOT / "requirements" / "dev.lock"
+PENDING_SETTINGS = {"health_host", "health_port", "api_public_read"}
+"""Settings that branches being merged beside this one add (the health endpoints, public reads): the
+deploy files use them already. Once FleetSettings has them this set changes nothing."""
+HEALTH_PATHS = ("/healthz", "/readyz")
+LOOPBACK = "127.0.0.1"
 
 Compose = dict[str, Any]
 
@@ -258,9 +266,7 @@ def effective_stop_grace_s(service: dict[str, Any]) -> float:
     configured = environment(service).get("TUNEFLEET_STOP_GRACE_S")
     if configured is not None:
         return float(configured)
-    default = FleetSettings.model_fields["stop_grace_s"].default
-    assert isinstance(default, float)
-    return default
+    return default_stop_grace_s()
 
 
 def worker_problems(compose: Compose) -> list[str]:
@@ -275,7 +281,7 @@ def worker_problems(compose: Compose) -> list[str]:
         if not isinstance(replicas, int) or replicas <= 1:
             problems.append(f"{name}: deploy.replicas is {replicas!r}; a fleet needs more than one worker")
         grace = effective_stop_grace_s(service)
-        needed = grace + RELEASE_WAIT_S
+        needed = grace + release_wait_s()
         period_text = service.get("stop_grace_period")
         if period_text is None:
             problems.append(
@@ -286,10 +292,75 @@ def worker_problems(compose: Compose) -> list[str]:
             if period <= needed:
                 problems.append(
                     f"{name}: stop_grace_period {period_text} is not longer than stop_grace_s {grace:g} s "
-                    f"+ the {RELEASE_WAIT_S:g} s release wait"
+                    f"+ the {release_wait_s():g} s release wait"
                 )
-        if service.get("init") is not True:
-            problems.append(f"{name}: `init: true` is missing (killed agent processes must be reaped)")
+    return problems
+
+
+def init_problems(compose: Compose) -> list[str]:
+    """The image's ENTRYPOINT runs tini as PID 1; `init: true` would put Docker's init above it."""
+    return [
+        f"{name}: `init: true` doubles the image's tini (ENTRYPOINT already reaps agent processes)"
+        for name, service in services(compose).items()
+        if runs_tunefleet(service) and service.get("init") is True
+    ]
+
+
+def probe_url(service: dict[str, Any]) -> str | None:
+    """The http:// URL a service's healthcheck fetches, if it fetches one."""
+    test = (service.get("healthcheck") or {}).get("test") or []
+    text = " ".join(str(part) for part in test) if isinstance(test, list) else str(test)
+    found = re.search(r"http://[^\s'\"]+", text)
+    return found.group(0) if found else None
+
+
+def health_problems(compose: Compose) -> list[str]:
+    """Every service has a healthcheck; tunefleet's probe their own health endpoint on the right port."""
+    problems = []
+    for name, service in services(compose).items():
+        check = service.get("healthcheck") or {}
+        if not check.get("test") or check.get("disable"):
+            problems.append(f"{name}: no healthcheck")
+            continue
+        if not runs_tunefleet(service):
+            continue
+        env = environment(service)
+        port_var = "TUNEFLEET_API_PORT" if subcommand_of(service) == "daemon" else "TUNEFLEET_HEALTH_PORT"
+        port = env.get(port_var, "")
+        url = probe_url(service) or ""
+        wanted = [f"http://127.0.0.1:{port}{path}" for path in HEALTH_PATHS]
+        if not port or port == "0" or url not in wanted:
+            problems.append(f"{name}: healthcheck fetches {url!r}, not one of {wanted} ({port_var}={port!r})")
+    return problems
+
+
+def published_host_ip(entry: Any) -> str | None:
+    """The host address of a `ports` entry (short `[ip:]host:container` or long syntax); None when all."""
+    if isinstance(entry, dict):
+        return str(entry["host_ip"]) if entry.get("host_ip") else None
+    text = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(entry))  # a variable's default stands for it
+    parts = text.rsplit(":", 2)
+    return parts[0] if len(parts) == 3 else None
+
+
+def publish_problems(compose: Compose) -> list[str]:
+    """Ports are published on the loopback address by default, never on every interface."""
+    problems = []
+    for name, service in services(compose).items():
+        for entry in service.get("ports") or []:
+            if published_host_ip(entry) != LOOPBACK:
+                problems.append(f"{name}: port {entry!r} is published beyond {LOOPBACK}")
+    return problems
+
+
+def token_problems(compose: Compose) -> list[str]:
+    """The daemon takes its API token from the environment of `docker compose` (or .env), never a literal."""
+    problems = []
+    daemons = [s for s in services(compose).values() if runs_tunefleet(s) and subcommand_of(s) == "daemon"]
+    for service in daemons:
+        token = environment(service).get("TUNEFLEET_API_TOKEN", "")
+        if not re.fullmatch(r"\$\{TUNEFLEET_API_TOKEN(?:[:?-][^}]*)?\}", token):
+            problems.append(f"daemon: TUNEFLEET_API_TOKEN is {token!r}, not ${{TUNEFLEET_API_TOKEN}}")
     return problems
 
 
@@ -297,7 +368,7 @@ def fleet_env_problems(compose: Compose) -> list[str]:
     """Every tunefleet service: known TUNEFLEET_* names, the compose Redis, and the shared store volume."""
     problems = []
     names = set(services(compose))
-    fields = set(FleetSettings.model_fields)
+    fields = set(FleetSettings.model_fields) | PENDING_SETTINGS
     store_sources = set()
     for name, service in services(compose).items():
         if not runs_tunefleet(service):
@@ -358,8 +429,9 @@ def dockerfile_problems(text: str, context: Path) -> list[str]:
     steps = instructions(text)
     problems = copy_problems(steps, context)
     froms = [a for k, a in steps if k == "FROM"]
-    if not froms or not froms[0].split()[0].startswith("python:3.11-slim"):
-        problems.append(f"FROM is {froms[:1]}, not python:3.11-slim")
+    if not froms or not re.fullmatch(PINNED_BASE, froms[0].split()[0]):
+        problems.append(f"FROM is {froms[:1]}, not a pinned python:3.11.<patch>-slim-<debian> image")
+    problems += pip_problems(steps)
     installs = " ".join(a for k, a in steps if k == "RUN" and "apt-get" in a and "install" in a)
     installed = set(installs.split())
     for package in REQUIRED_PACKAGES:
@@ -376,6 +448,74 @@ def dockerfile_problems(text: str, context: Path) -> list[str]:
     entries = [exec_form(a) for k, a in steps if k == "ENTRYPOINT"]
     if not entries or entries[-1] != ENTRYPOINT:
         problems.append(f"ENTRYPOINT is {entries[-1] if entries else None}, not {ENTRYPOINT}")
+    return problems
+
+
+PINNED_BASE = r"python:3\.11\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?"
+
+
+def pip_problems(steps: list[tuple[str, str]]) -> list[str]:
+    """The image installs its dependencies from the runtime lock, hashes required, and then the project
+    without resolving anything else."""
+    problems = []
+    installs = [shlex.split(a) for k, a in steps if k == "RUN" and re.search(r"\bpip install\b", a)]
+    copied = {w for k, a in steps if k == "COPY" for w in a.split()[:-1]}
+    lock_name = RUNTIME_LOCK.relative_to(ROOT).as_posix()
+    from_lock = [
+        argv
+        for argv in installs
+        if "-r" in argv and argv[argv.index("-r") + 1].endswith(lock_name) and "--require-hashes" in argv
+    ]
+    if not from_lock:
+        problems.append(f"no `pip install --require-hashes -r .../{lock_name}`")
+    if lock_name not in copied:
+        problems.append(f"{lock_name} is never copied into the image")
+    project = [argv for argv in installs if "-r" not in argv]
+    if any("--no-deps" not in argv for argv in project):
+        problems.append("the project is installed without --no-deps: pip would resolve beyond the lock")
+    return problems
+
+
+def lock_entries(text: str) -> dict[str, tuple[Version, int]]:
+    """A hashed lock file's pins: name -> (version, how many hashes)."""
+    entries: dict[str, tuple[Version, int]] = {}
+    joined = re.sub(r"\\\n\s*", " ", text)
+    for line in joined.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        spec, *options = line.split(" --")
+        name, _, version = spec.strip().partition("==")
+        hashes = sum(1 for option in options if option.startswith("hash=sha256:"))
+        entries[name.lower().replace("_", "-")] = (Version(version), hashes)
+    return entries
+
+
+def lock_problems(lock_text: str, requirements: list[str]) -> list[str]:
+    """Every requirement is pinned in the lock at a version within its range, and every pin has hashes."""
+    entries = lock_entries(lock_text)
+    problems = [f"{name}=={v} has no hash" for name, (v, hashes) in entries.items() if hashes == 0]
+    for text in requirements:
+        requirement = Requirement(text)
+        name = requirement.name.lower().replace("_", "-")
+        if name not in entries:
+            problems.append(f"{requirement.name} is not in the lock")
+        elif entries[name][0] not in requirement.specifier:
+            pinned = entries[name][0]
+            problems.append(f"{requirement.name}: the lock's {pinned} is outside {requirement.specifier}")
+    return problems
+
+
+def bound_problems(requirements: list[str]) -> list[str]:
+    """Every runtime dependency has a compatible range: a lower and an upper bound, or an exact pin."""
+    problems = []
+    for text in requirements:
+        specs = Requirement(text).specifier
+        operators = {s.operator for s in specs}
+        if "==" in operators or "~=" in operators:
+            continue
+        if not operators & {">=", ">"} or not operators & {"<", "<="}:
+            problems.append(f"{text}: needs both a lower and an upper bound")
     return problems
 
 
@@ -435,6 +575,10 @@ COMPOSE_CHECKS: dict[str, Callable[[Compose], list[str]]] = {
     "workers": worker_problems,
     "fleet env": fleet_env_problems,
     "redis": redis_problems,
+    "init": init_problems,
+    "health": health_problems,
+    "publish": publish_problems,
+    "token": token_problems,
 }
 
 
@@ -482,10 +626,70 @@ def test_default_grace_needs_a_longer_stop_period() -> None:
     compose = load_compose()
     worker = services(compose)["worker"]
     worker["environment"] = {k: v for k, v in environment(worker).items() if k != "TUNEFLEET_STOP_GRACE_S"}
-    default = FleetSettings.model_fields["stop_grace_s"].default
+    default = default_stop_grace_s()
     assert effective_stop_grace_s(worker) == default
-    worker["stop_grace_period"] = f"{default + RELEASE_WAIT_S:g}s"
+    worker["stop_grace_period"] = f"{default + release_wait_s():g}s"
     assert any("stop_grace_period" in p for p in worker_problems(compose))
+
+
+def test_release_wait_is_read_from_the_worker() -> None:
+    """The hand-back wait comes from `_stop_when_released` itself: another number there is another result,
+    and a timeout of another shape is refused rather than guessed."""
+    source = (ROOT / "workers" / "fleet_worker.py").read_text()
+    assert "stop_grace_s + 5)" in source, "the worker's hand-back wait changed shape: update this test"
+    assert release_wait_s() == 5.0
+    assert release_wait_s(source.replace("stop_grace_s + 5)", "stop_grace_s + 12)")) == 12.0
+    with pytest.raises(AssertionError):
+        release_wait_s(source.replace("stop_grace_s + 5)", "stop_grace_s * 2)"))
+
+
+def runtime_requirements() -> list[str]:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return [str(r) for r in pyproject["project"]["dependencies"]]
+
+
+def dev_requirements() -> list[str]:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return runtime_requirements() + [str(r) for r in pyproject["project"]["optional-dependencies"]["dev"]]
+
+
+def test_lock_files_pin_every_dependency_with_hashes() -> None:
+    """The runtime and dev locks pin every dependency of pyproject.toml within its range, with hashes,
+    and the runtime lock takes the dev lock's versions (the image runs what the tests ran)."""
+    runtime, dev = RUNTIME_LOCK.read_text(), DEV_LOCK.read_text()
+    assert lock_problems(runtime, runtime_requirements()) == []
+    assert lock_problems(dev, dev_requirements()) == []
+    dev_pins = lock_entries(dev)
+    for name, (version, _) in lock_entries(runtime).items():
+        assert dev_pins[name][0] == version, f"{name}: runtime lock {version}, dev lock {dev_pins[name][0]}"
+
+
+def test_a_lock_that_drifts_is_caught() -> None:
+    """A pin outside pyproject's range, a pin without hashes, or a dependency missing from the lock is
+    reported."""
+    runtime = RUNTIME_LOCK.read_text()
+    pin = re.search(r"^pydantic==(\S+)", runtime, re.MULTILINE)
+    assert pin is not None
+    assert lock_problems(runtime.replace(pin.group(0), "pydantic==1.10.0"), runtime_requirements()) != []
+    unhashed = re.sub(r"(?m)^(pydantic==\S+) \\\n(\s+--hash=\S+( \\)?\n)+", r"\1\n", runtime)
+    assert unhashed != runtime and lock_problems(unhashed, runtime_requirements()) != []
+    assert lock_problems(runtime, [*runtime_requirements(), "left-pad>=1"]) != []
+
+
+def test_runtime_dependencies_have_compatible_ranges() -> None:
+    """Every runtime dependency has an upper bound as well as a lower one, and a missing bound is caught."""
+    assert bound_problems(runtime_requirements()) == []
+    assert bound_problems(["structlog>=24.1"]) != []
+    assert bound_problems(["structlog<30"]) != []
+
+
+def test_bootstrap_installs_from_the_lock_and_reinstalls_when_it_changes() -> None:
+    """scripts/bootstrap.sh installs the dev lock with hashes and its stamp depends on the lock file."""
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    lock = DEV_LOCK.relative_to(ROOT).as_posix()
+    assert f"lock={lock}" in script
+    assert re.search(r'pip install [^\n]*--require-hashes[^\n]*-r "\$lock"', script)
+    assert '[ "$lock" -nt "$stamp" ]' in script
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,7 +749,18 @@ BROKEN: dict[str, tuple[Callable[[Compose], None], Callable[[Compose], list[str]
     "short stop grace": (_set("worker.stop_grace_period", "12s"), worker_problems),
     "no stop grace": (_set("worker.stop_grace_period", None), worker_problems),
     "grace raised past the period": (_env("worker", "TUNEFLEET_STOP_GRACE_S", "60"), worker_problems),
-    "no init": (_set("worker.init", False), worker_problems),
+    "doubled init": (_set("worker.init", True), init_problems),
+    "daemon without healthcheck": (_set("daemon.healthcheck", None), health_problems),
+    "redis without healthcheck": (_set("redis.healthcheck", None), health_problems),
+    "worker probes the wrong port": (_env("worker", "TUNEFLEET_HEALTH_PORT", "9999"), health_problems),
+    "worker health off": (_env("worker", "TUNEFLEET_HEALTH_PORT", None), health_problems),
+    "api on every interface": (_set("daemon.ports", ["8321:8321"]), publish_problems),
+    "api bound to all by default": (
+        _set("daemon.ports", ["${TUNEFLEET_API_BIND:-0.0.0.0}:8321:8321"]),
+        publish_problems,
+    ),
+    "literal token": (_env("daemon", "TUNEFLEET_API_TOKEN", "hunter2"), token_problems),
+    "no token": (_env("daemon", "TUNEFLEET_API_TOKEN", None), token_problems),
     "misspelt setting": (_env("worker", "TUNEFLEET_STOP_GRACE", "10"), fleet_env_problems),
     "redis url elsewhere": (
         _env("daemon", "TUNEFLEET_REDIS_URL", "redis://localhost:6379/0"),
@@ -576,8 +791,12 @@ DOCKERFILE_BREAKS: dict[str, tuple[str, str]] = {
     "runs as root": ("USER tunefleet", "USER root"),
     "no store env": ("TUNEFLEET_STORE=/store", "TUNEFLEET_STORE=/data"),
     "other entrypoint": ('ENTRYPOINT ["tini", "--", "tunefleet"]', 'ENTRYPOINT ["tunefleet"]'),
-    "other base": ("FROM python:3.11-slim", "FROM python:3.12"),
+    "unpinned base": ("FROM python:3.11.14-slim-bookworm", "FROM python:3.11-slim"),
+    "other base": ("FROM python:3.11.14-slim-bookworm", "FROM python:3.12.1-slim-bookworm"),
     "never installed": ("RUN pip install ", "RUN echo "),
+    "hashes not required": ("pip install --require-hashes ", "pip install "),
+    "lock not copied": ("COPY requirements/runtime.lock", "COPY requirements/dev.lock"),
+    "project resolves": ("pip install --no-deps --no-build-isolation /tmp", "pip install /tmp"),
 }
 
 
