@@ -338,7 +338,7 @@ def published_host_ip(entry: Any) -> str | None:
     """The host address of a `ports` entry (short `[ip:]host:container` or long syntax); None when all."""
     if isinstance(entry, dict):
         return str(entry["host_ip"]) if entry.get("host_ip") else None
-    text = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(entry))  # a variable's default stands for it
+    text = by_default(str(entry))
     parts = text.rsplit(":", 2)
     return parts[0] if len(parts) == 3 else None
 
@@ -364,6 +364,11 @@ def token_problems(compose: Compose) -> list[str]:
     return problems
 
 
+def by_default(value: str) -> str:
+    """A compose value with `${NAME:-default}` (or `${NAME-default}`) in it, as it is when NAME is unset."""
+    return re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?-([^}]*)\}", r"\1", value)
+
+
 def fleet_env_problems(compose: Compose) -> list[str]:
     """Every tunefleet service: known TUNEFLEET_* names, the compose Redis, and the shared store volume."""
     problems = []
@@ -378,7 +383,7 @@ def fleet_env_problems(compose: Compose) -> list[str]:
             setting = var.removeprefix("TUNEFLEET_").lower()
             if var.startswith("TUNEFLEET_") and var != "TUNEFLEET_CONFIG" and setting not in fields:
                 problems.append(f"{name}: {var} is not a fleet setting")
-        url = env.get("TUNEFLEET_REDIS_URL", "")
+        url = by_default(env.get("TUNEFLEET_REDIS_URL", ""))
         host = re.sub(r"^rediss?://(?:[^@/]*@)?([^:/]+).*$", r"\1", url)
         if not url or host not in names:
             problems.append(f"{name}: TUNEFLEET_REDIS_URL {url!r} does not point at a compose service")
@@ -764,6 +769,10 @@ BROKEN: dict[str, tuple[Callable[[Compose], None], Callable[[Compose], list[str]
     "misspelt setting": (_env("worker", "TUNEFLEET_STOP_GRACE", "10"), fleet_env_problems),
     "redis url elsewhere": (
         _env("daemon", "TUNEFLEET_REDIS_URL", "redis://localhost:6379/0"),
+        fleet_env_problems,
+    ),
+    "redis url defaults elsewhere": (
+        _env("worker", "TUNEFLEET_REDIS_URL", "${TUNEFLEET_REDIS_URL:-redis://localhost:6379/0}"),
         fleet_env_problems,
     ),
     "no store volume": (_set("worker.volumes", ["./examples:/examples:ro"]), fleet_env_problems),
