@@ -19,27 +19,31 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
-import typer
 import yaml
-from packaging.requirements import Requirement
-from packaging.version import Version
 
-from service.cli import app
 from service.errors import ConfigError
-from service.settings import FleetSettings
+from service.settings import CONFIG_ENV
 from service.tunings import load_tuning_file
-from tests.support.grace import default_stop_grace_s, release_wait_s
+from tests.support.dockerfile import (
+    STORE_PATH,
+    dockerfile_problems,
+    exec_form,
+    instructions,
+)
+from tests.support.fleet_cli import argv_problems, cli_commands, is_setting
+from tests.support.grace import default_stop_grace_s, parse_duration, release_wait_s
+from tests.support.locks import (
+    DEV_LOCK,
+    RUNTIME_LOCK,
+    bound_problems,
+    dev_requirements,
+    lock_entries,
+    lock_problems,
+    runtime_requirements,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-ENTRYPOINT = ["tini", "--", "tunefleet"]
-STORE_PATH = "/store"
-REQUIRED_PACKAGES = ("git", "tini", "bubblewrap")
-RUNTIME_LOCK = ROOT / "requirements" / "runtime.lock"
-DEV_LOCK = ROOT / "requirements" / "dev.lock"
-PENDING_SETTINGS = {"health_host", "health_port", "api_public_read"}
-"""Settings that branches being merged beside this one add (the health endpoints, public reads): the
-deploy files use them already. Once FleetSettings has them this set changes nothing."""
 HEALTH_PATHS = ("/healthz", "/readyz")
 LOOPBACK = "127.0.0.1"
 
@@ -105,15 +109,6 @@ def mounts(service: dict[str, Any]) -> list[Mount]:
     return found
 
 
-def parse_duration(text: str) -> float:
-    """A compose duration (`30s`, `1m30s`, `1500ms`) in seconds."""
-    units = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-    parts = re.findall(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text.strip():
-        raise ValueError(f"not a duration: {text!r}")
-    return sum(float(n) * units[u] for n, u in parts)
-
-
 def dockerfile_of(service: dict[str, Any]) -> tuple[Path, Path] | None:
     """The (context, Dockerfile) a service builds from, or None when it only pulls an image."""
     build = service.get("build")
@@ -125,33 +120,6 @@ def dockerfile_of(service: dict[str, Any]) -> tuple[Path, Path] | None:
     return context, context / str(build.get("dockerfile", "Dockerfile"))
 
 
-def instructions(text: str) -> list[tuple[str, str]]:
-    """A Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined, comments dropped."""
-    result: list[tuple[str, str]] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        whole = (pending + line).strip()
-        pending = ""
-        if whole:
-            keyword, _, args = whole.partition(" ")
-            result.append((keyword.upper(), args.strip()))
-    return result
-
-
-def exec_form(args: str) -> list[str]:
-    """The argv of an ENTRYPOINT/CMD, in exec (JSON) or shell form."""
-    value = yaml.safe_load(args) if args.startswith("[") else None
-    return [str(v) for v in value] if isinstance(value, list) else shlex.split(args)
-
-
 def runs_tunefleet(service: dict[str, Any]) -> bool:
     """Whether the service's container runs the tunefleet CLI (our image, entrypoint not overridden)."""
     built = dockerfile_of(service)
@@ -159,17 +127,6 @@ def runs_tunefleet(service: dict[str, Any]) -> bool:
         return False
     entry = [exec_form(a) for k, a in instructions(built[1].read_text()) if k == "ENTRYPOINT"]
     return bool(entry) and entry[-1][-1:] == ["tunefleet"]
-
-
-def cli_group() -> Any:
-    """The CLI's command group (typer's own vendored click group; its subcommands are `.commands`)."""
-    return typer.main.get_command(app)
-
-
-def cli_commands() -> dict[str, Any]:
-    commands = getattr(cli_group(), "commands", None)
-    assert isinstance(commands, dict) and commands, "service.cli.app has no subcommands"
-    return commands
 
 
 def subcommand_of(service: dict[str, Any]) -> str | None:
@@ -211,7 +168,6 @@ def mount_problems(compose: Compose) -> list[str]:
 
 def command_problems(compose: Compose) -> list[str]:
     """Every command of a tunefleet service must parse as a real subcommand with valid arguments."""
-    group, commands = cli_group(), cli_commands()
     problems = []
     for name, service in services(compose).items():
         if not runs_tunefleet(service):
@@ -220,16 +176,7 @@ def command_problems(compose: Compose) -> list[str]:
         if not argv:
             problems.append(f"{name}: no command (the image would only print --help)")
             continue
-        command = commands.get(argv[0])
-        if command is None:
-            known = ", ".join(sorted(commands))
-            problems.append(f"{name}: `tunefleet {argv[0]}` is not a subcommand (known: {known})")
-            continue
-        parent = typer.Context(group, info_name="tunefleet")
-        try:
-            command.make_context(argv[0], list(argv[1:]), parent=parent)
-        except (typer.TyperException, typer.Exit) as exc:
-            problems.append(f"{name}: `tunefleet {' '.join(argv)}` does not parse: {exc}")
+        problems += [f"{name}: {problem}" for problem in argv_problems(argv)]
     return problems
 
 
@@ -373,15 +320,13 @@ def fleet_env_problems(compose: Compose) -> list[str]:
     """Every tunefleet service: known TUNEFLEET_* names, the compose Redis, and the shared store volume."""
     problems = []
     names = set(services(compose))
-    fields = set(FleetSettings.model_fields) | PENDING_SETTINGS
     store_sources = set()
     for name, service in services(compose).items():
         if not runs_tunefleet(service):
             continue
         env = environment(service)
         for var in env:
-            setting = var.removeprefix("TUNEFLEET_").lower()
-            if var.startswith("TUNEFLEET_") and var != "TUNEFLEET_CONFIG" and setting not in fields:
+            if var.startswith("TUNEFLEET_") and var != CONFIG_ENV and not is_setting(var):
                 problems.append(f"{name}: {var} is not a fleet setting")
         url = by_default(env.get("TUNEFLEET_REDIS_URL", ""))
         host = re.sub(r"^rediss?://(?:[^@/]*@)?([^:/]+).*$", r"\1", url)
@@ -413,114 +358,6 @@ def redis_problems(compose: Compose) -> list[str]:
         problems.append("redis: no healthcheck")
     if not any(m.target == "/data" and m.source for m in mounts(redis)):
         problems.append("redis: /data is not on a volume (the AOF would die with the container)")
-    return problems
-
-
-def copy_problems(steps: list[tuple[str, str]], context: Path) -> list[str]:
-    """Every COPY/ADD source (not from another stage) must exist in the build context."""
-    problems = []
-    for keyword, args in steps:
-        if keyword not in ("COPY", "ADD") or "--from" in args:
-            continue
-        words = exec_form(args) if args.startswith("[") else args.split()
-        paths = [w for w in words if not w.startswith("--")]
-        for source in paths[:-1]:
-            if not (context / source).exists():
-                problems.append(f"{keyword} source {source!r} does not exist in the build context {context}")
-    return problems
-
-
-def dockerfile_problems(text: str, context: Path) -> list[str]:
-    steps = instructions(text)
-    problems = copy_problems(steps, context)
-    froms = [a for k, a in steps if k == "FROM"]
-    if not froms or not re.fullmatch(PINNED_BASE, froms[0].split()[0]):
-        problems.append(f"FROM is {froms[:1]}, not a pinned python:3.11.<patch>-slim-<debian> image")
-    problems += pip_problems(steps)
-    installs = " ".join(a for k, a in steps if k == "RUN" and "apt-get" in a and "install" in a)
-    installed = set(installs.split())
-    for package in REQUIRED_PACKAGES:
-        if package not in installed:
-            problems.append(f"apt-get install does not install {package}")
-    if not any(k == "RUN" and re.search(r"\bpip install\b", a) for k, a in steps):
-        problems.append("the project is never installed with `pip install`")
-    users = [a.split()[0] for k, a in steps if k == "USER"]
-    if not users or users[-1].split(":")[0] in ("root", "0"):
-        problems.append(f"the image runs as {users[-1] if users else 'root'}, not a non-root user")
-    env_text = " ".join(a for k, a in steps if k == "ENV")
-    if not re.search(rf"(^|\s)TUNEFLEET_STORE={re.escape(STORE_PATH)}(\s|$)", env_text):
-        problems.append(f"ENV TUNEFLEET_STORE={STORE_PATH} is missing")
-    entries = [exec_form(a) for k, a in steps if k == "ENTRYPOINT"]
-    if not entries or entries[-1] != ENTRYPOINT:
-        problems.append(f"ENTRYPOINT is {entries[-1] if entries else None}, not {ENTRYPOINT}")
-    return problems
-
-
-PINNED_BASE = r"python:3\.11\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?"
-
-
-def pip_problems(steps: list[tuple[str, str]]) -> list[str]:
-    """The image installs its dependencies from the runtime lock, hashes required, and then the project
-    without resolving anything else."""
-    problems = []
-    installs = [shlex.split(a) for k, a in steps if k == "RUN" and re.search(r"\bpip install\b", a)]
-    copied = {w for k, a in steps if k == "COPY" for w in a.split()[:-1]}
-    lock_name = RUNTIME_LOCK.relative_to(ROOT).as_posix()
-    from_lock = [
-        argv
-        for argv in installs
-        if "-r" in argv and argv[argv.index("-r") + 1].endswith(lock_name) and "--require-hashes" in argv
-    ]
-    if not from_lock:
-        problems.append(f"no `pip install --require-hashes -r .../{lock_name}`")
-    if lock_name not in copied:
-        problems.append(f"{lock_name} is never copied into the image")
-    project = [argv for argv in installs if "-r" not in argv]
-    if any("--no-deps" not in argv for argv in project):
-        problems.append("the project is installed without --no-deps: pip would resolve beyond the lock")
-    return problems
-
-
-def lock_entries(text: str) -> dict[str, tuple[Version, int]]:
-    """A hashed lock file's pins: name -> (version, how many hashes)."""
-    entries: dict[str, tuple[Version, int]] = {}
-    joined = re.sub(r"\\\n\s*", " ", text)
-    for line in joined.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        spec, *options = line.split(" --")
-        name, _, version = spec.strip().partition("==")
-        hashes = sum(1 for option in options if option.startswith("hash=sha256:"))
-        entries[name.lower().replace("_", "-")] = (Version(version), hashes)
-    return entries
-
-
-def lock_problems(lock_text: str, requirements: list[str]) -> list[str]:
-    """Every requirement is pinned in the lock at a version within its range, and every pin has hashes."""
-    entries = lock_entries(lock_text)
-    problems = [f"{name}=={v} has no hash" for name, (v, hashes) in entries.items() if hashes == 0]
-    for text in requirements:
-        requirement = Requirement(text)
-        name = requirement.name.lower().replace("_", "-")
-        if name not in entries:
-            problems.append(f"{requirement.name} is not in the lock")
-        elif entries[name][0] not in requirement.specifier:
-            pinned = entries[name][0]
-            problems.append(f"{requirement.name}: the lock's {pinned} is outside {requirement.specifier}")
-    return problems
-
-
-def bound_problems(requirements: list[str]) -> list[str]:
-    """Every runtime dependency has a compatible range: a lower and an upper bound, or an exact pin."""
-    problems = []
-    for text in requirements:
-        specs = Requirement(text).specifier
-        operators = {s.operator for s in specs}
-        if "==" in operators or "~=" in operators:
-            continue
-        if not operators & {">=", ">"} or not operators & {"<", "<="}:
-            problems.append(f"{text}: needs both a lower and an upper bound")
     return problems
 
 
@@ -646,16 +483,6 @@ def test_release_wait_is_read_from_the_worker() -> None:
     assert release_wait_s(source.replace("stop_grace_s + 5)", "stop_grace_s + 12)")) == 12.0
     with pytest.raises(AssertionError):
         release_wait_s(source.replace("stop_grace_s + 5)", "stop_grace_s * 2)"))
-
-
-def runtime_requirements() -> list[str]:
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return [str(r) for r in pyproject["project"]["dependencies"]]
-
-
-def dev_requirements() -> list[str]:
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return runtime_requirements() + [str(r) for r in pyproject["project"]["optional-dependencies"]["dev"]]
 
 
 def test_lock_files_pin_every_dependency_with_hashes() -> None:

@@ -15,13 +15,11 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 import pytest
-import typer
 
 from service.models.tuning import SandboxConfig
-from service.settings import FleetSettings
-from tests.support.grace import default_stop_grace_s, release_wait_s
+from tests.support.fleet_cli import argv_problems, is_setting
+from tests.support.grace import default_stop_grace_s, parse_duration, release_wait_s
 from tests.support.tools import needs_tool
-from tests.test_deploy_files import PENDING_SETTINGS, cli_commands, cli_group, parse_duration
 from workers.adapters.sandbox import SandboxProber
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,12 +109,7 @@ def command_problems(unit: Unit, subcommand: str) -> list[str]:
     args: list[str] = []
     for word in argv[2:]:  # systemd splits an unbraced $VAR into words
         args += env.get(word[1:], "").split() if word.startswith("$") else [word]
-    command = cli_commands()[subcommand]
-    try:
-        command.make_context(subcommand, args, parent=typer.Context(cli_group(), info_name="tunefleet"))
-    except (typer.TyperException, typer.Exit) as exc:
-        return [f"`tunefleet {subcommand} {' '.join(args)}` does not parse: {exc}"]
-    return []
+    return argv_problems([subcommand, *args])
 
 
 def grace_problems(unit: Unit) -> list[str]:
@@ -148,11 +141,10 @@ def sandbox_problems(unit: Unit) -> list[str]:
 
 def env_problems() -> list[str]:
     """Every TUNEFLEET_* variable of the environment file is a fleet setting."""
-    fields = set(FleetSettings.model_fields) | PENDING_SETTINGS
     return [
         f"{name} is not a fleet setting"
         for name in env_example()
-        if name.startswith("TUNEFLEET_") and name.removeprefix("TUNEFLEET_").lower() not in fields
+        if name.startswith("TUNEFLEET_") and not is_setting(name)
     ]
 
 

@@ -9,6 +9,7 @@ each be longer than the two together.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from service.settings import FleetSettings
@@ -62,3 +63,12 @@ def needed_stop_timeout_s(stop_grace_s: float | None = None) -> float:
     """What a stop timeout must exceed for a worker with this grace (the default when None)."""
     grace = default_stop_grace_s() if stop_grace_s is None else stop_grace_s
     return grace + release_wait_s()
+
+
+def parse_duration(text: str) -> float:
+    """A compose or systemd duration (`30s`, `1m30s`, `1500ms`) in seconds."""
+    units = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"not a duration: {text!r}")
+    return sum(float(n) * units[u] for n, u in parts)

@@ -13,6 +13,8 @@ import kubernetes_validate  # type: ignore[import-untyped]
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 SCHEMAS = K8S / "schemas"
+SECRET_EXAMPLE = K8S / "secret.example.yaml"
+SECRET_NAME = "tunefleet"
 KUBERNETES_VERSION = "1.30.0"
 """The oldest Kubernetes the manifests are written for (PodDisruptionBudget policy/v1, HPA v2 behavior)."""
 
@@ -98,3 +100,25 @@ def selects(selector: Obj, labels: dict[str, str]) -> bool:
         if not ok:
             return False
     return True
+
+
+def fleet_containers(objects: list[Obj], subcommand: str) -> list[tuple[Obj, Obj]]:
+    """(workload, container) for every container that runs `tunefleet <subcommand>`."""
+    found = []
+    for workload in objects:
+        if workload["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            if container.get("args", [None])[0] == subcommand and "command" not in container:
+                found.append((workload, container))
+    return found
+
+
+def secret_refs(node: Any) -> list[Obj]:
+    """Every reference to a Secret's key below `node` (env secretKeyRef, ServiceMonitor credentials)."""
+    if isinstance(node, list):
+        return [ref for item in node for ref in secret_refs(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [node[k] for k in ("secretKeyRef", "credentials") if isinstance(node.get(k), dict)]
+    return found + [ref for value in node.values() for ref in secret_refs(value)]
