@@ -235,6 +235,11 @@ BROKEN: dict[str, tuple[Path, Mutation, Check]] = {
         lambda o: _spec(o, "ScaledObject", "worker")["scaleTargetRef"].update(name="daemon"),
         scaling_problems,
     ),
+    "replicas fight keda": (
+        BASE,
+        lambda o: _spec(o, "Deployment", "worker").update(replicas=2),
+        scaling_problems,
+    ),
     "health off": (BASE, lambda o: _set_env(_worker(o), "TUNEFLEET_HEALTH_PORT", None), health_problems),
     "health on loopback": (
         BASE,

@@ -53,52 +53,52 @@ def exported_metrics() -> set[str]:
     return {f"tunefleet_{name}" for name in re.findall(r'_(?:gauge|counter)\(\s*"([a-z_]+)"', source)}
 
 
+def trigger_problems(trigger: Obj, concurrency: int, namespace: str | None) -> list[str]:
+    """A trigger asks Prometheus for queued plus running cases of this namespace, `concurrency` per worker."""
+    metadata = trigger["metadata"]
+    if trigger["type"] != "prometheus":
+        return [f"trigger {trigger['type']!r}: the queue is a sorted set, use the prometheus scaler"]
+    problems = []
+    per_worker = trigger.get("metricType", "AverageValue") == "AverageValue"
+    if float(metadata["threshold"]) != concurrency or not per_worker:
+        problems.append(f"threshold {metadata['threshold']} is not the worker's concurrency {concurrency}")
+    used = set(re.findall(r"tunefleet_[a-z_]+", metadata["query"]))
+    if not {"tunefleet_queue_depth", "tunefleet_cases_in_progress"} <= used:
+        problems.append(f"the query counts neither queued nor running cases: {metadata['query']}")
+    if used - exported_metrics():
+        problems.append(
+            f"the query uses metrics the daemon does not export: {sorted(used - exported_metrics())}"
+        )
+    for queried in re.findall(r'namespace="([^"]*)"', metadata["query"]):
+        if queried != namespace:
+            problems.append(f"the query reads namespace {queried!r}; the fleet runs in {namespace!r}")
+    return problems
+
+
 def scaling_problems(objects: list[Obj]) -> list[str]:
-    """KEDA scales the worker Deployment on metrics the daemon exports, one worker per `concurrency`."""
+    """KEDA scales the worker Deployment on metrics the daemon exports, one worker per `concurrency`,
+    slowly downwards, and the Deployment leaves the count to it."""
     scaled = [o for o in objects if o["kind"] == "ScaledObject"]
     if len(scaled) != 1:
         return [f"expected one ScaledObject, found {len(scaled)}"]
     spec, problems = scaled[0]["spec"], []
     target = spec["scaleTargetRef"]["name"]
     workers = {
-        w["metadata"]["name"]: c for w, c in fleet_containers(objects, "worker") if w["kind"] == "Deployment"
+        w["metadata"]["name"]: (w, c)
+        for w, c in fleet_containers(objects, "worker")
+        if w["kind"] == "Deployment"
     }
     if target not in workers:
         return [f"the ScaledObject scales {target!r}, not a worker Deployment ({sorted(workers)})"]
-    configured = env_value(workers[target], "TUNEFLEET_CONCURRENCY")
+    workload, container = workers[target]
+    if "replicas" in workload["spec"]:
+        problems.append(f"Deployment {target} sets replicas: every apply would reset KEDA's count")
+    configured = env_value(container, "TUNEFLEET_CONCURRENCY")
     concurrency = int(configured) if configured is not None else int(setting_default("concurrency"))
-    namespace = scaled[0]["metadata"].get("namespace")
     for trigger in spec["triggers"]:
-        metadata = trigger["metadata"]
-        if trigger["type"] != "prometheus":
-            problems.append(
-                f"trigger {trigger['type']!r}: the queue is a sorted set, use the prometheus scaler"
-            )
-            continue
-        if (
-            float(metadata["threshold"]) != concurrency
-            or trigger.get("metricType", "AverageValue") != "AverageValue"
-        ):
-            problems.append(
-                f"threshold {metadata['threshold']} is not the worker's concurrency {concurrency}"
-            )
-        used = set(re.findall(r"tunefleet_[a-z_]+", metadata["query"]))
-        if not {"tunefleet_queue_depth", "tunefleet_cases_in_progress"} <= used:
-            problems.append(f"the query counts neither queued nor running cases: {metadata['query']}")
-        if used - exported_metrics():
-            problems.append(
-                f"the query uses metrics the daemon does not export: {sorted(used - exported_metrics())}"
-            )
-        for queried in re.findall(r'namespace="([^"]*)"', metadata["query"]):
-            if queried != namespace:
-                problems.append(f"the query reads namespace {queried!r}; the fleet runs in {namespace!r}")
-    down = (
-        spec.get("advanced", {})
-        .get("horizontalPodAutoscalerConfig", {})
-        .get("behavior", {})
-        .get("scaleDown", {})
-    )
-    if down.get("stabilizationWindowSeconds", 300) < 300:
+        problems += trigger_problems(trigger, concurrency, scaled[0]["metadata"].get("namespace"))
+    behavior = spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior", {})
+    if behavior.get("scaleDown", {}).get("stabilizationWindowSeconds", 300) < 300:
         problems.append("scale-down stabilization under 5 minutes: workers would come and go with each poll")
     if spec.get("minReplicaCount", 0) > spec.get("maxReplicaCount", 100):
         problems.append("minReplicaCount exceeds maxReplicaCount")
