@@ -9,6 +9,7 @@ copies must have some, so that no check passes whatever the manifests say.
 from __future__ import annotations
 
 import copy
+import shutil
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -51,7 +52,6 @@ from tests.support.kustomize import render
 BASE = K8S / "base"
 OVERLAY = K8S / "overlays" / "external-redis"
 
-
 Check = Callable[[list[Obj]], list[str]]
 
 
@@ -63,10 +63,6 @@ def _rendered(folder: Path) -> tuple[Obj, ...]:
 def rendered(folder: Path) -> list[Obj]:
     """A fresh copy of the objects a kustomization renders to (the render itself is done once)."""
     return copy.deepcopy(list(_rendered(folder)))
-
-
-# ---------------------------------------------------------------------------------------------
-# The checks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,6 +193,17 @@ def test_a_manifest_with_a_wrong_field_fails_validation(case: str) -> None:
     objects = rendered(BASE)
     WRONG_FIELDS[case](objects)
     assert schema_problems(objects) != []
+
+
+def test_a_wrong_field_in_a_file_fails_through_the_overlay(tmp_path: Path) -> None:
+    """A field misspelt in a base file (copied) is rendered into the overlay and fails validation there."""
+    shutil.copytree(K8S, tmp_path / "k8s")
+    worker = tmp_path / "k8s" / "base" / "worker.yaml"
+    text = worker.read_text()
+    assert "      terminationGracePeriodSeconds: 40\n" in text
+    worker.write_text(text.replace("terminationGracePeriodSeconds: 40", "terminationGracePeriod: 40"))
+    problems = schema_problems(render(tmp_path / "k8s" / "overlays" / "external-redis"))
+    assert len(problems) == 1 and "terminationGracePeriod" in problems[0]
 
 
 BROKEN: dict[str, tuple[Path, Mutation, Check]] = {
