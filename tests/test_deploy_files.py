@@ -444,6 +444,34 @@ def test_dockerfile_passes() -> None:
     assert dockerfile_problems(text, context) == []
 
 
+def ignored_by(patterns: list[str], path: str) -> bool:
+    """Whether a .dockerignore's patterns (no `!` exceptions) leave `path` out of the build context."""
+    parts = PurePosixPath(path).parts
+    for pattern in patterns:
+        bare = pattern.removeprefix("**/")
+        if any(fnmatch("/".join(parts[: i + 1]), pattern) for i in range(len(parts))):
+            return True
+        if bare != pattern and any(fnmatch(part, bare) for part in parts):
+            return True
+    return False
+
+
+def test_build_context_keeps_what_the_image_copies_and_drops_the_rest() -> None:
+    """deploy/Dockerfile.dockerignore leaves out the virtualenv, git, caches and .env, but none of the
+    paths the Dockerfile copies."""
+    text, _ = project_dockerfile()
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+    patterns = [line.strip() for line in ignore if line.strip() and not line.startswith("#")]
+    assert not any(p.startswith("!") for p in patterns), "exceptions are not modelled here"
+    copied = [
+        w for k, a in instructions(text) if k == "COPY" for w in a.split()[:-1] if not w.startswith("--")
+    ]
+    assert copied and not [c for c in copied if ignored_by(patterns, c)]
+    for path in (".venv/bin/python", ".git/HEAD", "service/__pycache__/x.pyc", ".env", "var/bench"):
+        assert ignored_by(patterns, path), path
+    assert ignored_by(["service"], "service/api.py"), "a broken ignore file would be caught"
+
+
 def test_package_data_is_installed() -> None:
     """Every non-Python file of the packages (the dashboard) is package data, so the image installs it."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
