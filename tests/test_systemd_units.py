@@ -126,7 +126,20 @@ def grace_problems(unit: Unit) -> list[str]:
     return []
 
 
-BLOCKS_BWRAP = {"RestrictNamespaces", "PrivateUsers", "SystemCallFilter", "ProtectProc"}
+BLOCKS_BWRAP = {
+    "RestrictNamespaces",  # forbids the namespaces
+    "PrivateUsers",  # a user namespace too narrow to nest the sandbox's
+    "SystemCallFilter",  # @system-service lacks mount, pivot_root, unshare
+    "ProtectKernelTunables",  # these four mount over parts of /proc, and the kernel then refuses
+    "ProtectKernelLogs",  # the fresh /proc that bwrap mounts in the sandbox
+    "ProtectProc",
+    "ProcSubset",
+}
+PROC_MOUNTS = {
+    "ProtectKernelTunables": "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys",
+    "ProtectKernelLogs": "mount --bind /dev/null /proc/kmsg",
+}
+"""What systemd mounts over /proc for these options (in the service's own mount namespace)."""
 
 
 def sandbox_problems(unit: Unit) -> list[str]:
@@ -224,6 +237,9 @@ BROKEN: dict[str, Callable[[], list[str]]] = {
         _edit(WORKER, "LockPersonality=yes", "RestrictNamespaces=yes")
     ),
     "private users": lambda: sandbox_problems(_edit(WORKER, "LockPersonality=yes", "PrivateUsers=yes")),
+    "kernel tunables": lambda: sandbox_problems(
+        _edit(WORKER, "LockPersonality=yes", "ProtectKernelTunables=yes")
+    ),
     "no netlink": lambda: sandbox_problems(_edit(WORKER, " AF_NETLINK", "")),
     "unknown subcommand": lambda: command_problems(
         _edit(WORKER, "bin/tunefleet worker", "bin/tunefleet wroker"), "worker"
@@ -241,32 +257,51 @@ def test_broken_unit_is_caught(case: str) -> None:
     assert BROKEN[case]() != []
 
 
-@needs_tool("bwrap")
-@needs_tool("setpriv")
-@needs_tool("unshare")
-def test_bubblewrap_runs_under_the_workers_privilege_limits() -> None:
-    """The bubblewrap sandbox probe (the sandbox the workers build around agents) succeeds under what the
-    worker unit imposes on its processes: no new privileges, an empty capability bounding set, and an
-    unprivileged user."""
-    unit = load(WORKER)
+def run_probe_as_the_worker_unit(unit: Unit) -> subprocess.CompletedProcess[str]:
+    """The bubblewrap sandbox probe run as the worker unit would run it: in a mount namespace with the
+    unit's /proc mounts, with no new privileges, an empty capability bounding set, as nobody."""
     assert last(unit, "Service", "NoNewPrivileges") == "yes"
     assert last(unit, "Service", "CapabilityBoundingSet") == ""
-    limits = ["--no-new-privs", "--bounding-set", "-all", "--inh-caps", "-all"]
-    if os.geteuid() == 0:  # the unit's User= is not root: run as nobody
-        limits = ["--reuid", "65534", "--regid", "65534", "--clear-groups", *limits]
+    limits = ["--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    limits += ["--no-new-privs", "--bounding-set", "-all", "--inh-caps", "-all"]
+    mounts = [m for key, m in PROC_MOUNTS.items() if last(unit, "Service", key) == "yes"]
     probe = SandboxProber(SandboxConfig(kind="bubblewrap")).probe_argv()
-    result = subprocess.run(
-        ["setpriv", *limits, *probe], capture_output=True, text=True, timeout=30, check=False, cwd="/"
-    )
-    assert result.returncode == 0, result.stderr
-    # The same probe inside a user namespace that maps nobody (what a too-narrow PrivateUsers= gives)
-    # fails: the probe tells a sandbox that cannot be built.
-    denied = subprocess.run(
-        ["unshare", "--user", "setpriv", "--no-new-privs", *probe],
+    script = " && ".join([*mounts, shlex.join(["exec", "setpriv", *limits, *probe])])
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
         cwd="/",
     )
-    assert denied.returncode != 0 and "namespace" in denied.stderr
+
+
+AS_ROOT = pytest.mark.skipif(
+    os.geteuid() != 0 and os.environ.get("CI") != "true",
+    reason="emulating the unit needs root (a mount namespace, then setpriv to nobody)",
+)
+
+
+@needs_tool("bwrap")
+@needs_tool("setpriv")
+@needs_tool("unshare")
+@AS_ROOT
+def test_bubblewrap_runs_under_the_worker_units_limits() -> None:
+    """The bubblewrap sandbox probe (the sandbox the workers build around agents) succeeds under what the
+    worker unit imposes: its /proc mounts, no new privileges, no capabilities, an unprivileged user."""
+    result = run_probe_as_the_worker_unit(load(WORKER))
+    assert result.returncode == 0, result.stderr
+
+
+@needs_tool("bwrap")
+@needs_tool("setpriv")
+@needs_tool("unshare")
+@AS_ROOT
+@pytest.mark.parametrize("option", list(PROC_MOUNTS))
+def test_bubblewrap_fails_under_a_proc_protection(option: str) -> None:
+    """With ProtectKernelTunables= or ProtectKernelLogs= in the worker unit, the same probe fails: why the
+    unit leaves them out, and proof that the test above can fail."""
+    unit = _edit(WORKER, "LockPersonality=yes", f"LockPersonality=yes\n{option}=yes")
+    result = run_probe_as_the_worker_unit(unit)
+    assert result.returncode != 0 and "proc" in result.stderr, result.stderr
