@@ -36,9 +36,11 @@ bench: setup
 	PYTHONPATH=. $(PY) -m bench
 
 # Resolve the dependencies anew (newest versions within pyproject.toml's ranges) and write the hashed
-# lock files that bootstrap and deploy/Dockerfile install from. See docs/operations.md, "Locked
+# lock files that bootstrap and deploy/Dockerfile install from; `make lock LOCK_UPGRADE=` keeps the
+# current pins and only adds what pyproject.toml asks for anew. See docs/operations.md, "Locked
 # dependencies".
-LOCK_FLAGS := --quiet --upgrade --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+LOCK_UPGRADE ?= --upgrade
+LOCK_FLAGS := --quiet $(LOCK_UPGRADE) --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
 	--no-emit-find-links --resolver=backtracking
 lock: setup
 	$(PY) -m piptools compile $(LOCK_FLAGS) --extra dev -o requirements/dev.lock \
