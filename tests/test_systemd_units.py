@@ -134,6 +134,7 @@ BLOCKS_BWRAP = {
     "ProtectKernelLogs",  # the fresh /proc that bwrap mounts in the sandbox
     "ProtectProc",
     "ProcSubset",
+    "ProtectHostname",  # may make /proc/sys/kernel/hostname read-only by a mount
 }
 PROC_MOUNTS = {
     "ProtectKernelTunables": "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys",
