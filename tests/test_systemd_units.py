@@ -134,11 +134,13 @@ BLOCKS_BWRAP = {
     "ProtectKernelLogs",  # the fresh /proc that bwrap mounts in the sandbox
     "ProtectProc",
     "ProcSubset",
-    "ProtectHostname",  # may make /proc/sys/kernel/hostname read-only by a mount
+    "ProtectHostname",  # makes /proc/sys/kernel/hostname read-only, by a mount
 }
 PROC_MOUNTS = {
     "ProtectKernelTunables": "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys",
     "ProtectKernelLogs": "mount --bind /dev/null /proc/kmsg",
+    "ProtectHostname": "mount --bind /proc/sys/kernel/hostname /proc/sys/kernel/hostname"
+    " && mount -o remount,bind,ro /proc/sys/kernel/hostname",
 }
 """What systemd mounts over /proc for these options (in the service's own mount namespace)."""
 
@@ -301,8 +303,8 @@ def test_bubblewrap_runs_under_the_worker_units_limits() -> None:
 @AS_ROOT
 @pytest.mark.parametrize("option", list(PROC_MOUNTS))
 def test_bubblewrap_fails_under_a_proc_protection(option: str) -> None:
-    """With ProtectKernelTunables= or ProtectKernelLogs= in the worker unit, the same probe fails: why the
-    unit leaves them out, and proof that the test above can fail."""
+    """With ProtectKernelTunables=, ProtectKernelLogs= or ProtectHostname= in the worker unit, the same
+    probe fails: why the unit leaves them out, and proof that the test above can fail."""
     unit = _edit(WORKER, "LockPersonality=yes", f"LockPersonality=yes\n{option}=yes")
     result = run_probe_as_the_worker_unit(unit)
     assert result.returncode != 0 and "proc" in result.stderr, result.stderr
