@@ -119,7 +119,9 @@ def test_secret_example_is_valid_and_has_every_key_used() -> None:
     assert schema_errors(secret) == []
     refs = [ref for folder in (BASE, OVERLAY) for obj in rendered(folder) for ref in secret_refs(obj)]
     assert {ref["name"] for ref in refs} == {SECRET_NAME}
-    assert {"api-token", "redis-password", "redis-url"} <= {ref["key"] for ref in refs} <= secret_keys()
+    used = {ref["key"] for ref in refs}
+    assert {"api-token", "redis-password", "redis-worker-url", "redis-submitter-password"} <= used
+    assert used <= secret_keys()
 
 
 def test_grace_follows_the_settings() -> None:
@@ -305,6 +307,13 @@ BROKEN: dict[str, tuple[Path, Mutation, Check]] = {
         BASE,
         lambda o: _set_env(_worker(o), "TUNEFLEET_REDIS_URL", "redis://localhost:6379/0"),
         redis_problems,
+    ),
+    "workers as submitter": (
+        OVERLAY,
+        lambda o: env_of(_worker(o))["TUNEFLEET_REDIS_URL"]["valueFrom"]["secretKeyRef"].update(
+            key="redis-submitter-url"
+        ),
+        external_redis_problems,
     ),
     "overlay url literal": (
         OVERLAY,

@@ -67,14 +67,24 @@ def redis_problems(objects: list[Obj]) -> list[str]:
     return problems
 
 
+ACL_USERS = {"worker": "worker", "daemon": "submitter"}
+"""The user of deploy/redis/users.acl each subcommand connects as, to a Redis run with that file."""
+
+
 def external_redis_problems(objects: list[Obj]) -> list[str]:
-    """No Redis in the cluster; daemon and workers take the URL and the password from the Secret."""
+    """No Redis in the cluster; the daemon and the workers each connect as their own ACL user, URL and
+    password from the Secret."""
     problems = [f"{o['kind']}/redis is still there" for o in objects if o["metadata"]["name"] == "redis"]
-    for workload, container in fleet_containers(objects, "worker") + fleet_containers(objects, "daemon"):
-        env = env_of(container)
-        for var in ("TUNEFLEET_REDIS_URL", "TUNEFLEET_REDIS_PASSWORD"):
-            if "secretKeyRef" not in (env.get(var, {}).get("valueFrom") or {}):
-                problems.append(f"{workload['metadata']['name']}: {var} does not come from the Secret")
+    for subcommand, user in ACL_USERS.items():
+        for workload, container in fleet_containers(objects, subcommand):
+            env = env_of(container)
+            for var, key in (("TUNEFLEET_REDIS_URL", "url"), ("TUNEFLEET_REDIS_PASSWORD", "password")):
+                ref = (env.get(var, {}).get("valueFrom") or {}).get("secretKeyRef") or {}
+                wanted = {"name": SECRET_NAME, "key": f"redis-{user}-{key}"}
+                if ref != wanted:
+                    problems.append(
+                        f"{workload['metadata']['name']}: {var} reads {ref or 'no Secret'}, not {wanted}"
+                    )
     return problems
 
 
