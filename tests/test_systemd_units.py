@@ -27,6 +27,7 @@ UNITS = ROOT / "deploy" / "systemd"
 DAEMON = "tunefleet-daemon.service"
 WORKER = "tunefleet-worker@.service"
 ENV_EXAMPLE = UNITS / "tunefleet.env.example"
+SHARED_ENV = "/etc/tunefleet/tunefleet.env"
 INSTALLED_CLI = "/opt/tunefleet/venv/bin/tunefleet"
 """Where the units expect the CLI (docs/operations.md installs it there)."""
 STATE_ROOT = PurePosixPath("/var/lib")
@@ -83,11 +84,12 @@ def common_problems(unit: Unit) -> list[str]:
         "ProtectSystem": "strict",
         "PrivateTmp": "yes",
         "KillMode": "mixed",
-        "EnvironmentFile": "/etc/tunefleet/tunefleet.env",
     }
     for key, value in wanted.items():
         if last(unit, "Service", key) != value:
             problems.append(f"{key}={last(unit, 'Service', key)}, not {value}")
+    if SHARED_ENV not in unit.get("Service", {}).get("EnvironmentFile", []):
+        problems.append(f"the shared environment file {SHARED_ENV} is not read")
     if last(unit, "Service", "User") in (None, "root", "0"):
         problems.append("the service runs as root")
     store = PurePosixPath(env_example()["TUNEFLEET_STORE"])
@@ -224,6 +226,9 @@ def _edit(name: str, old: str, new: str) -> Unit:
 
 
 BROKEN: dict[str, Callable[[], list[str]]] = {
+    "no shared environment": lambda: common_problems(
+        _edit(DAEMON, "EnvironmentFile=/etc/tunefleet/tunefleet.env", "EnvironmentFile=/etc/tunefleet.env")
+    ),
     "no restart": lambda: common_problems(_edit(WORKER, "Restart=on-failure", "Restart=no")),
     "no NoNewPrivileges": lambda: common_problems(_edit(DAEMON, "NoNewPrivileges=yes", "")),
     "ProtectSystem off": lambda: common_problems(_edit(WORKER, "ProtectSystem=strict", "ProtectSystem=no")),
