@@ -12,7 +12,7 @@ import pytest
 
 from service import keys
 from tests.support.fleet import Fleet, wait_until, write_tuning
-from tests.support.goals import goal_cli, goal_dir, start_goal, wait_goal_ended, write_goal
+from tests.support.goals import goal_cli, goal_dir, start_goal, trace, wait_goal_ended, write_goal
 
 AGENT = str(Path(__file__).parent / "agents" / "goal_agent.py")
 
@@ -144,3 +144,24 @@ async def test_goal_status_shows_each_iteration_and_the_verdicts(fleet: Fleet, t
     )
     assert any(line.split()[:2] == ["2", "reviewed"] and "complete" in line for line in lines)
     assert lines[-1].startswith("completed: the review of iteration 2")
+
+
+async def test_starting_a_goal_again_carries_on_a_failed_one_and_refuses_another_spec(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A goal failed for voids and started again goes on where it failed (its voids counted afresh) and
+    completes; starting it once more changes nothing; a different spec under its id is refused."""
+    fleet.start_worker()
+    spec = write_goal(tmp_path / "goals", limits={"max_voids": 2}, demo={"voids": {"work": 2}, "step_ms": 0})
+    await start_goal(fleet, spec)
+    assert (await wait_goal_ended(fleet, timeout_s=30)).status == "failed"
+    again = goal_cli(fleet, "start", str(spec))
+    assert (again.returncode, again.stdout.strip()) == (0, "goal g1: queued"), again.stderr
+    state = await wait_goal_ended(fleet, timeout_s=30)
+    assert state.status == "completed"
+    assert [e["kind"] for e in trace(fleet)].count("goal_failed") == 1
+    assert goal_cli(fleet, "start", str(spec)).stdout.strip() == "goal g1: completed"
+    other = write_goal(tmp_path / "other", goal="Something else")
+    refused = goal_cli(fleet, "start", str(other))
+    assert refused.returncode == 2
+    assert "a different goal with this id exists" in refused.stderr

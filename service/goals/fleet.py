@@ -71,8 +71,9 @@ class Goals(GoalFiles):
         return await self.start(spec)
 
     async def start(self, spec: GoalSpec) -> GoalSummary:
-        """Record the spec and its workspace in the store and enqueue the goal. A goal that exists runs
-        on (a failed or queued one is enqueued again); its spec is never replaced."""
+        """Record the spec and its workspace in the store and enqueue the goal. Starting a goal that
+        exists (the same spec) enqueues it again only when it failed, to carry it on where it failed; a
+        different spec under its id is refused."""
         tuning = None
         if spec.tuning is not None:
             tuning_store = self._store.tuning(spec.tuning)
@@ -92,9 +93,11 @@ class Goals(GoalFiles):
             await self._init_workspace(goal, spec)
             goal.write_spec(spec)
         state = goal.state()
-        if state is not None and state.status in FINAL_STATUSES and state.status != "failed":
-            return summary_of(state)
+        if state is not None and state.status != "failed":
+            return summary_of(state)  # running (its worker or the reconcile carries it on) or ended
         summary = GoalSummary(id=spec.id, status="queued", tuning=spec.tuning, updated_at=datetime.now(UTC))
+        if state is None and await self._in_flight(spec.id):
+            return summary
         await self._enqueue(spec.id, summary)
         log.info("goal_queued", goal=spec.id, tuning=spec.tuning)
         return summary
@@ -107,7 +110,18 @@ class Goals(GoalFiles):
         with tempfile.TemporaryDirectory(prefix="tunefleet-empty-") as empty:
             await repo.init_from(Path(empty))
 
+    async def _in_flight(self, goal_id: str) -> bool:
+        """Whether the goal's job is in the queue or leased by a worker."""
+        job_id = GoalJob(goal=goal_id).job_id
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zscore(self._settings.queue, job_id)
+            pipe.exists(keys.lease(job_id))
+            queued, leased = await pipe.execute()
+        return queued is not None or bool(leased)
+
     async def _enqueue(self, goal_id: str, summary: GoalSummary) -> bool:
+        """Enqueue a goal that is neither queued nor running (a new one, or a failed one started again):
+        its finished job's arq keys go first, or arq would refuse the id."""
         job = GoalJob(goal=goal_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
@@ -149,9 +163,7 @@ class Goals(GoalFiles):
                 await self._redis.hset(keys.goals(), goal.goal_id, (summary or fallback).model_dump_json())  # type: ignore[misc]
             if state is not None and state.status in FINAL_STATUSES:
                 continue
-            queued = await self._redis.zscore(self._settings.queue, job.job_id)
-            leased = await self._redis.exists(keys.lease(job.job_id))
-            if queued is not None or leased:
+            if await self._in_flight(goal.goal_id):
                 continue
             await self._redis.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
             if await self._redis.enqueue_job(GOAL_FUNCTION, job.model_dump(), _job_id=job.job_id):

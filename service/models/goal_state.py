@@ -127,7 +127,10 @@ class IterationState(BaseModel):
     workspace_base: str | None = Field(
         default=None, description="The workspace commit the iteration starts from."
     )
-    voids: dict[str, int] = Field(default_factory=dict, description="step -> void runs set aside in a row.")
+    voids: dict[str, int] = Field(default_factory=dict, description="step -> void runs set aside.")
+    voids_counted: dict[str, int] = Field(
+        default_factory=dict, description="step -> voids counted against an earlier failure of the goal."
+    )
     completion: Completion | None = Field(default=None, description="Set when the goal ended in it.")
 
 

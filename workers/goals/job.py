@@ -120,7 +120,7 @@ async def goal_run(runtime: WorkerRuntime, job: GoalJob, lease: CaseLease) -> Go
             state.status, state.completion = "running", None
             current = state.current()
             if current is not None:
-                current.completion, current.voids = None, {}
+                current.completion, current.voids_counted = None, dict(current.voids)
         gr.event("goal_resumed", state.current(), None, f"taken by {runtime.name}")
     return gr
 

@@ -156,8 +156,9 @@ async def set_aside(gr: GoalRun, it: IterationState, step: GoalStep, step_dir: P
     it.voids[step] = count
     gr.event("step_set_aside", it, step, f"void: {why}", voids=count)
     await gr.persist()
-    if count >= gr.state.limits.max_voids:
-        raise GoalVoidsExhausted(f"{count} void {step} steps in a row, the last: {why}")
+    in_a_row = count - it.voids_counted.get(step, 0)
+    if in_a_row >= gr.state.limits.max_voids:
+        raise GoalVoidsExhausted(f"{in_a_row} void {step} steps in a row, the last: {why}")
 
 
 def _read(path: Path) -> str | None:
