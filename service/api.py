@@ -32,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from service import keys
 from service.client import TunefleetClient
 from service.errors import RedisUnavailableError, TunefleetError, UnknownTuningError
+from service.health import daemon_checks, health_routes
 from service.metrics import FleetMetrics, fleet_snapshot
 from service.models.api import (
     CaseRows,
@@ -316,6 +317,7 @@ def create_app(client: TunefleetClient, settings: FleetSettings) -> Starlette:
 
     routes: list[BaseRoute] = [Route(e.path, e.handler, methods=[e.method]) for e in api.endpoints]
     routes.append(Mount("/static", StaticFiles(directory=DASHBOARD), name="static"))
+    routes += health_routes(daemon_checks(client.redis, settings.store))
     handlers = {HttpError: on_http_error, TunefleetError: on_fleet_error, RedisError: on_fleet_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     app.state.api = api

@@ -33,6 +33,12 @@ def redis_settings(settings: FleetSettings) -> RedisSettings:
     base = RedisSettings.from_dsn(settings.redis_url)
     if settings.redis_password is not None:
         base.password = settings.redis_password.get_secret_value()
+    if settings.redis_tls_ca_file is not None:
+        base.ssl_ca_certs = str(settings.redis_tls_ca_file)
+    if settings.redis_tls_cert_file is not None:
+        base.ssl_certfile = str(settings.redis_tls_cert_file)
+    if settings.redis_tls_key_file is not None:
+        base.ssl_keyfile = str(settings.redis_tls_key_file)
     if settings.redis_sentinels:
         hosts = []
         for entry in settings.redis_sentinels:

@@ -1,0 +1,108 @@
+"""/healthz and /readyz of a real worker process and a real daemon, against a real redis-server."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.health import HealthChecks
+from service.settings import FleetSettings
+from tests.support.fleet import Fleet, case, wait_until, write_tuning
+from tests.support.redis_server import RedisServer, free_port
+
+
+@pytest.fixture
+def health_fleet(settings: FleetSettings, tmp_path: Path) -> Iterator[Fleet]:
+    ports = {"health_port": free_port(), "api_port": free_port()}
+    fleet = Fleet(settings.model_copy(update=ports), tmp_path / "logs")
+    yield fleet
+    fleet.teardown()
+
+
+def probe(port: int, path: str, timeout_s: float = 1.0) -> httpx.Response | None:
+    """One GET of a health endpoint; None when the process does not answer in time (or at all)."""
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=timeout_s)
+    except httpx.TransportError:
+        return None
+
+
+def status_of(port: int, path: str) -> int | None:
+    answer = probe(port, path)
+    return None if answer is None else answer.status_code
+
+
+async def wait_status(port: int, path: str, status: int, what: str, timeout_s: float = 30) -> None:
+    await wait_until(lambda: status_of(port, path) == status, timeout_s, what)
+
+
+async def test_worker_and_daemon_readiness_follow_redis(
+    health_fleet: Fleet, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Both answer 200 on /healthz and /readyz (breaker reported); with redis-server stopped /readyz says 503
+    naming Redis while /healthz stays 200; after a restart /readyz is 200 again."""
+    s = health_fleet.settings
+    health_fleet.start_daemon(write_tuning(tmp_path / "t", [case("c1")]))
+    health_fleet.start_worker()
+    ports = {"worker": s.health_port, "daemon": s.api_port}
+    for name, port in ports.items():
+        await wait_status(port, "/readyz", 200, f"the {name} to be ready")
+        ready = probe(port, "/readyz")
+        assert ready is not None
+        assert ready.json() | {"reasons": []} == {
+            "ready": True,
+            "process": name,
+            "redis": "ok",
+            "store": "ok",
+            "breaker": "closed",
+            "reasons": [],
+        }
+        assert status_of(port, "/healthz") == 200
+    redis_server.stop()
+    for name, port in ports.items():
+        await wait_status(port, "/readyz", 503, f"the {name} to be unready", 15)
+        body = probe(port, "/readyz", timeout_s=5)
+        assert body is not None and body.json()["redis"] == "unavailable"
+        assert any("Redis" in reason for reason in body.json()["reasons"])
+        assert status_of(port, "/healthz") == 200, f"the {name} should stay alive without Redis"
+    redis_server.start()
+    for name, port in ports.items():
+        await wait_status(port, "/readyz", 200, f"the {name} to be ready again")
+
+
+async def test_a_stopped_worker_fails_its_liveness_and_recovers(health_fleet: Fleet) -> None:
+    """Under SIGSTOP the worker's /healthz gets no answer within the probe's timeout; after SIGCONT it is
+    200 again."""
+    port = health_fleet.settings.health_port
+    health_fleet.settings.store.mkdir(parents=True, exist_ok=True)
+    worker = health_fleet.start_worker()
+    await wait_status(port, "/healthz", 200, "the worker to be alive")
+    worker.send_signal(signal.SIGSTOP)
+    try:
+        assert probe(port, "/healthz", timeout_s=1.0) is None
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    await wait_status(port, "/healthz", 200, "the worker to be alive again", 15)
+    assert worker.poll() is None
+
+
+async def test_an_unwritable_store_makes_the_process_unready(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A store path that takes no file (here a regular file) makes readiness fail, naming the store."""
+    from service.connection import connect
+
+    not_a_folder = tmp_path / "store"
+    not_a_folder.write_text("a file, not a folder")
+    settings = FleetSettings(redis_url=redis_server.url, store=not_a_folder)
+    redis = await connect(settings)
+    try:
+        ready = await HealthChecks("worker", redis, not_a_folder, 5.0).readiness()
+    finally:
+        await redis.aclose()
+    assert (ready.ready, ready.redis, ready.store) == (False, "ok", "unwritable")
+    assert str(not_a_folder) in ready.reasons[0]
