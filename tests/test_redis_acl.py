@@ -91,15 +91,13 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
     take a tuning with applies to the end, and Redis's ACL log records no denial for any of them."""
     submitter = role_settings(settings, acl_redis, "submitter").model_copy(update={"api_port": free_port()})
     fleet = Fleet(submitter, tmp_path / "logs")
+    workers = Fleet(role_settings(settings, acl_redis, "worker"), tmp_path / "worker-logs")
     try:
         cases = [case("pass"), case("one-apply", rules=["one-apply-a"]), case("flawed", flawed=True)]
         tuning = write_tuning(tmp_path / "t", cases)
         await fleet.start_tuning(tuning)
         fleet.start_daemon(tuning)
-        worker = role_settings(settings, acl_redis, "worker")
-        fleet.start_worker(
-            **{k: v for k, v in settings_env(worker).items() if k.startswith("TUNEFLEET_REDIS")}
-        )
+        workers.start_worker()
         try:
             rows = await fleet.wait_finished(3, timeout_s=30)
         except AssertionError as exc:
@@ -113,6 +111,7 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
         api = f"http://127.0.0.1:{submitter.api_port}"
         await wait_until(lambda: _ok(api + "/api/status") and _ok(api + "/metrics"), 20, "the daemon's API")
     finally:
+        workers.teardown()
         fleet.teardown()
     monitor = role_settings(settings, acl_redis, "monitor")
     status = subprocess.run(
@@ -162,18 +161,18 @@ def test_the_monitor_reads_but_cannot_write(acl_redis: AclRedis) -> None:
     with acl_redis.client("monitor") as r:
         assert r.hget(keys.breaker(), "state") == b"closed"
         assert r.zcard("tf:queue") == 0
-        writes = [
-            lambda: r.set(keys.paused(), "1"),
-            lambda: r.xadd(keys.events(), {"event": "{}"}),
-            lambda: r.zadd("tf:queue", {"x": 1}),
-            lambda: r.eval("return 1", 0),
-            lambda: r.flushall(),
-            lambda: r.keys("*"),
-            lambda: r.config_get("*"),
+        writes: list[tuple[Any, ...]] = [
+            ("SET", keys.paused(), "1"),
+            ("XADD", keys.events(), "*", "event", "{}"),
+            ("ZADD", "tf:queue", 1, "x"),
+            ("EVAL", "return 1", 0),
+            ("FLUSHALL",),
+            ("KEYS", "*"),
+            ("CONFIG", "GET", "*"),
         ]
-        for write in writes:
+        for command in writes:
             with pytest.raises(redis.exceptions.NoPermissionError):
-                write()
+                r.execute_command(*command)
     with acl_redis.client("admin") as admin:
         assert admin.exists(keys.paused()) == 0
 
