@@ -36,6 +36,11 @@ class FleetSettings(BaseSettings):
     redis_tls_key_file: Path | None = Field(default=None, description="The client certificate's key (PEM).")
     redis_sentinels: list[str] = Field(default_factory=list, description="host:port of Sentinels.")
     redis_sentinel_master: str = "mymaster"
+    redis_failover_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="With Sentinels: how long a command waits for a new primary after the old one died.",
+    )
     redis_connect_timeout_s: float = Field(default=5.0, gt=0)
     redis_connect_attempts: int = Field(default=10, ge=1)
 
