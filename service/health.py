@@ -101,6 +101,18 @@ class HealthChecks:
             reasons=reasons,
         )
 
+    async def healthz(self, request: Request) -> Response:
+        """GET /healthz: 200 while alive, else 503; the body is `Liveness` either way."""
+        body = await self.liveness()
+        return _json(body, body.alive)
+
+    async def readyz(self, request: Request) -> Response:
+        """GET /readyz: 200 when ready, else 503 with the reasons; the body is `Readiness` either way."""
+        body = await self.readiness()
+        if not body.ready:
+            log.warning("not_ready", process=self.process, reasons=body.reasons)
+        return _json(body, body.ready)
+
     async def _redis_check(self, reasons: list[str]) -> tuple[bool, Literal["open", "closed", "unknown"]]:
         try:
             async with asyncio.timeout(CHECK_TIMEOUT_S):
@@ -138,18 +150,10 @@ def _json(body: BaseModel, ok: bool) -> Response:
 
 def health_routes(checks: HealthChecks) -> list[Route]:
     """`/healthz` and `/readyz` over `checks` (no token: probes carry none)."""
-
-    async def healthz(request: Request) -> Response:
-        body = await checks.liveness()
-        return _json(body, body.alive)
-
-    async def readyz(request: Request) -> Response:
-        body = await checks.readiness()
-        if not body.ready:
-            log.warning("not_ready", process=checks.process, reasons=body.reasons)
-        return _json(body, body.ready)
-
-    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+    return [
+        Route("/healthz", checks.healthz, methods=["GET"]),
+        Route("/readyz", checks.readyz, methods=["GET"]),
+    ]
 
 
 def listen_health(host: str, port: int) -> socket.socket:
