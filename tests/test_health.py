@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,3 +107,13 @@ async def test_an_unwritable_store_makes_the_process_unready(
         await redis.aclose()
     assert (ready.ready, ready.redis, ready.store) == (False, "ok", "unwritable")
     assert str(not_a_folder) in ready.reasons[0]
+
+
+async def test_a_worker_whose_health_port_is_taken_says_so_and_exits(health_fleet: Fleet) -> None:
+    """A health port already in use stops the worker at start with exit code 2, naming the address."""
+    with socket.create_server(("127.0.0.1", health_fleet.settings.health_port)):
+        worker = health_fleet.start_worker()
+        assert worker.wait(timeout=30) == 2
+    assert f"health endpoints cannot listen on 127.0.0.1:{health_fleet.settings.health_port}" in (
+        health_fleet.log_of(0)
+    )

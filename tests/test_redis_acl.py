@@ -88,10 +88,12 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
     acl_redis: AclRedis, settings: FleetSettings, tmp_path: Path
 ) -> None:
     """The daemon and submission as `submitter`, a worker as `worker` and `tunefleet status` as `monitor`
-    take a tuning with applies to the end, and Redis's ACL log records no denial for any of them."""
+    take a tuning with applies to the end, the daemon's API and both /readyz answer 200, and Redis's ACL
+    log records no denial for any of them."""
     submitter = role_settings(settings, acl_redis, "submitter").model_copy(update={"api_port": free_port()})
     fleet = Fleet(submitter, tmp_path / "logs")
-    workers = Fleet(role_settings(settings, acl_redis, "worker"), tmp_path / "worker-logs")
+    worker = role_settings(settings, acl_redis, "worker").model_copy(update={"health_port": free_port()})
+    workers = Fleet(worker, tmp_path / "worker-logs")
     try:
         cases = [case("pass"), case("one-apply", rules=["one-apply-a"]), case("flawed", flawed=True)]
         tuning = write_tuning(tmp_path / "t", cases)
@@ -109,7 +111,9 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
             "flawed": "difficult",
         }
         api = f"http://127.0.0.1:{submitter.api_port}"
-        await wait_until(lambda: _ok(api + "/api/status") and _ok(api + "/metrics"), 20, "the daemon's API")
+        health = f"http://127.0.0.1:{worker.health_port}/readyz"
+        urls = [api + "/api/status", api + "/metrics", api + "/readyz", health]
+        await wait_until(lambda: all(_ok(url) for url in urls), 20, "the daemon's API and both readiness")
     finally:
         workers.teardown()
         fleet.teardown()
