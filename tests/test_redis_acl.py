@@ -14,6 +14,7 @@ from typing import Any, cast
 import httpx
 import pytest
 import redis
+import yaml
 from pydantic import SecretStr
 
 from service import keys
@@ -88,8 +89,8 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
     acl_redis: AclRedis, settings: FleetSettings, tmp_path: Path
 ) -> None:
     """The daemon and submission as `submitter`, a worker as `worker` and `tunefleet status` as `monitor`
-    take a tuning with applies to the end, the daemon's API and both /readyz answer 200, and Redis's ACL
-    log records no denial for any of them."""
+    take a tuning with applies to the end, the daemon's API and both /readyz answer 200, `pause`,
+    `resume`, `submit` and `cancel` work as `submitter`, and Redis's ACL log records no denial."""
     submitter = role_settings(settings, acl_redis, "submitter").model_copy(update={"api_port": free_port()})
     fleet = Fleet(submitter, tmp_path / "logs")
     worker = role_settings(settings, acl_redis, "worker").model_copy(update={"health_port": free_port()})
@@ -117,6 +118,24 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
     finally:
         workers.teardown()
         fleet.teardown()
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "late.yaml").write_text(yaml.safe_dump(case("late")))
+    for command in (
+        ["pause"],
+        ["resume"],
+        ["submit", str(extra), "--tuning", "t1"],
+        ["cancel", "t1", "late"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "service", *command],
+            env=role_env(submitter),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, (command, done.stderr)
+    assert fleet.results()["late"].state == "cancelled"
     monitor = role_settings(settings, acl_redis, "monitor")
     status = subprocess.run(
         [sys.executable, "-m", "service", "status", "--json"],
