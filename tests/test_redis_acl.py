@@ -18,7 +18,10 @@ import yaml
 from pydantic import SecretStr
 
 from service import keys
+from service.client import TunefleetClient
+from service.metrics import fleet_snapshot
 from service.settings import FleetSettings
+from service.watch.snapshot import take_snapshot
 from tests.support.fleet import Fleet, case, settings_env, wait_until, write_tuning
 from tests.support.redis_proc import RedisProcess
 from tests.support.redis_server import free_port
@@ -145,6 +148,10 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
         timeout=30,
     )
     assert status.returncode == 0, status.stderr
+    async with TunefleetClient(monitor) as client:  # what `tunefleet watch` and the metrics read
+        view = await take_snapshot(client.redis, monitor.queue, event_count=20)
+        await fleet_snapshot(client.redis, monitor.queue)
+    assert len(view.events) == 20
     assert '"queue_depth": 0' in status.stdout.replace('"queue_depth":0', '"queue_depth": 0')
     for user in PASSWORDS:
         assert acl_redis.denials(user) == [], f"{user} was refused something it needs"
