@@ -9,8 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
-from service.health import HealthChecks
+from service.health import HealthChecks, health_routes
 from service.settings import FleetSettings
 from tests.support.fleet import Fleet, case, wait_until, write_tuning
 from tests.support.redis_server import RedisServer, free_port
@@ -117,3 +118,24 @@ async def test_a_worker_whose_health_port_is_taken_says_so_and_exits(health_flee
     assert f"health endpoints cannot listen on 127.0.0.1:{health_fleet.settings.health_port}" in (
         health_fleet.log_of(0)
     )
+
+
+async def test_a_loop_that_stopped_turning_is_not_alive(redis_server: RedisServer, tmp_path: Path) -> None:
+    """/healthz answers 503 with alive false once the loop's last turn is older than stale_after_s, 200
+    before; /readyz does not depend on it."""
+    from service.connection import connect
+
+    settings = FleetSettings(redis_url=redis_server.url, store=tmp_path)
+    redis = await connect(settings)
+    age_s = [0.5]
+    checks = HealthChecks("worker", redis, tmp_path, 2.0, turn_age_s=lambda: age_s[0])
+    app = Starlette(routes=health_routes(checks))
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+            assert (await http.get("/healthz")).status_code == 200
+            age_s[0] = 2.5
+            stale = await http.get("/healthz")
+            assert (stale.status_code, stale.json()["alive"]) == (503, False)
+            assert (await http.get("/readyz")).status_code == 200
+    finally:
+        await redis.aclose()
