@@ -78,7 +78,7 @@ async def test_worker_and_daemon_readiness_follow_redis(
 
 async def test_a_stopped_worker_fails_its_liveness_and_recovers(health_fleet: Fleet) -> None:
     """Under SIGSTOP the worker's /healthz gets no answer within the probe's timeout; after SIGCONT it is
-    200 again."""
+    200 again; on SIGTERM the worker exits cleanly and its health port closes."""
     port = health_fleet.settings.health_port
     health_fleet.settings.store.mkdir(parents=True, exist_ok=True)
     worker = health_fleet.start_worker()
@@ -89,7 +89,9 @@ async def test_a_stopped_worker_fails_its_liveness_and_recovers(health_fleet: Fl
     finally:
         worker.send_signal(signal.SIGCONT)
     await wait_status(port, "/healthz", 200, "the worker to be alive again", 15)
-    assert worker.poll() is None
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 0  # the health server stops with the worker
+    assert probe(port, "/healthz") is None
 
 
 async def test_an_unwritable_store_makes_the_process_unready(
