@@ -32,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from service import keys
 from service.client import TunefleetClient
 from service.errors import RedisUnavailableError, TunefleetError, UnknownTuningError
+from service.health import daemon_checks
 from service.metrics import FleetMetrics, fleet_snapshot
 from service.models.api import (
     CaseRows,
@@ -48,6 +49,7 @@ from service.models.api import (
 )
 from service.models.case import SLUG_PATTERN, SLUG_RE, Case
 from service.models.events import Event
+from service.models.health import Liveness, Readiness
 from service.models.status import CaseDetail
 from service.queries import case_detail, results
 from service.settings import FleetSettings
@@ -120,6 +122,7 @@ class Api:
         self.client = client
         self.settings = settings
         self.metrics = FleetMetrics(client.redis, settings.queue)
+        health = daemon_checks(client.redis, settings.store)
         E = Endpoint  # noqa: N806 (a table reads better with a short name)
         self.endpoints = [
             E("GET", "/api/status", self.status, "Fleet status and locks", StatusView, (503,)),
@@ -128,6 +131,8 @@ class Api:
             E("GET", CASES + "/{case}", self.case, "A case's tries", CaseDetail, (404, 422)),
             E("GET", "/api/events", self.events, "Stream events", EventsPage, (422, 503), EventsQuery),
             E("POST", CASES, self.submit, "Submit a case", SubmitResult, SUBMIT_ERRORS, body=Case),
+            E("GET", "/healthz", health.healthz, "Alive (503 when not; no token)", Liveness),
+            E("GET", "/readyz", health.readyz, "Ready (503 with the reasons; no token)", Readiness),
             E("GET", "/metrics", self.prometheus, "Prometheus metrics", "text/plain"),
             E("GET", "/openapi.json", self.openapi, "This document", "application/json"),
             E("GET", "/", self.dashboard, "The dashboard", "text/html"),

@@ -27,8 +27,20 @@ class FleetSettings(BaseSettings):
 
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="redis:// or rediss:// (TLS).")
     redis_password: SecretStr | None = None
+    redis_tls_ca_file: Path | None = Field(
+        default=None, description="PEM file of the CA that signed Redis's certificate (rediss:// only)."
+    )
+    redis_tls_cert_file: Path | None = Field(
+        default=None, description="PEM client certificate, for a Redis that checks clients (tls-auth-clients)"
+    )
+    redis_tls_key_file: Path | None = Field(default=None, description="The client certificate's key (PEM).")
     redis_sentinels: list[str] = Field(default_factory=list, description="host:port of Sentinels.")
     redis_sentinel_master: str = "mymaster"
+    redis_failover_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="With Sentinels: how long a command waits for a new primary after the old one died.",
+    )
     redis_connect_timeout_s: float = Field(default=5.0, gt=0)
     redis_connect_attempts: int = Field(default=10, ge=1)
 
@@ -89,6 +101,11 @@ class FleetSettings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8321, ge=0, le=65535)
     api_token: SecretStr | None = Field(default=None, description="Bearer token for case submission.")
+
+    health_host: str = Field(default="127.0.0.1", description="Where a worker serves /healthz and /readyz.")
+    health_port: int = Field(
+        default=0, ge=0, le=65535, description="A worker's health port; 0 serves no health endpoints."
+    )
 
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "info"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from typing import Any
 
 import structlog
@@ -115,6 +116,8 @@ class FleetWorker(Worker):
         self.in_progress_timeout_s = settings.lease_s
         self._stopping = False
         self._slot_freed = asyncio.Event()
+        self.polled_at_s = time.monotonic()
+        """When the poll loop last turned (monotonic): the worker's liveness (workers.health)."""
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         """Claim as many of `job_ids` as there are free slots, in one round trip, and start them."""
@@ -177,6 +180,7 @@ class FleetWorker(Worker):
         """arq's poll, surviving Redis outages (a failed poll is logged and tried again next time),
         then a wait of `poll_delay_s` that a freed slot ends early."""
         self._slot_freed.clear()
+        self.polled_at_s = time.monotonic()
         try:
             await super()._poll_iteration()
         except RedisError as exc:
