@@ -23,6 +23,7 @@ from service.metrics import fleet_snapshot
 from service.settings import FleetSettings
 from service.watch.snapshot import take_snapshot
 from tests.support.fleet import Fleet, case, settings_env, wait_until, write_tuning
+from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from tests.support.redis_proc import RedisProcess
 from tests.support.redis_server import free_port
 from tests.support.tools import needs_tool
@@ -92,7 +93,7 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
     acl_redis: AclRedis, settings: FleetSettings, tmp_path: Path
 ) -> None:
     """The daemon and submission as `submitter`, a worker as `worker` and `tunefleet status` as `monitor`
-    take a tuning with applies to the end, the daemon's API and both /readyz answer 200, `pause`,
+    take a tuning with applies and a goal to the end, the daemon's API and both /readyz answer 200, `pause`,
     `resume`, `submit` and `cancel` work as `submitter`, and Redis's ACL log records no denial."""
     submitter = role_settings(settings, acl_redis, "submitter").model_copy(update={"api_port": free_port()})
     fleet = Fleet(submitter, tmp_path / "logs")
@@ -114,6 +115,8 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
             "one-apply": "completed",
             "flawed": "difficult",
         }
+        await start_goal(fleet, write_goal(tmp_path / "goals", demo={"step_ms": 0}))  # as submitter
+        assert (await wait_goal_ended(fleet, timeout_s=30)).status == "completed"
         api = f"http://127.0.0.1:{submitter.api_port}"
         health = f"http://127.0.0.1:{worker.health_port}/readyz"
         urls = [api + "/api/status", api + "/metrics", api + "/readyz", health]
