@@ -1,6 +1,7 @@
 // tunefleet dashboard: the fleet view and the routing. No build step, no external resources.
 
 import { loadCase, resetCase } from "./case.js";
+import { goalRoute, loadGoal, loadGoals, resetGoal } from "./goals.js";
 import { $, caseHref, el, fillBody, fmtInt, fmtUsd, getJSON, short, svg } from "./dom.js";
 
 const SAMPLE_MS = 1000;
@@ -231,10 +232,17 @@ async function loadCases() {
 function route() {
   clearInterval(state.caseTimer);
   resetCase();
+  resetGoal();
   const match = location.hash.match(/^#\/case\/([^/]+)\/([^/]+)$/);
-  $("fleet-view").hidden = Boolean(match);
+  const goal = goalRoute(location.hash);
+  $("fleet-view").hidden = Boolean(match || goal);
   $("case-view").hidden = !match;
-  if (match) {
+  $("goal-view").hidden = goal === null;
+  if (goal !== null) {
+    document.title = `${goal} · tunefleet`;
+    loadGoal(goal);
+    state.caseTimer = setInterval(() => loadGoal(goal), CASE_MS);
+  } else if (match) {
     const [tuning, caseId] = [decodeURIComponent(match[1]), decodeURIComponent(match[2])];
     document.title = `${caseId} · tunefleet`;
     loadCase(tuning, caseId);
@@ -242,6 +250,7 @@ function route() {
   } else {
     document.title = "tunefleet";
     loadCases();
+    loadGoals();
   }
 }
 
@@ -253,6 +262,7 @@ function start() {
   every(sampleStatus, SAMPLE_MS);
   every(pollEvents, SAMPLE_MS);
   every(loadCases, CASES_MS);
+  every(loadGoals, CASES_MS);
 }
 
 // Run `task` now and again `ms` after each run ends, so slow answers never pile up.
