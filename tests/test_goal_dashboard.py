@@ -49,6 +49,9 @@ async def test_the_goals_page_shows_iterations_verdicts_and_remaining_work(
         await wait_goal_ended(fleet, "haiku")
         await expect(page.locator(f"{row} td.status")).to_have_text("completed", timeout=WAIT_MS)
         await expect(page.locator(f"{row} td.iteration")).to_have_text("2")
+        ended = page.locator("#events tbody tr.kind-goal_completed").first
+        await expect(ended.locator("a")).to_have_attribute("href", "#/goal/haiku", timeout=WAIT_MS)
+        await expect(ended.locator("td").nth(3)).to_have_text("it 2")
         await page.screenshot(path=str(tmp_path / "goals-list.png"), full_page=True)
 
         await page.locator("#goals a", has_text="haiku").click()
