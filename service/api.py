@@ -137,6 +137,9 @@ class Api:
             E("GET", "/openapi.json", self.openapi, "This document", "application/json"),
             E("GET", "/", self.dashboard, "The dashboard", "text/html"),
         ]
+        from service.goal_api import GoalApi  # it builds on this module's helpers
+
+        self.endpoints += GoalApi(self).endpoints()
         self.document = json.dumps(openapi_document(self.endpoints)).encode()
 
     async def status(self, request: Request) -> Response:
@@ -266,6 +269,7 @@ def openapi_document(endpoints: list[Endpoint]) -> dict[str, Any]:
                 "required": True,
                 "content": {"application/json": {"schema": refs[(e.body, "validation")]}},
             }
+        if e.method != "GET":
             op["security"] = [{"bearer": []}]
         paths.setdefault(e.path, {})[e.method.lower()] = op
     return {

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from service import keys
 from service.errors import TunefleetError
+from service.goal_metrics import GoalCollector
 from service.models.api import LockState, StatusView
 from service.models.events import Event
 from service.models.status import WAIT_WORDS
@@ -171,6 +172,8 @@ class FleetMetrics:
         self.registry = CollectorRegistry()
         self.collector = FleetCollector()
         self.registry.register(self.collector)
+        self.goals = GoalCollector()
+        self.registry.register(self.goals)
         self.step_duration = Histogram(
             f"{NAMESPACE}_step_duration_seconds",
             "Duration of finished steps (run, analyze, apply).",
@@ -209,6 +212,7 @@ class FleetMetrics:
     async def scrape(self) -> bytes:
         """The Prometheus text exposition, with the live state read now."""
         await self.refresh()
+        await self.goals.refresh(self._redis)
         return generate_latest(self.registry)
 
     def observe(self, event: Event) -> None:

@@ -1,6 +1,7 @@
 // tunefleet dashboard: the fleet view and the routing. No build step, no external resources.
 
 import { loadCase, resetCase } from "./case.js";
+import { goalHref, goalRoute, goalStep, loadGoal, loadGoals, resetGoal } from "./goals.js";
 import { $, caseHref, el, fillBody, fmtInt, fmtUsd, getJSON, short, svg } from "./dom.js";
 
 const SAMPLE_MS = 1000;
@@ -168,6 +169,7 @@ function renderTunings(status) {
 function jobLink(job) {
   // job ids are case:<tuning>:<case>:<rev>
   const parts = job.split(":");
+  if (parts[0] === "goal" && parts.length === 2) return el("a", { href: goalHref(parts[1]) }, `goal ${parts[1]}`);
   if (parts.length !== 4) return el("span", {}, job);
   return el("a", { href: caseHref(parts[1], parts[2]) }, `${parts[1]}/${parts[2]} r${parts[3]}`);
 }
@@ -200,10 +202,11 @@ async function pollEvents() {
   state.events = page.events.slice().reverse().concat(state.events).slice(0, EVENTS_MAX);
   const rows = state.events.map(({ id, event }) => {
     const time = new Date(event.at).toLocaleTimeString("en-GB");
-    const where = event.case
-      ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
+    const where = event.goal ? el("a", { href: goalHref(event.goal) }, `goal ${event.goal}`)
+      : event.case ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
       : event.tuning;
-    const step = event.step ? `${event.phase || ""}/${event.attempt || ""} ${event.step}` : "";
+    const step = event.goal ? goalStep(event.data)
+      : event.step ? `${event.phase || ""}/${event.attempt || ""} ${event.step}` : "";
     return el("tr", { "data-id": id, class: `kind-${event.kind}` },
       el("td", { class: "mono" }, time), el("td", {}, event.kind), el("td", {}, where),
       el("td", {}, step), el("td", { class: "detail" }, event.detail || ""));
@@ -248,10 +251,17 @@ async function loadCases() {
 function route() {
   clearInterval(state.caseTimer);
   resetCase();
+  resetGoal();
   const match = location.hash.match(/^#\/case\/([^/]+)\/([^/]+)$/);
-  $("fleet-view").hidden = Boolean(match);
+  const goal = goalRoute(location.hash);
+  $("fleet-view").hidden = Boolean(match || goal);
   $("case-view").hidden = !match;
-  if (match) {
+  $("goal-view").hidden = goal === null;
+  if (goal !== null) {
+    document.title = `${goal} · tunefleet`;
+    loadGoal(goal);
+    state.caseTimer = setInterval(() => loadGoal(goal), CASE_MS);
+  } else if (match) {
     const [tuning, caseId] = [decodeURIComponent(match[1]), decodeURIComponent(match[2])];
     document.title = `${caseId} · tunefleet`;
     loadCase(tuning, caseId);
@@ -259,6 +269,7 @@ function route() {
   } else {
     document.title = "tunefleet";
     loadCases();
+    loadGoals();
   }
 }
 
@@ -270,6 +281,7 @@ function start() {
   every(sampleStatus, SAMPLE_MS);
   every(pollEvents, SAMPLE_MS);
   every(loadCases, CASES_MS);
+  every(loadGoals, CASES_MS);
 }
 
 // Run `task` now and again `ms` after each run ends, so slow answers never pile up.
