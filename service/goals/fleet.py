@@ -182,5 +182,7 @@ def summary_of(state: GoalState) -> GoalSummary:
         tuning=state.tuning,
         reason=completion.reason if completion else None,
         limit=completion.limit if completion else None,
+        tokens=state.spent.tokens,
+        cost_usd=state.spent.cost_usd,
         updated_at=state.updated_at,
     )

@@ -21,6 +21,8 @@ def render_result(state: GoalState, root: Path) -> str:
         f"Started: {state.started_at.isoformat()}",
         f"Deadline: {state.deadline_at.isoformat()}",
     ]
+    if state.spent.tokens or state.spent.cost_usd:
+        lines.append(f"Spent: {state.spent.tokens} tokens, ${state.spent.cost_usd:.4f}")
     if state.tuning:
         lines.append(f"Tuning: {state.tuning} (system version {state.version})")
     lines += [

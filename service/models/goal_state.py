@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.models.goal import GoalLimits, GoalStatus, GoalStep, Limit
+from service.models.records import Usage
 
 GOAL_STATE_SCHEMA_VERSION: Literal[1] = 1
 
@@ -127,6 +128,7 @@ class IterationState(BaseModel):
     workspace_base: str | None = Field(
         default=None, description="The workspace commit the iteration starts from."
     )
+    spent: Usage = Field(default_factory=Usage, description="What the iteration's steps spent.")
     voids: dict[str, int] = Field(default_factory=dict, description="step -> void runs set aside.")
     voids_counted: dict[str, int] = Field(
         default_factory=dict, description="step -> voids counted against an earlier failure of the goal."
@@ -162,6 +164,7 @@ class GoalState(BaseModel):
     tuning: str | None = None
     version: str | None = Field(default=None, description="The tuning's system version the goal runs on.")
     workspace: str | None = Field(default=None, description="The workspace's current commit.")
+    spent: Usage = Field(default_factory=Usage, description="What the goal's steps were measured to spend.")
     started_at: datetime
     updated_at: datetime
     deadline_at: datetime
@@ -186,4 +189,6 @@ class GoalSummary(BaseModel):
     tuning: str | None = None
     reason: str | None = None
     limit: Limit | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
     updated_at: datetime

@@ -9,6 +9,7 @@ from typing import Any
 
 import structlog
 from arq import Retry
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service import keys
@@ -18,11 +19,12 @@ from service.goals.store import GoalStore
 from service.models.goal import FINAL_STATUSES, GoalSpec
 from service.models.goal_state import GoalState, GoalSummary
 from service.models.jobs import GoalJob
-from service.models.tuning import CommandAdapter, DemoAdapter
+from service.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from service.system import SystemRepo
 from workers.adapters.goal_base import GoalAgent
 from workers.adapters.goal_command import CommandGoalAgent
 from workers.adapters.goal_demo import DemoGoalAgent
+from workers.adapters.llm.goal import LlmGoalAgent
 from workers.adapters.process import AgentHost
 from workers.errors import KeyRefused, LeaseLost, ProviderDown
 from workers.goals.loop import end, pursue
@@ -109,8 +111,8 @@ async def goal_run(runtime: WorkerRuntime, job: GoalJob, lease: CaseLease) -> Go
         spec=spec,
         state=state or await _first_state(runtime, store, spec, version),
         lease=lease,
-        planner=build_goal_agent(spec.analyzer, host, "analyzer"),
-        worker_agent=build_goal_agent(spec.runner, host, "runner"),
+        planner=build_goal_agent(spec.analyzer, host, "analyzer", runtime.redis),
+        worker_agent=build_goal_agent(spec.runner, host, "runner", runtime.redis),
         system_dir=system_dir,
     )
     if state is None:
@@ -145,12 +147,15 @@ async def _first_state(
     )
 
 
-def build_goal_agent(config: object, host: AgentHost, role: str) -> GoalAgent:
-    """The agent that takes a role's goal steps (ConfigError for a kind that has none)."""
+def build_goal_agent(config: object, host: AgentHost, role: str, redis: Redis | None = None) -> GoalAgent:
+    """The agent that takes a role's goal steps (ConfigError for a kind that has none); `redis`: where
+    an llm agent keeps its provider's fleet-wide limits."""
     if config is None or isinstance(config, DemoAdapter):
         return DemoGoalAgent()
     if isinstance(config, CommandAdapter):
         return CommandGoalAgent(config, host, role)
+    if isinstance(config, LlmAdapter):
+        return LlmGoalAgent(config, redis)
     raise ConfigError(f"{role}: the {getattr(config, 'kind', '?')} kind takes no goal steps")
 
 

@@ -133,6 +133,9 @@ async def run_agent(
                 exit_ = await gr.agent_for(step).goal_step(request)
         except TimeoutError:
             raise StepTimedOut(step) from None
+        if exit_.spent is not None:  # measured by the fleet's own adapter: counted whatever came of it
+            it.spent = it.spent + exit_.spent
+            gr.state.spent = gr.state.spent + exit_.spent
         if exit_.provider_down is not None:
             raise ProviderDown(f"the goal {step} agent's {exit_.provider_down}")
         if exit_.key_refused is not None:
