@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 DEMO_STORE := var/demo-store
 
-.PHONY: setup setup-test demo test lint unit chaos bench clean
+.PHONY: setup setup-test demo test lint unit chaos bench clean lock
 
 setup:
 	@scripts/bootstrap.sh
@@ -34,3 +34,16 @@ chaos: setup
 
 bench: setup
 	PYTHONPATH=. $(PY) -m bench
+
+# Resolve the dependencies anew (newest versions within pyproject.toml's ranges) and write the hashed
+# lock files that bootstrap and deploy/Dockerfile install from; `make lock LOCK_UPGRADE=` keeps the
+# current pins and only adds what pyproject.toml asks for anew. See docs/operations.md, "Locked
+# dependencies".
+LOCK_UPGRADE ?= --upgrade
+LOCK_FLAGS := --quiet $(LOCK_UPGRADE) --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+	--no-emit-find-links --resolver=backtracking
+lock: setup
+	$(PY) -m piptools compile $(LOCK_FLAGS) --extra dev -o requirements/dev.lock \
+		pyproject.toml requirements/build.in
+	$(PY) -m piptools compile $(LOCK_FLAGS) -o requirements/runtime.lock \
+		pyproject.toml requirements/build.in requirements/runtime.in

@@ -30,6 +30,7 @@ BENCHMARKS = [
     "recovery",
     "memory",
     "llm",
+    "autoscale",
 ]
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make this machine ready for tunefleet: system packages (git, redis-server; with `test`, also what the
-# tests drive: tmux, bubblewrap, chromium, promtool), then a virtualenv with the project and its dev
-# tools. Idempotent; safe to run on every `make` target.
+# tests drive: tmux, bubblewrap, chromium, promtool, systemd-analyze), then a virtualenv with the
+# project and its dev tools, installed from the hashed lock file requirements/dev.lock (`make lock`
+# refreshes it). Idempotent; safe to run on every `make` target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,7 @@ if [ "${1:-}" = test ]; then  # what only the tests use
   command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)         # a sandboxed runner
   command -v chromium >/dev/null 2>&1 || need+=(chromium)        # the dashboard, in a real browser
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)      # promtool check metrics
+  command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd) # systemd-analyze verify of deploy/systemd
 fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
@@ -36,11 +38,15 @@ python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || {
 }
 
 stamp=.venv/.installed
-if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "bootstrap: installing tunefleet and its dev tools into .venv" >&2
+lock=requirements/dev.lock
+if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt "$stamp" ] || [ "$lock" -nt "$stamp" ]; then
+  echo "bootstrap: installing tunefleet and its dev tools into .venv (from $lock)" >&2
   mkdir -p var
   python3 -m venv .venv
-  if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e '.[dev]'; } \
+  # Every dependency comes from the lock, checked against its hashes; then the project itself, editable,
+  # with the locked setuptools and nothing else (--no-deps: the lock already holds what it needs).
+  if ! { .venv/bin/python -m pip install -q --require-hashes --no-deps -r "$lock" \
+      && .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .; } \
       >var/bootstrap.log 2>&1; then
     cat var/bootstrap.log >&2
     echo "bootstrap: pip install failed (log above, also in var/bootstrap.log)" >&2

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -32,12 +33,14 @@ from service.api_http import (
     Guard,
     Handler,
     HttpError,
+    field_errors,
     json_response,
     parse_query,
     slug_param,
 )
 from service.client import TunefleetClient
 from service.errors import RedisUnavailableError, TunefleetError, UnknownTuningError
+from service.health import daemon_checks
 from service.metrics import FleetMetrics, fleet_snapshot
 from service.models.api import (
     BatchResult,
@@ -58,10 +61,22 @@ from service.models.api import (
 )
 from service.models.case import Case
 from service.models.events import Event
+from service.models.health import Liveness, Readiness
 from service.models.status import CaseDetail
 from service.openapi import openapi_document
 from service.queries import case_detail, results
 from service.settings import FleetSettings
+
+__all__ = [  # service.goal_api builds on these
+    "MAX_BODY_BYTES",
+    "Api",
+    "Endpoint",
+    "HttpError",
+    "create_app",
+    "field_errors",
+    "json_response",
+    "slug_param",
+]
 
 log = structlog.get_logger()
 
@@ -69,6 +84,8 @@ DASHBOARD = Path(__file__).parent / "dashboard"
 CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'"
 CASES = "/api/tunings/{tuning}/cases"
 TUNING = "/api/tunings/{tuning}"
+MAX_BODY_BYTES = 1 << 20
+"""The largest goal spec over HTTP (service.goal_api); cases are held to the `case_max_bytes` setting."""
 READ_ERRORS = (401, 503)
 WRITE_ERRORS = (401, 404, 422, 503)
 
@@ -89,6 +106,7 @@ class Api:
         self.settings = settings
         self.metrics = FleetMetrics(client.redis, settings.queue)
         w = Controls(client, settings)
+        health = daemon_checks(client.redis, settings.store)
         R = READ_ERRORS  # noqa: N806 (a table reads better with short names)
         E = Endpoint  # noqa: N806
         self.endpoints = [
@@ -104,12 +122,32 @@ class Api:
             writing(TUNING + "/resume", w.resume_tuning, "Release a tuning's hold", Released),
             writing(TUNING + "/cancel", w.cancel_tuning, "Cancel every unfinished case", Cancelled),
             writing(CASES + "/{case}/cancel", w.cancel_case, "Cancel one case", Cancelled),
+            E("GET", "/healthz", health.healthz, "Alive (503 when not; no token)", Liveness, access="public"),
+            E(
+                "GET",
+                "/readyz",
+                health.readyz,
+                "Ready (503 with the reasons; no token)",
+                Readiness,
+                access="public",
+            ),
             E("GET", "/metrics", self.prometheus, "Prometheus metrics", "text/plain", R),
             E("GET", "/openapi.json", self.openapi, "This document", "application/json", access="public"),
             E("GET", "/", self.dashboard, "The dashboard", "text/html", R, access="public"),
         ]
+        from service.goal_api import GoalApi  # it builds on this module's helpers
+
+        # The goal endpoints read with the read token; their writes (start, cancel) need the write token.
+        goals = GoalApi(self).endpoints()
+        self.endpoints += [
+            replace(e, access="write") if e.method != "GET" and e.access == "read" else e for e in goals
+        ]
         self.guard = Guard(settings)
         self.document = json.dumps(openapi_document(self.endpoints, __doc__ or "")).encode()
+
+    def authorize(self, request: Request) -> None:
+        """The write token's check (for handlers that also check it themselves, as the goal API's do)."""
+        self.guard.write(request)
 
     def route(self, endpoint: Endpoint) -> Handler:
         """The endpoint's handler behind its access check."""

@@ -328,13 +328,30 @@ def demo(
     ),
     workers: Annotated[int, typer.Option(help="Worker processes to start.")] = 2,
     timeout_s: Annotated[float, typer.Option(help="Give up after this long.")] = 600.0,
+    goals: Annotated[
+        Path | None, typer.Option(help="A folder of goal specs to pursue beside the cases (none: no goals).")
+    ] = Path("examples/goals"),
 ) -> None:
-    """Run the demo tuning end to end: daemon, worker processes, live progress, the result table."""
+    """Run the demo tuning and the example goals end to end, with live progress, then the results.
+
+    It starts the daemon and worker processes itself, on the fleet's Redis and store."""
     from service.demo import run_demo
 
-    raise typer.Exit(run(run_demo(_settings(ctx), tuning_file, workers, timeout_s)))
+    raise typer.Exit(run(run_demo(_settings(ctx), tuning_file, workers, timeout_s, goals)))
+
+
+_fail, _run = fail, run  # the names service.goal_cli imports from here
 
 
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="tunefleet")
+
+
+def _add_goal_commands() -> None:
+    from service.goal_cli import goal_app
+
+    app.add_typer(goal_app, name="goal")
+
+
+_add_goal_commands()

@@ -25,6 +25,7 @@ from service import keys
 from service.connection import JOB_EXPIRY_MS, connect
 from service.errors import CaseFileError, TunefleetError, UnknownTuningError
 from service.events import COST_SCALE, EventSink
+from service.goals.fleet import Goals
 from service.models.case import Case
 from service.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.models.records import CaseResult
@@ -69,6 +70,11 @@ class TunefleetClient:
         if self._redis is not None and self._owns_redis:
             await self._redis.aclose()
         self._redis = None
+
+    @property
+    def goals(self) -> Goals:
+        """Start, list, read and cancel goal runs (service.goals.fleet)."""
+        return Goals(self.redis, self.store, self.settings)
 
     def _sink(self) -> EventSink:
         return EventSink(self.redis, self.store, self.settings.events_max)

@@ -24,6 +24,7 @@ from service.events import COST_SCALE
 from service.mirror import Mirror
 from service.models.jobs import CASE_FUNCTION, CaseJob
 from service.models.status import SubmitReport
+from service.queries import stored_runs
 from service.settings import FleetSettings
 from service.startup import check_redis_address
 from service.store import TuningStore
@@ -88,6 +89,7 @@ class Daemon:
         total = 0
         for name in self.client.store.tuning_names():
             total += await self._reconcile_tuning(self.client.store.tuning(name))
+        total += await self.client.goals.reconcile()
         if total:
             log.info("reconciled", requeued=total)
         return total
@@ -135,6 +137,8 @@ class Daemon:
         counts: dict[str, int] = {"queued": 0, "tokens": 0, "tokens_unmeasured": 0, "cost_usd_micros": 0}
         for case in tuning.latest_revs():
             counts["queued"] += 1
+            for field, runs in stored_runs(case).items():
+                counts[field] = counts.get(field, 0) + runs
             result = case.result()
             if result is not None:
                 counts[f"state:{result.state}"] = counts.get(f"state:{result.state}", 0) + 1

@@ -9,13 +9,15 @@ import signal
 import sys
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
 from service import keys
 from service.client import TunefleetClient
 from service.daemon import Daemon
+from service.goals import demo as demo_goals
+from service.models.goal import GoalSpec
 from service.models.status import ResultRow
 from service.render import out_console, results_table, status_table
 from service.settings import FleetSettings
@@ -61,34 +63,55 @@ async def stop_workers(processes: list[asyncio.subprocess.Process], grace_s: flo
             await proc.wait()
 
 
-async def run_demo(settings: FleetSettings, tuning_file: Path, workers: int, timeout_s: float) -> int:
-    """0 when every demo case reached the outcome it declares."""
+async def run_demo(
+    settings: FleetSettings, tuning_file: Path, workers: int, timeout_s: float, goals_dir: Path | None = None
+) -> int:
+    """0 when every demo case and every example goal (in `goals_dir`) reached the outcome it declares."""
     console = out_console()
+    specs = demo_goals.example_specs(goals_dir) if goals_dir is not None else []
     async with TunefleetClient(settings) as client:
         daemon = Daemon(client)
         reports = await daemon.start([tuning_file])
         name = next(iter(reports))
         total = len(list(client.tuning_store(name).latest_revs()))
+        await demo_goals.start_examples(client.goals, specs)
         processes = await start_workers(workers)
         watcher = asyncio.create_task(daemon.run())
         try:
-            last = await _follow(client, name, total, timeout_s, console)
+            last = await _follow(client, name, total, specs, timeout_s, console)
         finally:
             daemon.stopping.set()
             await watcher
             await stop_workers(processes, settings.stop_grace_s)
         rows = await client.results(name)
+        goals_table, missed_goals = demo_goals.results_table(client.goals, specs)
     console.print(last)
     console.print()
     console.print(results_table(rows))
-    return _summary(console, rows)
+    code = _summary(console, rows)
+    if not specs:
+        return code
+    console.print(goals_table)
+    if missed_goals:
+        console.print(
+            f"[red]{len(missed_goals)} goal(s) did not reach their declared outcome:[/red] "
+            + ", ".join(missed_goals)
+        )
+        return 1
+    console.print(f"[green]all {len(specs)} goals reached their declared outcome[/green]")
+    return code
 
 
 async def _follow(
-    client: TunefleetClient, name: str, total: int, timeout_s: float, console: Console
+    client: TunefleetClient,
+    name: str,
+    total: int,
+    specs: list[GoalSpec],
+    timeout_s: float,
+    console: Console,
 ) -> Group:
-    """Show the fleet live until every case finished (or the time is up); the last view, which the live
-    display leaves to the caller to print (a live display's last line ends without a line break)."""
+    """Show the fleet live until every case and goal ended (or the time is up); the last view, which the
+    live display leaves to the caller to print (a live display's last line ends without a line break)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     with Live(console=console, refresh_per_second=4, transient=True) as live:
@@ -96,13 +119,19 @@ async def _follow(
             status = await client.status()
             tuning = next((t for t in status.tunings if t.name == name), None)
             finished = (tuning.completed + tuning.difficult + tuning.failed) if tuning else 0
-            view = Group(
-                status_table(status),
+            summaries = await client.goals.summaries()
+            ended = demo_goals.goals_ended(summaries, specs)
+            parts: list[RenderableType] = [status_table(status)]
+            if specs:
+                parts.append(demo_goals.live_table(summaries))
+            parts += [
                 await recent_events(client, EVENT_ROWS),
-                f"{finished}/{total} cases finished",
-            )
+                f"{finished}/{total} cases finished"
+                + (f", {ended}/{len(specs)} goals ended" if specs else ""),
+            ]
+            view = Group(*parts)
             live.update(view)
-            if finished >= total or loop.time() > deadline:
+            if (finished >= total and ended >= len(specs)) or loop.time() > deadline:
                 return view
             await asyncio.sleep(REFRESH_S)
 

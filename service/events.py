@@ -35,7 +35,10 @@ COST_SCALE = 1_000_000
 
 
 def counter_moves(event: Event) -> dict[str, int]:
-    """The live counters of a tuning that an event changes, and by how much."""
+    """The live counters of a tuning that an event changes, and by how much. Runs are counted when
+    their fate is known: `runs:ran` when the analyzer grades one (not void), `runs:void` when one is set
+    aside (voided by the runner or by the analyzer), so that they add up to the runs the store keeps
+    (`service.queries.stored_runs`)."""
     moves: dict[str, int] = {}
     if event.kind in ("case_completed", "case_difficult", "case_failed", "case_cancelled"):
         moves["state:" + event.kind.removeprefix("case_")] = 1
@@ -44,10 +47,11 @@ def counter_moves(event: Event) -> dict[str, int]:
     elif event.kind == "case_requeued":
         moves["requeued"] = 1
     elif event.kind == "step_finished" and event.step is not None:
-        outcome = event.data.get("outcome", "ok")
         moves[f"steps:{event.step}"] = 1
-        if event.step == "run":
-            moves[f"runs:{outcome}"] = 1
+        if event.step == "analyze" and event.data.get("outcome") != "void":
+            moves["runs:ran"] = 1  # a run is counted once its fate is known: graded, or set aside
+    elif event.kind == "attempt_set_aside":
+        moves["runs:void"] = 1
     if event.tokens:
         moves["tokens"] = event.tokens
     if event.unmeasured_tokens:

@@ -131,6 +131,20 @@ def cancelled(tuning: str) -> str:
     return f"{PREFIX}:cancelled:{tuning}"
 
 
+GOALS_SCOPE = "_goals"
+"""Where goals stand among the per-tuning keys (never a tuning's name: a slug cannot start with `_`)."""
+
+
+def goals() -> str:
+    """HASH: goal id -> JSON `GoalSummary` (service.models.goal_state): status, iteration, step, worker."""
+    return f"{PREFIX}:goals"
+
+
+def goals_cancelled() -> str:
+    """SET: the job ids (`goal:<id>`) of cancelled goals (a goal's lease is taken with GOALS_SCOPE)."""
+    return cancelled(GOALS_SCOPE)
+
+
 def arq_in_progress(job_id: str) -> str:
     return in_progress_key_prefix + job_id
 

@@ -11,7 +11,6 @@ Two sources:
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
@@ -24,8 +23,10 @@ from redis.exceptions import RedisError
 
 from service import keys
 from service.errors import TunefleetError
+from service.goal_metrics import GoalCollector
 from service.models.api import LockState, StatusView
 from service.models.events import Event
+from service.models.status import WAIT_WORDS
 from service.queries import fleet_status
 
 log = structlog.get_logger()
@@ -40,26 +41,10 @@ TAIL_RETRY_S = (1.0, 30.0)
 """The first and the longest pause of the tail after a Redis error (doubling in between)."""
 
 
-async def read_locks(redis: Redis, tunings: list[str]) -> list[LockState]:
-    """Each tuning's improvements lock: held (with its fence) and how many applies are pending."""
-    now_ms = int(time.time() * 1000)
-    async with redis.pipeline(transaction=False) as pipe:
-        for name in tunings:
-            pipe.get(keys.lock(name))
-            pipe.zcount(keys.lock_pending(name), now_ms, "+inf")
-        replies = await pipe.execute()
-    locks = []
-    for i, name in enumerate(tunings):
-        token, pending = replies[2 * i], replies[2 * i + 1]
-        fence = int(token) if token is not None else None
-        locks.append(LockState(tuning=name, held=fence is not None, fence=fence, pending=int(pending)))
-    return locks
-
-
 async def fleet_snapshot(redis: Redis, queue: str) -> StatusView:
-    """The fleet status and the improvements locks, read now (three round trips)."""
+    """The fleet status and the improvements locks, read now (two round trips)."""
     status = await fleet_status(redis, queue)
-    locks = await read_locks(redis, [t.name for t in status.tunings])
+    locks = [LockState(tuning=t.name, **t.lock.model_dump()) for t in status.tunings]
     return StatusView(**status.model_dump(), locks=locks, sampled_at=datetime.now(UTC))
 
 
@@ -98,11 +83,21 @@ class FleetCollector:
         yield from (depth, running, paused)
 
     def _tunings(self, s: StatusView) -> Iterator[Metric]:
-        running = _gauge("cases_running", "Cases running now, by the step they are at.", ["tuning", "step"])
+        running = _gauge(
+            "cases_running", "Cases at a step now (not waiting to start one), by step.", ["tuning", "step"]
+        )
+        blocked = _gauge(
+            "cases_blocked",
+            "Cases a worker holds that wait to start their next step, by what they wait for "
+            "(resume, hold, sandbox, apply, lock).",
+            ["tuning", "waiting_for"],
+        )
         waiting = _gauge("cases_waiting", "Submitted cases neither running nor finished.", ["tuning"])
         finished = _gauge("cases_finished", "Cases that ended, by final state.", ["tuning", "state"])
         submitted = _counter("cases_submitted", "Cases submitted into the tuning.", ["tuning"])
-        runs = _counter("runs", "Agent runs, by outcome (ran, void).", ["tuning", "outcome"])
+        runs = _counter(
+            "runs", "Agent runs, by outcome: ran (graded), void (set aside).", ["tuning", "outcome"]
+        )
         tokens = _counter("tokens", "Tokens spent by every step.", ["tuning"])
         cost = _counter("cost_usd", "Money spent by every step, in US dollars.", ["tuning"])
         held = _gauge(
@@ -113,6 +108,8 @@ class FleetCollector:
         for t in s.tunings:
             for step, count in sorted(t.running_by_step.items()):
                 running.add_metric([t.name, step], count)
+            for cause in WAIT_WORDS:
+                blocked.add_metric([t.name, cause], t.waiting_by_cause.get(cause, 0))
             waiting.add_metric([t.name], t.waiting)
             for state in FINAL_STATES:
                 finished.add_metric([t.name, state], getattr(t, state))
@@ -123,7 +120,7 @@ class FleetCollector:
             cost.add_metric([t.name], t.cost_usd)
             if t.held is not None:
                 held.add_metric([t.name, t.held.kind, t.held.reason], 1.0)
-        yield from (running, waiting, finished, submitted, runs, tokens, cost, held)
+        yield from (running, blocked, waiting, finished, submitted, runs, tokens, cost, held)
 
     def _breaker(self, s: StatusView) -> Iterator[Metric]:
         state = _gauge("breaker_open", "1 while the fleet-wide sandbox circuit breaker is open.")
@@ -153,10 +150,17 @@ class FleetCollector:
         pending = _gauge(
             "improvements_lock_pending", "Applies waiting for or holding the tuning's lock.", ["tuning"]
         )
+        holder = _gauge(
+            "improvements_lock_holder",
+            "1 for the case and worker whose apply holds the tuning's lock (none while it is free).",
+            ["tuning", "case", "worker"],
+        )
         for lock in s.locks:
             held.add_metric([lock.tuning], 1.0 if lock.held else 0.0)
             pending.add_metric([lock.tuning], lock.pending)
-        yield from (held, pending)
+            if lock.holder is not None:
+                holder.add_metric([lock.tuning, lock.holder.case, lock.holder.worker or ""], 1.0)
+        yield from (held, pending, holder)
 
 
 class FleetMetrics:
@@ -168,6 +172,8 @@ class FleetMetrics:
         self.registry = CollectorRegistry()
         self.collector = FleetCollector()
         self.registry.register(self.collector)
+        self.goals = GoalCollector()
+        self.registry.register(self.goals)
         self.step_duration = Histogram(
             f"{NAMESPACE}_step_duration_seconds",
             "Duration of finished steps (run, analyze, apply).",
@@ -206,6 +212,7 @@ class FleetMetrics:
     async def scrape(self) -> bytes:
         """The Prometheus text exposition, with the live state read now."""
         await self.refresh()
+        await self.goals.refresh(self._redis)
         return generate_latest(self.registry)
 
     def observe(self, event: Event) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from redis.asyncio import Redis
 
@@ -16,15 +17,33 @@ from service.models.status import (
     CaseDetail,
     FleetStatus,
     Hold,
+    LockHolder,
     MirrorState,
     ResultRow,
+    RunningCase,
+    TuningLock,
     TuningStatus,
     WorkerStatus,
 )
-from service.store import TuningStore
+from service.store import PHASES, CaseStore, TuningStore
 
-TUNING_REPLIES = 4
-"""Replies per tuning in the status query's second round trip: stats, running, version, mirror."""
+TUNING_REPLIES = 6
+"""Replies per tuning in the status query's second round trip: stats, running, version, mirror, lock,
+pending applies."""
+
+
+def _lock(token: bytes | None, pending: int, entries: list[RunningCase]) -> TuningLock:
+    """The lock and its holder: the running case that notes the lock's fencing token."""
+    fence = int(token) if token is not None and token.isdigit() else None
+    holder = next((e for e in entries if fence is not None and e.fence == fence), None)
+    return TuningLock(
+        held=token is not None,
+        fence=fence,
+        holder=LockHolder(**holder.model_dump(include={"case", "rev", "worker", "phase", "attempt"}))
+        if holder is not None
+        else None,
+        pending=int(pending),
+    )
 
 
 def _tuning_status(
@@ -33,12 +52,21 @@ def _tuning_status(
     running: dict[bytes, bytes],
     version: bytes | None,
     mirror: dict[bytes, bytes],
+    lock: bytes | None,
+    pending: int,
 ) -> TuningStatus:
     counts = {k.decode(): int(v) for k, v in stats.items()}
+    entries = [e for e in map(RunningCase.parse, running.values()) if e is not None]
     by_step: dict[str, int] = {}
-    for raw in running.values():
-        step = json.loads(raw).get("step", "?")
-        by_step[step] = by_step.get(step, 0) + 1
+    by_cause: dict[str, int] = {}
+    for entry in entries:
+        if entry.waiting is not None:
+            by_cause[entry.waiting] = by_cause.get(entry.waiting, 0) + 1
+        else:
+            by_step[entry.step] = by_step.get(entry.step, 0) + 1
+    unreadable = len(running) - len(entries)
+    if unreadable:
+        by_step["?"] = unreadable
     finished = sum(counts.get(f"state:{s}", 0) for s in ("completed", "difficult", "failed", "cancelled"))
     submitted = counts.get("queued", 0)
     return TuningStatus(
@@ -46,6 +74,7 @@ def _tuning_status(
         submitted=submitted,
         running=len(running),
         running_by_step=by_step,
+        waiting_by_cause=by_cause,
         waiting=max(0, submitted - finished - len(running)),
         completed=counts.get("state:completed", 0),
         difficult=counts.get("state:difficult", 0),
@@ -57,6 +86,7 @@ def _tuning_status(
         cost_usd=counts.get("cost_usd_micros", 0) / COST_SCALE,
         version=version.decode() if version else None,
         mirror=MirrorState.from_hash(mirror),
+        lock=_lock(lock, pending, entries),
     )
 
 
@@ -73,12 +103,15 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
     holds = {name.decode(): Hold.parse(raw) for name, raw in held_raw.items()}
     names = sorted(n.decode() for n in names_raw)
     worker_names = [w.decode() for w, _ in workers_raw]
+    now_ms = int(time.time() * 1000)  # only to count the unexpired pending applies, for display
     async with redis.pipeline(transaction=False) as pipe:
         for name in names:
             pipe.hgetall(keys.stats(name))
             pipe.hgetall(keys.running(name))
             pipe.get(keys.version(name))
             pipe.hgetall(keys.mirror(name))
+            pipe.get(keys.lock(name))
+            pipe.zcount(keys.lock_pending(name), now_ms, "+inf")
         for worker in worker_names:
             pipe.get(keys.worker(worker))
         replies = await pipe.execute()
@@ -103,6 +136,25 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
         workers=workers,
         tunings=tunings,
     )
+
+
+def stored_runs(case_store: CaseStore) -> dict[str, int]:
+    """The agent runs of a case revision as its folder keeps them, as `runs:<outcome>` counters (what
+    service.events.counter_moves counted live): `ran`, the tries whose run was graded (not void);
+    `void`, the runs set aside."""
+    ran = void = 0
+    for phase in PHASES:
+        folder = case_store.root / phase
+        if folder.is_dir():
+            void += sum(1 for p in folder.glob("*.void-*") if p.is_dir())
+    for _phase, _attempt, paths in case_store.attempts():
+        try:
+            feedback = read_model(paths.feedback, Feedback)
+        except StoreError:  # unreadable: the try is graded again, and counted then
+            continue
+        if feedback is not None and feedback.verdict != "void" and paths.run.exists():
+            ran += 1
+    return {field: n for field, n in (("runs:ran", ran), ("runs:void", void)) if n}
 
 
 async def tuning_hold(redis: Redis, tuning: str) -> Hold | None:

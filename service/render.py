@@ -12,7 +12,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from service.models.status import CaseDetail, FleetStatus, Hold, ResultRow, TuningStatus
+from service.models.status import WAIT_WORDS, CaseDetail, FleetStatus, Hold, ResultRow, TuningStatus
 
 STATE_STYLE = {"completed": "green", "difficult": "yellow", "failed": "red", "cancelled": "magenta"}
 """The states a case ends in, in the order `status` and `watch` show their counts, and their styles."""
@@ -122,7 +122,7 @@ def status_table(status: FleetStatus) -> Group:
             Text.assemble(t.name, (" HELD", "bold red") if t.held is not None else ""),
             str(t.submitted),
             str(t.waiting),
-            f"{t.running} {steps}".strip(),
+            ", ".join(filter(None, [f"{t.running} {steps}".strip(), *waits_words(t)])),
             *(str(n) for n in outcome_counts(t).values()),
             f"{t.tokens:,}",
             f"{t.cost_usd:.4f}",
@@ -130,7 +130,20 @@ def status_table(status: FleetStatus) -> Group:
     mirrors = [mirror_line(t) for t in status.tunings if t.mirror is not None]
     unmeasured = [unmeasured_line(t) for t in status.tunings if t.unmeasured_tokens]
     holds = [hold_line(t.name, t.held) for t in status.tunings if t.held is not None]
-    return Group(head, table, *holds, *mirrors, *unmeasured)
+    locks = [lock_line(t) for t in status.tunings if t.lock.held]
+    return Group(head, table, *holds, *locks, *mirrors, *unmeasured)
+
+
+def waits_words(tuning: TuningStatus) -> list[str]:
+    """`2 waiting for resume`, …: the cases workers hold that wait to start their next step."""
+    return [f"{n} {WAIT_WORDS[c]}" for c, n in sorted(tuning.waiting_by_cause.items()) if c in WAIT_WORDS]
+
+
+def lock_line(tuning: TuningStatus) -> Text:
+    """Who holds a tuning's improvements lock: its case and worker (its token while unknown)."""
+    lock, holder = tuning.lock, tuning.lock.holder
+    who = f"case {holder.case} r{holder.rev} on worker {holder.worker or '?'}" if holder else f"#{lock.fence}"
+    return Text.assemble((f"lock {tuning.name}: ", "bold"), f"held by {who}, {lock.pending} pending")
 
 
 def hold_line(tuning: str, hold: Hold) -> Text:

@@ -8,6 +8,8 @@ from pydantic import BaseModel
 
 from service.models.case import Case, RunTask
 from service.models.events import Event
+from service.models.goal import GoalSpec
+from service.models.goal_state import GoalState, ProgressEntry, Review, WorkerResult
 from service.models.jobs import CaseJob
 from service.models.records import ApplyOutput, ApplyRecord, CaseResult, Feedback, Note, RunOutput, RunRecord
 from service.models.tuning import TuningConfig
@@ -25,6 +27,11 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "note": Note,
     "event": Event,
     "case-job": CaseJob,
+    "goal": GoalSpec,
+    "goal-state": GoalState,
+    "review": Review,
+    "worker-result": WorkerResult,
+    "progress-entry": ProgressEntry,
 }
 
 

@@ -27,8 +27,20 @@ class FleetSettings(BaseSettings):
 
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="redis:// or rediss:// (TLS).")
     redis_password: SecretStr | None = None
+    redis_tls_ca_file: Path | None = Field(
+        default=None, description="PEM file of the CA that signed Redis's certificate (rediss:// only)."
+    )
+    redis_tls_cert_file: Path | None = Field(
+        default=None, description="PEM client certificate, for a Redis that checks clients (tls-auth-clients)"
+    )
+    redis_tls_key_file: Path | None = Field(default=None, description="The client certificate's key (PEM).")
     redis_sentinels: list[str] = Field(default_factory=list, description="host:port of Sentinels.")
     redis_sentinel_master: str = "mymaster"
+    redis_failover_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="With Sentinels: how long a command waits for a new primary after the old one died.",
+    )
     redis_connect_timeout_s: float = Field(default=5.0, gt=0)
     redis_connect_attempts: int = Field(default=10, ge=1)
 
@@ -79,6 +91,17 @@ class FleetSettings(BaseSettings):
         gt=0,
         description="How often the daemon pushes each tuning's current version to its remote.",
     )
+    goal_min_iterations: int = Field(default=1, ge=1, description="A goal's default `min_iterations`.")
+    goal_max_iterations: int = Field(default=5, ge=1, description="A goal's default `max_iterations`.")
+    goal_timeout_s: float = Field(default=8 * 3600.0, gt=0, description="A goal's default run timeout.")
+    goal_iteration_timeout_s: float = Field(
+        default=2 * 3600.0, gt=0, description="A goal's default iteration timeout."
+    )
+    goal_reviewer_timeout_s: float = Field(
+        default=900.0, gt=0, description="A goal's default reviewer timeout."
+    )
+    goal_attempts_per_task: int = Field(default=2, ge=1, description="A goal's default attempts per task.")
+    goal_max_voids: int = Field(default=3, ge=1, description="Void goal steps in a row before it fails.")
     events_max: int = Field(default=100_000, ge=100, description="Events kept in the Redis stream.")
 
     api_host: str = "127.0.0.1"
@@ -97,6 +120,11 @@ class FleetSettings(BaseSettings):
         default=1 << 20,
         ge=1024,
         description="The largest case: a case file `submit` takes, a case sent over HTTP.",
+    )
+
+    health_host: str = Field(default="127.0.0.1", description="Where a worker serves /healthz and /readyz.")
+    health_port: int = Field(
+        default=0, ge=0, le=65535, description="A worker's health port; 0 serves no health endpoints."
     )
 
     log_format: Literal["auto", "json", "console"] = "auto"

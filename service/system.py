@@ -162,6 +162,11 @@ class SystemRepo:
         try:
             with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
                 tar.extractall(staging, filter="data")
+        except tarfile.ReadError as exc:
+            if await self._git("ls-tree", "--name-only", version):  # else an empty tree: an empty folder
+                _make_writable(staging)
+                shutil.rmtree(staging)
+                raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
         except tarfile.TarError as exc:
             _make_writable(staging)
             shutil.rmtree(staging)
@@ -263,6 +268,12 @@ class SystemRepo:
             f"{version}:refs/heads/{branch}",
             timeout_s=self.git_timeout_s if timeout_s is None else timeout_s,
         )
+
+    async def diff(self, older: str, newer: str) -> str:
+        """The changes from `older` to `newer` as a patch, with a summary of the files first."""
+        if older == newer:
+            return ""
+        return await self._git("diff", "--stat", "--patch", "--no-color", "--no-ext-diff", older, newer)
 
     async def message(self, version: str) -> str:
         return await self._git("log", "-1", "--format=%B", version)

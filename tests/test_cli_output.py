@@ -103,7 +103,10 @@ async def test_the_demo_progress_line_stands_apart(fleet: Fleet, tmp_path: Path)
     """`tunefleet demo` ends its live view with `N/N cases finished` on a line of its own, then a blank line,
     then the result table."""
     tuning = write_tuning(tmp_path / "t", [case("pass"), case("also-passes")])
-    out = tunefleet(fleet, "demo", "--tuning", str(tuning), "--workers", "1").stdout.splitlines()
+    no_goals = tmp_path / "no-goals"
+    no_goals.mkdir()
+    demo = ["demo", "--tuning", str(tuning), "--workers", "1", "--goals", str(no_goals)]
+    out = tunefleet(fleet, *demo).stdout.splitlines()
     at = out.index("2/2 cases finished")
     assert out[at + 1] == ""
     assert out[at + 2].startswith("┏")

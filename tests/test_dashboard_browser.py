@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -166,3 +167,34 @@ async def test_the_dashboard_follows_a_tuning_and_shows_a_case(
         await page.screenshot(path=str(tmp_path / "case.png"), full_page=True)
 
     assert fleet_shot.stat().st_size > 10_000 and running_shot.stat().st_size > 10_000
+
+
+async def test_the_dashboard_shows_waits_and_the_lock_holder(
+    fleet: Fleet, settings: FleetSettings, tmp_path: Path
+) -> None:
+    """The tunings row shows cases waiting for the lock and, once paused, for resume; the lock shows its
+    holder's case and worker, not its fencing token."""
+    from playwright.async_api import expect
+
+    cases = [case("a", rules=["a-1", "a-2"]), case("b", rules=["b-1", "b-2"])]
+    adapter = demo_adapter(run_ms=50, analyze_ms=50, apply_ms=2500)
+    await fleet.start_tuning(write_tuning(tmp_path / "tuning", cases, adapter=adapter))
+    running = '#tunings tr[data-tuning="t1"] td.running'
+    async with TunefleetClient(settings) as client, served(client, settings) as url, browser_page() as page:
+        await page.goto(url)
+        await expect(page.locator("#connection")).to_have_text("live")
+        fleet.start_worker(concurrency=2)
+        await expect(page.locator(running)).to_contain_text("1 waiting for the lock", timeout=WAIT_MS)
+        (worker,) = (await client.status()).workers
+        await expect(page.locator("#lock-detail")).to_contain_text(
+            re.compile(rf"t1: [ab] r1 on {re.escape(worker.name)}"), timeout=WAIT_MS
+        )
+        await expect(page.locator('#tunings tr[data-tuning="t1"]')).to_contain_text(
+            re.compile(rf"held by [ab] r1 on {re.escape(worker.name)}")
+        )
+        await client.pause()
+        await expect(page.locator(running)).to_contain_text("2 waiting for resume", timeout=WAIT_MS)
+        await client.resume()
+        await expect(page.locator('#tunings tr[data-tuning="t1"] td.completed')).to_have_text(
+            "2", timeout=WAIT_MS
+        )

@@ -1,4 +1,5 @@
-"""docker-compose.yml and deploy/Dockerfile checked against the code, since Docker cannot run here.
+"""docker-compose.yml, deploy/Dockerfile and the lock files checked against the code, since Docker cannot
+run here.
 
 Each check is a function that returns the problems it finds; the real files must have none, and
 deliberately broken copies must have some (so a check that can never fail is caught too).
@@ -18,22 +19,33 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
-import typer
 import yaml
 
-from service.cli import app
 from service.errors import ConfigError
-from service.settings import FleetSettings
+from service.settings import CONFIG_ENV
 from service.tunings import load_tuning_file
+from tests.support.dockerfile import (
+    STORE_PATH,
+    dockerfile_problems,
+    exec_form,
+    instructions,
+)
+from tests.support.fleet_cli import argv_problems, cli_commands, is_setting
+from tests.support.grace import default_stop_grace_s, parse_duration, release_wait_s
+from tests.support.locks import (
+    DEV_LOCK,
+    RUNTIME_LOCK,
+    bound_problems,
+    dev_requirements,
+    lock_entries,
+    lock_problems,
+    runtime_requirements,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-ENTRYPOINT = ["tini", "--", "tunefleet"]
-STORE_PATH = "/store"
-RELEASE_WAIT_S = 5.0
-"""How long a stopping worker waits, beyond the agents' grace, for its cases to go back to the queue
-(workers/fleet_worker.py, `_stop_when_released`)."""
-REQUIRED_PACKAGES = ("git", "tini", "bubblewrap")
+HEALTH_PATHS = ("/healthz", "/readyz")
+LOOPBACK = "127.0.0.1"
 
 Compose = dict[str, Any]
 
@@ -97,15 +109,6 @@ def mounts(service: dict[str, Any]) -> list[Mount]:
     return found
 
 
-def parse_duration(text: str) -> float:
-    """A compose duration (`30s`, `1m30s`, `1500ms`) in seconds."""
-    units = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-    parts = re.findall(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text.strip():
-        raise ValueError(f"not a duration: {text!r}")
-    return sum(float(n) * units[u] for n, u in parts)
-
-
 def dockerfile_of(service: dict[str, Any]) -> tuple[Path, Path] | None:
     """The (context, Dockerfile) a service builds from, or None when it only pulls an image."""
     build = service.get("build")
@@ -117,33 +120,6 @@ def dockerfile_of(service: dict[str, Any]) -> tuple[Path, Path] | None:
     return context, context / str(build.get("dockerfile", "Dockerfile"))
 
 
-def instructions(text: str) -> list[tuple[str, str]]:
-    """A Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined, comments dropped."""
-    result: list[tuple[str, str]] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        whole = (pending + line).strip()
-        pending = ""
-        if whole:
-            keyword, _, args = whole.partition(" ")
-            result.append((keyword.upper(), args.strip()))
-    return result
-
-
-def exec_form(args: str) -> list[str]:
-    """The argv of an ENTRYPOINT/CMD, in exec (JSON) or shell form."""
-    value = yaml.safe_load(args) if args.startswith("[") else None
-    return [str(v) for v in value] if isinstance(value, list) else shlex.split(args)
-
-
 def runs_tunefleet(service: dict[str, Any]) -> bool:
     """Whether the service's container runs the tunefleet CLI (our image, entrypoint not overridden)."""
     built = dockerfile_of(service)
@@ -151,17 +127,6 @@ def runs_tunefleet(service: dict[str, Any]) -> bool:
         return False
     entry = [exec_form(a) for k, a in instructions(built[1].read_text()) if k == "ENTRYPOINT"]
     return bool(entry) and entry[-1][-1:] == ["tunefleet"]
-
-
-def cli_group() -> Any:
-    """The CLI's command group (typer's own vendored click group; its subcommands are `.commands`)."""
-    return typer.main.get_command(app)
-
-
-def cli_commands() -> dict[str, Any]:
-    commands = getattr(cli_group(), "commands", None)
-    assert isinstance(commands, dict) and commands, "service.cli.app has no subcommands"
-    return commands
 
 
 def subcommand_of(service: dict[str, Any]) -> str | None:
@@ -203,7 +168,6 @@ def mount_problems(compose: Compose) -> list[str]:
 
 def command_problems(compose: Compose) -> list[str]:
     """Every command of a tunefleet service must parse as a real subcommand with valid arguments."""
-    group, commands = cli_group(), cli_commands()
     problems = []
     for name, service in services(compose).items():
         if not runs_tunefleet(service):
@@ -212,16 +176,7 @@ def command_problems(compose: Compose) -> list[str]:
         if not argv:
             problems.append(f"{name}: no command (the image would only print --help)")
             continue
-        command = commands.get(argv[0])
-        if command is None:
-            known = ", ".join(sorted(commands))
-            problems.append(f"{name}: `tunefleet {argv[0]}` is not a subcommand (known: {known})")
-            continue
-        parent = typer.Context(group, info_name="tunefleet")
-        try:
-            command.make_context(argv[0], list(argv[1:]), parent=parent)
-        except (typer.TyperException, typer.Exit) as exc:
-            problems.append(f"{name}: `tunefleet {' '.join(argv)}` does not parse: {exc}")
+        problems += [f"{name}: {problem}" for problem in argv_problems(argv)]
     return problems
 
 
@@ -258,9 +213,7 @@ def effective_stop_grace_s(service: dict[str, Any]) -> float:
     configured = environment(service).get("TUNEFLEET_STOP_GRACE_S")
     if configured is not None:
         return float(configured)
-    default = FleetSettings.model_fields["stop_grace_s"].default
-    assert isinstance(default, float)
-    return default
+    return default_stop_grace_s()
 
 
 def worker_problems(compose: Compose) -> list[str]:
@@ -275,7 +228,7 @@ def worker_problems(compose: Compose) -> list[str]:
         if not isinstance(replicas, int) or replicas <= 1:
             problems.append(f"{name}: deploy.replicas is {replicas!r}; a fleet needs more than one worker")
         grace = effective_stop_grace_s(service)
-        needed = grace + RELEASE_WAIT_S
+        needed = grace + release_wait_s()
         period_text = service.get("stop_grace_period")
         if period_text is None:
             problems.append(
@@ -286,28 +239,96 @@ def worker_problems(compose: Compose) -> list[str]:
             if period <= needed:
                 problems.append(
                     f"{name}: stop_grace_period {period_text} is not longer than stop_grace_s {grace:g} s "
-                    f"+ the {RELEASE_WAIT_S:g} s release wait"
+                    f"+ the {release_wait_s():g} s release wait"
                 )
-        if service.get("init") is not True:
-            problems.append(f"{name}: `init: true` is missing (killed agent processes must be reaped)")
     return problems
+
+
+def init_problems(compose: Compose) -> list[str]:
+    """The image's ENTRYPOINT runs tini as PID 1; `init: true` would put Docker's init above it."""
+    return [
+        f"{name}: `init: true` doubles the image's tini (ENTRYPOINT already reaps agent processes)"
+        for name, service in services(compose).items()
+        if runs_tunefleet(service) and service.get("init") is True
+    ]
+
+
+def probe_url(service: dict[str, Any]) -> str | None:
+    """The http:// URL a service's healthcheck fetches, if it fetches one."""
+    test = (service.get("healthcheck") or {}).get("test") or []
+    text = " ".join(str(part) for part in test) if isinstance(test, list) else str(test)
+    found = re.search(r"http://[^\s'\"]+", text)
+    return found.group(0) if found else None
+
+
+def health_problems(compose: Compose) -> list[str]:
+    """Every service has a healthcheck; tunefleet's probe their own health endpoint on the right port."""
+    problems = []
+    for name, service in services(compose).items():
+        check = service.get("healthcheck") or {}
+        if not check.get("test") or check.get("disable"):
+            problems.append(f"{name}: no healthcheck")
+            continue
+        if not runs_tunefleet(service):
+            continue
+        env = environment(service)
+        port_var = "TUNEFLEET_API_PORT" if subcommand_of(service) == "daemon" else "TUNEFLEET_HEALTH_PORT"
+        port = env.get(port_var, "")
+        url = probe_url(service) or ""
+        wanted = [f"http://127.0.0.1:{port}{path}" for path in HEALTH_PATHS]
+        if not port or port == "0" or url not in wanted:
+            problems.append(f"{name}: healthcheck fetches {url!r}, not one of {wanted} ({port_var}={port!r})")
+    return problems
+
+
+def published_host_ip(entry: Any) -> str | None:
+    """The host address of a `ports` entry (short `[ip:]host:container` or long syntax); None when all."""
+    if isinstance(entry, dict):
+        return str(entry["host_ip"]) if entry.get("host_ip") else None
+    text = by_default(str(entry))
+    parts = text.rsplit(":", 2)
+    return parts[0] if len(parts) == 3 else None
+
+
+def publish_problems(compose: Compose) -> list[str]:
+    """Ports are published on the loopback address by default, never on every interface."""
+    problems = []
+    for name, service in services(compose).items():
+        for entry in service.get("ports") or []:
+            if published_host_ip(entry) != LOOPBACK:
+                problems.append(f"{name}: port {entry!r} is published beyond {LOOPBACK}")
+    return problems
+
+
+def token_problems(compose: Compose) -> list[str]:
+    """The daemon takes its API token from the environment of `docker compose` (or .env), never a literal."""
+    problems = []
+    daemons = [s for s in services(compose).values() if runs_tunefleet(s) and subcommand_of(s) == "daemon"]
+    for service in daemons:
+        token = environment(service).get("TUNEFLEET_API_TOKEN", "")
+        if not re.fullmatch(r"\$\{TUNEFLEET_API_TOKEN(?:[:?-][^}]*)?\}", token):
+            problems.append(f"daemon: TUNEFLEET_API_TOKEN is {token!r}, not ${{TUNEFLEET_API_TOKEN}}")
+    return problems
+
+
+def by_default(value: str) -> str:
+    """A compose value with `${NAME:-default}` (or `${NAME-default}`) in it, as it is when NAME is unset."""
+    return re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?-([^}]*)\}", r"\1", value)
 
 
 def fleet_env_problems(compose: Compose) -> list[str]:
     """Every tunefleet service: known TUNEFLEET_* names, the compose Redis, and the shared store volume."""
     problems = []
     names = set(services(compose))
-    fields = set(FleetSettings.model_fields)
     store_sources = set()
     for name, service in services(compose).items():
         if not runs_tunefleet(service):
             continue
         env = environment(service)
         for var in env:
-            setting = var.removeprefix("TUNEFLEET_").lower()
-            if var.startswith("TUNEFLEET_") and var != "TUNEFLEET_CONFIG" and setting not in fields:
+            if var.startswith("TUNEFLEET_") and var != CONFIG_ENV and not is_setting(var):
                 problems.append(f"{name}: {var} is not a fleet setting")
-        url = env.get("TUNEFLEET_REDIS_URL", "")
+        url = by_default(env.get("TUNEFLEET_REDIS_URL", ""))
         host = re.sub(r"^rediss?://(?:[^@/]*@)?([^:/]+).*$", r"\1", url)
         if not url or host not in names:
             problems.append(f"{name}: TUNEFLEET_REDIS_URL {url!r} does not point at a compose service")
@@ -337,45 +358,6 @@ def redis_problems(compose: Compose) -> list[str]:
         problems.append("redis: no healthcheck")
     if not any(m.target == "/data" and m.source for m in mounts(redis)):
         problems.append("redis: /data is not on a volume (the AOF would die with the container)")
-    return problems
-
-
-def copy_problems(steps: list[tuple[str, str]], context: Path) -> list[str]:
-    """Every COPY/ADD source (not from another stage) must exist in the build context."""
-    problems = []
-    for keyword, args in steps:
-        if keyword not in ("COPY", "ADD") or "--from" in args:
-            continue
-        words = exec_form(args) if args.startswith("[") else args.split()
-        paths = [w for w in words if not w.startswith("--")]
-        for source in paths[:-1]:
-            if not (context / source).exists():
-                problems.append(f"{keyword} source {source!r} does not exist in the build context {context}")
-    return problems
-
-
-def dockerfile_problems(text: str, context: Path) -> list[str]:
-    steps = instructions(text)
-    problems = copy_problems(steps, context)
-    froms = [a for k, a in steps if k == "FROM"]
-    if not froms or not froms[0].split()[0].startswith("python:3.11-slim"):
-        problems.append(f"FROM is {froms[:1]}, not python:3.11-slim")
-    installs = " ".join(a for k, a in steps if k == "RUN" and "apt-get" in a and "install" in a)
-    installed = set(installs.split())
-    for package in REQUIRED_PACKAGES:
-        if package not in installed:
-            problems.append(f"apt-get install does not install {package}")
-    if not any(k == "RUN" and re.search(r"\bpip install\b", a) for k, a in steps):
-        problems.append("the project is never installed with `pip install`")
-    users = [a.split()[0] for k, a in steps if k == "USER"]
-    if not users or users[-1].split(":")[0] in ("root", "0"):
-        problems.append(f"the image runs as {users[-1] if users else 'root'}, not a non-root user")
-    env_text = " ".join(a for k, a in steps if k == "ENV")
-    if not re.search(rf"(^|\s)TUNEFLEET_STORE={re.escape(STORE_PATH)}(\s|$)", env_text):
-        problems.append(f"ENV TUNEFLEET_STORE={STORE_PATH} is missing")
-    entries = [exec_form(a) for k, a in steps if k == "ENTRYPOINT"]
-    if not entries or entries[-1] != ENTRYPOINT:
-        problems.append(f"ENTRYPOINT is {entries[-1] if entries else None}, not {ENTRYPOINT}")
     return problems
 
 
@@ -435,6 +417,10 @@ COMPOSE_CHECKS: dict[str, Callable[[Compose], list[str]]] = {
     "workers": worker_problems,
     "fleet env": fleet_env_problems,
     "redis": redis_problems,
+    "init": init_problems,
+    "health": health_problems,
+    "publish": publish_problems,
+    "token": token_problems,
 }
 
 
@@ -456,6 +442,34 @@ def test_dockerfile_passes() -> None:
     installs the project, and runs tunefleet under tini as a non-root user."""
     text, context = project_dockerfile()
     assert dockerfile_problems(text, context) == []
+
+
+def ignored_by(patterns: list[str], path: str) -> bool:
+    """Whether a .dockerignore's patterns (no `!` exceptions) leave `path` out of the build context."""
+    parts = PurePosixPath(path).parts
+    for pattern in patterns:
+        bare = pattern.removeprefix("**/")
+        if any(fnmatch("/".join(parts[: i + 1]), pattern) for i in range(len(parts))):
+            return True
+        if bare != pattern and any(fnmatch(part, bare) for part in parts):
+            return True
+    return False
+
+
+def test_build_context_keeps_what_the_image_copies_and_drops_the_rest() -> None:
+    """deploy/Dockerfile.dockerignore leaves out the virtualenv, git, caches and .env, but none of the
+    paths the Dockerfile copies."""
+    text, _ = project_dockerfile()
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+    patterns = [line.strip() for line in ignore if line.strip() and not line.startswith("#")]
+    assert not any(p.startswith("!") for p in patterns), "exceptions are not modelled here"
+    copied = [
+        w for k, a in instructions(text) if k == "COPY" for w in a.split()[:-1] if not w.startswith("--")
+    ]
+    assert copied and not [c for c in copied if ignored_by(patterns, c)]
+    for path in (".venv/bin/python", ".git/HEAD", "service/__pycache__/x.pyc", ".env", "var/bench"):
+        assert ignored_by(patterns, path), path
+    assert ignored_by(["service"], "service/api.py"), "a broken ignore file would be caught"
 
 
 def test_package_data_is_installed() -> None:
@@ -482,10 +496,60 @@ def test_default_grace_needs_a_longer_stop_period() -> None:
     compose = load_compose()
     worker = services(compose)["worker"]
     worker["environment"] = {k: v for k, v in environment(worker).items() if k != "TUNEFLEET_STOP_GRACE_S"}
-    default = FleetSettings.model_fields["stop_grace_s"].default
+    default = default_stop_grace_s()
     assert effective_stop_grace_s(worker) == default
-    worker["stop_grace_period"] = f"{default + RELEASE_WAIT_S:g}s"
+    worker["stop_grace_period"] = f"{default + release_wait_s():g}s"
     assert any("stop_grace_period" in p for p in worker_problems(compose))
+
+
+def test_release_wait_is_read_from_the_worker() -> None:
+    """The hand-back wait comes from `_stop_when_released` itself: another number there is another result,
+    and a timeout of another shape is refused rather than guessed."""
+    source = (ROOT / "workers" / "fleet_worker.py").read_text()
+    assert "stop_grace_s + 5)" in source, "the worker's hand-back wait changed shape: update this test"
+    assert release_wait_s() == 5.0
+    assert release_wait_s(source.replace("stop_grace_s + 5)", "stop_grace_s + 12)")) == 12.0
+    with pytest.raises(AssertionError):
+        release_wait_s(source.replace("stop_grace_s + 5)", "stop_grace_s * 2)"))
+
+
+def test_lock_files_pin_every_dependency_with_hashes() -> None:
+    """The runtime and dev locks pin every dependency of pyproject.toml within its range, with hashes,
+    and the runtime lock takes the dev lock's versions (the image runs what the tests ran)."""
+    runtime, dev = RUNTIME_LOCK.read_text(), DEV_LOCK.read_text()
+    assert lock_problems(runtime, runtime_requirements()) == []
+    assert lock_problems(dev, dev_requirements()) == []
+    dev_pins = lock_entries(dev)
+    for name, (version, _) in lock_entries(runtime).items():
+        assert dev_pins[name][0] == version, f"{name}: runtime lock {version}, dev lock {dev_pins[name][0]}"
+
+
+def test_a_lock_that_drifts_is_caught() -> None:
+    """A pin outside pyproject's range, a pin without hashes, or a dependency missing from the lock is
+    reported."""
+    runtime = RUNTIME_LOCK.read_text()
+    pin = re.search(r"^pydantic==(\S+)", runtime, re.MULTILINE)
+    assert pin is not None
+    assert lock_problems(runtime.replace(pin.group(0), "pydantic==1.10.0"), runtime_requirements()) != []
+    unhashed = re.sub(r"(?m)^(pydantic==\S+) \\\n(\s+--hash=\S+( \\)?\n)+", r"\1\n", runtime)
+    assert unhashed != runtime and lock_problems(unhashed, runtime_requirements()) != []
+    assert lock_problems(runtime, [*runtime_requirements(), "left-pad>=1"]) != []
+
+
+def test_runtime_dependencies_have_compatible_ranges() -> None:
+    """Every runtime dependency has an upper bound as well as a lower one, and a missing bound is caught."""
+    assert bound_problems(runtime_requirements()) == []
+    assert bound_problems(["structlog>=24.1"]) != []
+    assert bound_problems(["structlog<30"]) != []
+
+
+def test_bootstrap_installs_from_the_lock_and_reinstalls_when_it_changes() -> None:
+    """scripts/bootstrap.sh installs the dev lock with hashes and its stamp depends on the lock file."""
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    lock = DEV_LOCK.relative_to(ROOT).as_posix()
+    assert f"lock={lock}" in script
+    assert re.search(r'pip install [^\n]*--require-hashes[^\n]*-r "\$lock"', script)
+    assert '[ "$lock" -nt "$stamp" ]' in script
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,10 +609,25 @@ BROKEN: dict[str, tuple[Callable[[Compose], None], Callable[[Compose], list[str]
     "short stop grace": (_set("worker.stop_grace_period", "12s"), worker_problems),
     "no stop grace": (_set("worker.stop_grace_period", None), worker_problems),
     "grace raised past the period": (_env("worker", "TUNEFLEET_STOP_GRACE_S", "60"), worker_problems),
-    "no init": (_set("worker.init", False), worker_problems),
+    "doubled init": (_set("worker.init", True), init_problems),
+    "daemon without healthcheck": (_set("daemon.healthcheck", None), health_problems),
+    "redis without healthcheck": (_set("redis.healthcheck", None), health_problems),
+    "worker probes the wrong port": (_env("worker", "TUNEFLEET_HEALTH_PORT", "9999"), health_problems),
+    "worker health off": (_env("worker", "TUNEFLEET_HEALTH_PORT", None), health_problems),
+    "api on every interface": (_set("daemon.ports", ["8321:8321"]), publish_problems),
+    "api bound to all by default": (
+        _set("daemon.ports", ["${TUNEFLEET_API_BIND:-0.0.0.0}:8321:8321"]),
+        publish_problems,
+    ),
+    "literal token": (_env("daemon", "TUNEFLEET_API_TOKEN", "hunter2"), token_problems),
+    "no token": (_env("daemon", "TUNEFLEET_API_TOKEN", None), token_problems),
     "misspelt setting": (_env("worker", "TUNEFLEET_STOP_GRACE", "10"), fleet_env_problems),
     "redis url elsewhere": (
         _env("daemon", "TUNEFLEET_REDIS_URL", "redis://localhost:6379/0"),
+        fleet_env_problems,
+    ),
+    "redis url defaults elsewhere": (
+        _env("worker", "TUNEFLEET_REDIS_URL", "${TUNEFLEET_REDIS_URL:-redis://localhost:6379/0}"),
         fleet_env_problems,
     ),
     "no store volume": (_set("worker.volumes", ["./examples:/examples:ro"]), fleet_env_problems),
@@ -576,8 +655,12 @@ DOCKERFILE_BREAKS: dict[str, tuple[str, str]] = {
     "runs as root": ("USER tunefleet", "USER root"),
     "no store env": ("TUNEFLEET_STORE=/store", "TUNEFLEET_STORE=/data"),
     "other entrypoint": ('ENTRYPOINT ["tini", "--", "tunefleet"]', 'ENTRYPOINT ["tunefleet"]'),
-    "other base": ("FROM python:3.11-slim", "FROM python:3.12"),
+    "unpinned base": ("FROM python:3.11.14-slim-bookworm", "FROM python:3.11-slim"),
+    "other base": ("FROM python:3.11.14-slim-bookworm", "FROM python:3.12.1-slim-bookworm"),
     "never installed": ("RUN pip install ", "RUN echo "),
+    "hashes not required": ("pip install --require-hashes ", "pip install "),
+    "lock not copied": ("COPY requirements/runtime.lock", "COPY requirements/dev.lock"),
+    "project resolves": ("pip install --no-deps --no-build-isolation /tmp", "pip install /tmp"),
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console, RenderableType
 
 from service.models.events import Event
-from service.models.status import FleetStatus, TuningStatus, WorkerStatus
+from service.models.status import FleetStatus, LockHolder, TuningStatus, WorkerStatus
 from service.store import Store
 from service.watch.logtail import LogTail, find_step_log, read_tail
 from service.watch.snapshot import LockState, RunningStep, WatchSnapshot
@@ -156,6 +156,22 @@ def test_the_follow_view_says_when_the_step_has_ended() -> None:
     lines = rendered(follow(moved, pinned, LogTail(), WIDTH, 8), 8)
     assert "done; the case is now at analyze nomem/1" in lines[0]
     assert "(no output yet)" in "\n".join(lines)
+
+
+def test_waiting_cases_and_the_lock_holder_read_as_words() -> None:
+    """A case waiting to start a step shows what it waits for (row, tunings table, follow view), and a held
+    lock shows its holder's case and worker instead of its token."""
+    shot = snapshot(["alpha"])
+    shot.running[0] = shot.running[0].model_copy(update={"waiting": "resume"})
+    shot.status.tunings[0].waiting_by_cause = {"resume": 1}
+    holder = LockHolder(case="beta", rev=2, worker="w9", phase="mem", attempt=1)
+    shot.locks[0] = LockState(tuning="t1", holder_token=42, holder=holder)
+    text = "\n".join(rendered(overview(shot, 0, 160, 30), 30, 160))
+    assert "held by beta r2 on w9" in text and "#42" not in text
+    assert "1 waiting for resume" in text
+    assert "nomem/1 waiting for resume w1" in " ".join(text.split())
+    title = rendered(follow(shot, shot.running[0], LogTail(), WIDTH, 8), 8)[0]
+    assert "waiting for resume 1m15s" in title
 
 
 def test_keys_are_decoded_from_terminal_bytes() -> None:

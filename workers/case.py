@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from service.events import EventSink
 from service.files import write_atomic, write_model
 from service.models.case import Case
 from service.models.records import Phase, StepName
+from service.models.status import RunningCase, WaitCause
 from service.settings import FleetSettings
 from service.store import CaseStore
 from workers.breaker import BreakerGate
@@ -89,22 +89,31 @@ class CaseRun:
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, running=where, **fields
         )
 
-    def at(self, step: StepName | None, phase: Phase | None = None, attempt: int | None = None) -> None:
-        """Note where the case is now (None: it left this worker); status and the dashboard see it with
-        the next event, in the same round trip."""
+    def at(
+        self,
+        step: StepName | None,
+        phase: Phase | None = None,
+        attempt: int | None = None,
+        *,
+        waiting: WaitCause | None = None,
+        fence: int | None = None,
+    ) -> None:
+        """Note where the case is now (None: it left this worker): at `step`, or waiting to start it
+        (`waiting`: what for), holding the improvements lock (`fence`) if it does; status and the
+        dashboard see it with the next event, in the same round trip."""
         structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)
         state = None
-        if step is not None:
-            state = json.dumps(
-                {
-                    "case": self.case.id,
-                    "rev": self.case.rev,
-                    "worker": self.worker,
-                    "step": step,
-                    "phase": phase,
-                    "attempt": attempt,
-                    "since": datetime.now(UTC).isoformat(),
-                    "work": self.work_name(step),
-                }
-            )
+        if step is not None and phase is not None and attempt is not None:
+            state = RunningCase(
+                case=self.case.id,
+                rev=self.case.rev,
+                worker=self.worker,
+                step=step,
+                phase=phase,
+                attempt=attempt,
+                since=datetime.now(UTC),
+                work=self.work_name(step),
+                waiting=waiting,
+                fence=fence,
+            ).model_dump_json(exclude_none=True)
         self._where = (self.job_id, state)

@@ -23,7 +23,9 @@ log = structlog.get_logger()
 
 
 def tuning_of(job_id: str) -> str:
-    """The tuning in a case job id (`case:<tuning>:<case>:<rev>`)."""
+    """The tuning in a case job id (`case:<tuning>:<case>:<rev>`); a goal's (`goal:<id>`) scope."""
+    if job_id.startswith("goal:"):
+        return keys.GOALS_SCOPE
     return job_id.split(":")[1]
 
 
@@ -100,7 +102,7 @@ class Controls:
             await asyncio.sleep(self._poll_s)
 
     async def _tick(self, running: dict[str, asyncio.Task[object]]) -> None:
-        tunings = sorted({tuning_of(job_id) for job_id in running if job_id.startswith("case:")})
+        tunings = sorted({tuning_of(job_id) for job_id in running if job_id.startswith(("case:", "goal:"))})
         holds_set = self._holds_set
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.exists(keys.paused())

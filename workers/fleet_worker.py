@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from typing import Any
 
 import structlog
@@ -25,7 +26,8 @@ from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 
 from service import keys
-from service.models.jobs import CASE_FUNCTION, dump_job, load_job
+from service.models.jobs import CASE_FUNCTION, GOAL_FUNCTION, dump_job, load_job
+from workers.goals.job import run_goal
 from workers.jobs import run_case
 from workers.runtime import WorkerRuntime
 
@@ -92,7 +94,10 @@ class FleetWorker(Worker):
     def __init__(self, runtime: WorkerRuntime, *, burst: bool = False) -> None:
         settings = runtime.settings
         super().__init__(
-            functions=[func(run_case, name=CASE_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES)],
+            functions=[
+                func(run_case, name=CASE_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES),
+                func(run_goal, name=GOAL_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES),
+            ],
             redis_pool=runtime.redis,
             ctx={"runtime": runtime},
             queue_name=settings.queue,
@@ -111,6 +116,8 @@ class FleetWorker(Worker):
         self.in_progress_timeout_s = settings.lease_s
         self._stopping = False
         self._slot_freed = asyncio.Event()
+        self.polled_at_s = time.monotonic()
+        """When the poll loop last turned (monotonic): the worker's liveness (workers.health)."""
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         """Claim as many of `job_ids` as there are free slots, in one round trip, and start them."""
@@ -173,6 +180,7 @@ class FleetWorker(Worker):
         """arq's poll, surviving Redis outages (a failed poll is logged and tried again next time),
         then a wait of `poll_delay_s` that a freed slot ends early."""
         self._slot_freed.clear()
+        self.polled_at_s = time.monotonic()
         try:
             await super()._poll_iteration()
         except RedisError as exc:

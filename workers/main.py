@@ -12,8 +12,10 @@ from redis.exceptions import RedisError
 
 from service import keys
 from service.connection import connect
+from service.health import listen_health, serve_health
 from service.settings import FleetSettings
 from workers.fleet_worker import FleetWorker
+from workers.health import worker_checks
 from workers.runtime import WorkerRuntime
 
 log = structlog.get_logger()
@@ -39,8 +41,15 @@ async def announce(redis: Redis, runtime: WorkerRuntime) -> None:
 
 
 async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
-    """Claim and run cases until stopped (or, with burst, until the queue is empty)."""
-    redis = await connect(settings)
+    """Claim and run cases until stopped (or, with burst, until the queue is empty); with `health_port`,
+    serve /healthz and /readyz meanwhile."""
+    health = listen_health(settings.health_host, settings.health_port) if settings.health_port else None
+    try:
+        redis = await connect(settings)
+    except BaseException:
+        if health is not None:
+            health.close()
+        raise
     runtime = WorkerRuntime(settings, redis)
     worker = FleetWorker(runtime, burst=burst)
     log.info("worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue)
@@ -51,6 +60,8 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
                 group.create_task(runtime.controls.watch(worker.job_tasks)),
                 group.create_task(announce(redis, runtime)),
             ]
+            if health is not None:
+                helpers.append(group.create_task(serve_health(worker_checks(settings, worker), health)))
             try:
                 await worker.async_run()
             except asyncio.CancelledError:

@@ -1,6 +1,7 @@
 // tunefleet dashboard: the fleet view and the routing. No build step, no external resources.
 
 import { loadCase, resetCase } from "./case.js";
+import { goalHref, goalRoute, goalStep, loadGoal, loadGoals, resetGoal } from "./goals.js";
 import { $, caseHref, el, fillBody, fmtInt, fmtUsd, getJSON, short, svg } from "./dom.js";
 
 const SAMPLE_MS = 1000;
@@ -10,6 +11,11 @@ const SERIES_MAX = 300;
 const CHART_MIN_SPAN_MS = 30000;
 const EVENTS_MAX = 100;
 const STATES = ["completed", "difficult", "failed", "cancelled"];
+// What a case a worker holds may wait for before its next step (service/models/status.py WAIT_WORDS).
+const WAIT_WORDS = {
+  resume: "waiting for resume", hold: "waiting for the hold", sandbox: "waiting for the sandbox",
+  apply: "waiting for an apply", lock: "waiting for the lock",
+};
 
 const state = {
   series: [],
@@ -66,7 +72,7 @@ function renderTiles(status) {
   lock.textContent = holding.length ? "held" : "free";
   lock.className = "value " + (holding.length ? "warn" : "good");
   $("lock-detail").textContent = holding.length
-    ? holding.map((l) => `${l.tuning} #${l.fence}`).join(", ") + ` · ${pending} pending`
+    ? holding.map((l) => `${l.tuning}: ${lockHolder(l)}`).join(", ") + ` · ${pending} pending`
     : `${pending} pending`;
   const tokens = status.tunings.reduce((n, t) => n + t.tokens, 0);
   const cost = status.tunings.reduce((n, t) => n + t.cost_usd, 0);
@@ -126,13 +132,25 @@ function heldBadge(held) {
     el("span", { class: "held-reason" }, ` ${held.reason}`));
 }
 
+// The case and worker holding a lock (its fencing token only while the holder is not known yet).
+function lockHolder(lock) {
+  const h = lock.holder;
+  return h ? `${h.case} r${h.rev} on ${h.worker || "?"}` : `#${lock.fence}`;
+}
+
+function waitsText(t) {
+  return Object.entries(t.waiting_by_cause || {}).sort()
+    .filter(([k, v]) => v && WAIT_WORDS[k]).map(([k, v]) => `${v} ${WAIT_WORDS[k]}`).join(" · ");
+}
+
 function renderTunings(status) {
   const locks = Object.fromEntries((status.locks || []).map((l) => [l.tuning, l]));
   const rows = status.tunings.map((t) => {
-    const steps = Object.entries(t.running_by_step).sort().map(([k, v]) => `${k} ${v}`).join(" · ");
+    const steps = Object.entries(t.running_by_step).sort().map(([k, v]) => `${k} ${v}`)
+      .concat(waitsText(t) || []).join(" · ");
     const runs = Object.entries(t.runs_by_outcome).sort().map(([k, v]) => `${k} ${v}`).join(" · ");
     const lock = locks[t.name];
-    const lockText = lock ? (lock.held ? `held #${lock.fence}` : "free") + (lock.pending ? `, ${lock.pending} pending` : "") : "–";
+    const lockText = lock ? (lock.held ? `held by ${lockHolder(lock)}` : "free") + (lock.pending ? `, ${lock.pending} pending` : "") : "–";
     return el("tr", { "data-tuning": t.name },
       el("td", {}, t.name, heldBadge(t.held)), el("td", {}, outcomeBar(t)),
       el("td", { class: "num submitted" }, fmtInt(t.submitted)),
@@ -151,6 +169,7 @@ function renderTunings(status) {
 function jobLink(job) {
   // job ids are case:<tuning>:<case>:<rev>
   const parts = job.split(":");
+  if (parts[0] === "goal" && parts.length === 2) return el("a", { href: goalHref(parts[1]) }, `goal ${parts[1]}`);
   if (parts.length !== 4) return el("span", {}, job);
   return el("a", { href: caseHref(parts[1], parts[2]) }, `${parts[1]}/${parts[2]} r${parts[3]}`);
 }
@@ -183,10 +202,11 @@ async function pollEvents() {
   state.events = page.events.slice().reverse().concat(state.events).slice(0, EVENTS_MAX);
   const rows = state.events.map(({ id, event }) => {
     const time = new Date(event.at).toLocaleTimeString("en-GB");
-    const where = event.case
-      ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
+    const where = event.goal ? el("a", { href: goalHref(event.goal) }, `goal ${event.goal}`)
+      : event.case ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
       : event.tuning;
-    const step = event.step ? `${event.phase || ""}/${event.attempt || ""} ${event.step}` : "";
+    const step = event.goal ? goalStep(event.data)
+      : event.step ? `${event.phase || ""}/${event.attempt || ""} ${event.step}` : "";
     return el("tr", { "data-id": id, class: `kind-${event.kind}` },
       el("td", { class: "mono" }, time), el("td", {}, event.kind), el("td", {}, where),
       el("td", {}, step), el("td", { class: "detail" }, event.detail || ""));
@@ -231,10 +251,17 @@ async function loadCases() {
 function route() {
   clearInterval(state.caseTimer);
   resetCase();
+  resetGoal();
   const match = location.hash.match(/^#\/case\/([^/]+)\/([^/]+)$/);
-  $("fleet-view").hidden = Boolean(match);
+  const goal = goalRoute(location.hash);
+  $("fleet-view").hidden = Boolean(match || goal);
   $("case-view").hidden = !match;
-  if (match) {
+  $("goal-view").hidden = goal === null;
+  if (goal !== null) {
+    document.title = `${goal} · tunefleet`;
+    loadGoal(goal);
+    state.caseTimer = setInterval(() => loadGoal(goal), CASE_MS);
+  } else if (match) {
     const [tuning, caseId] = [decodeURIComponent(match[1]), decodeURIComponent(match[2])];
     document.title = `${caseId} · tunefleet`;
     loadCase(tuning, caseId);
@@ -242,6 +269,7 @@ function route() {
   } else {
     document.title = "tunefleet";
     loadCases();
+    loadGoals();
   }
 }
 
@@ -253,6 +281,7 @@ function start() {
   every(sampleStatus, SAMPLE_MS);
   every(pollEvents, SAMPLE_MS);
   every(loadCases, CASES_MS);
+  every(loadGoals, CASES_MS);
 }
 
 // Run `task` now and again `ms` after each run ends, so slow answers never pile up.

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from service.models.case import Case, Slug
 from service.models.events import Event
-from service.models.status import FleetStatus, ResultRow
+from service.models.status import FleetStatus, LockHolder, ResultRow
 
 CaseFilter = Literal["completed", "difficult", "failed", "cancelled", "unfinished"]
 
@@ -26,6 +26,7 @@ class LockState(BaseModel):
     tuning: str
     held: bool = Field(description="An apply holds the lock.")
     fence: int | None = Field(default=None, description="The fencing token of the holder.")
+    holder: LockHolder | None = Field(default=None, description="The holder's case and worker.")
     pending: int = Field(default=0, ge=0, description="Applies waiting for or holding the lock.")
 
 

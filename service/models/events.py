@@ -19,6 +19,7 @@ class Event(BaseModel):
     kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     tuning: str
     case: str | None = None
+    goal: str | None = Field(default=None, description="The goal of a goal's event (its tuning may be '').")
     rev: int | None = None
     phase: Phase | None = None
     attempt: int | None = None

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from service.models.case import Slug
 
 CASE_FUNCTION = "run_case"
+GOAL_FUNCTION = "run_goal"
 
 
 class CaseJob(BaseModel):
@@ -24,6 +25,18 @@ class CaseJob(BaseModel):
     @property
     def job_id(self) -> str:
         return job_id_for(self.tuning, self.case, self.rev)
+
+
+class GoalJob(BaseModel):
+    """Pursue one goal (service.models.goal) to its end."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: Slug
+
+    @property
+    def job_id(self) -> str:
+        return f"goal:{self.goal}"
 
 
 def job_id_for(tuning: str, case: str, rev: int) -> str:

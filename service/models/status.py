@@ -6,9 +6,22 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from service.models.records import ApplyRecord, Feedback, Phase, RunRecord
+from service.models.records import ApplyRecord, Feedback, Phase, RunRecord, StepName
+
+WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock"]
+WAIT_WORDS: dict[str, str] = {
+    "resume": "waiting for resume",
+    "hold": "waiting for the hold",
+    "sandbox": "waiting for the sandbox",
+    "apply": "waiting for an apply",
+    "lock": "waiting for the lock",
+}
+"""What a case held by a worker may wait for before its next step, in the words status shows:
+`resume` of the paused fleet, the release of its tuning's hold, the sandbox breaker to close (before
+a run), the applies pending to end (before a run, `wait_for_apply`), the improvements lock (before
+an apply)."""
 
 
 class MirrorState(BaseModel):
@@ -58,17 +71,79 @@ class Hold(BaseModel):
             return None
 
 
+class RunningCase(BaseModel):
+    """A value of `tf:running:<tuning>` (job id -> this JSON): where a case a worker holds is now, as the
+    worker notes it (workers.case.CaseRun.at)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    case: str
+    rev: int
+    worker: str | None = None
+    step: StepName = Field(description="The step it runs, or waits to start when `waiting` is set.")
+    phase: Phase
+    attempt: int = Field(ge=1)
+    since: datetime | None = Field(default=None, description="When the step (or the wait) began.")
+    work: str | None = Field(default=None, description="The step's folder in its attempt.")
+    waiting: WaitCause | None = Field(default=None, description="Set while the case waits to start `step`.")
+    fence: int | None = Field(
+        default=None, description="The improvements lock's fencing token, while its apply holds the lock."
+    )
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> RunningCase | None:
+        """The entry in a hash field; None when it is not one."""
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError:
+            return None
+
+
+class LockHolder(BaseModel):
+    """The apply holding a tuning's improvements lock: its case and worker."""
+
+    case: str
+    rev: int
+    worker: str | None = None
+    phase: Phase
+    attempt: int
+
+
+class TuningLock(BaseModel):
+    """A tuning's improvements lock as Redis holds it now."""
+
+    held: bool = Field(default=False, description="An apply holds the lock.")
+    fence: int | None = Field(default=None, description="The fencing token of the holder.")
+    holder: LockHolder | None = Field(
+        default=None,
+        description="The holder's case and worker (unset for the moment between the grant and the "
+        "holder's next event, or when its worker left no note).",
+    )
+    pending: int = Field(default=0, ge=0, description="Applies waiting for or holding the lock.")
+
+
 class TuningStatus(BaseModel):
     name: str
     submitted: int = 0
     waiting: int = 0
-    running: int = 0
-    running_by_step: dict[str, int] = Field(default_factory=dict)
+    running: int = Field(default=0, description="Cases a worker holds: at a step, or waiting to start one.")
+    running_by_step: dict[str, int] = Field(
+        default_factory=dict, description="Of `running`, those at a step (not waiting), by step."
+    )
+    waiting_by_cause: dict[str, int] = Field(
+        default_factory=dict,
+        description="Of `running`, those waiting to start their next step, by what they wait for "
+        "(`resume`, `hold`, `sandbox`, `apply`, `lock`; see WAIT_WORDS).",
+    )
     completed: int = 0
     difficult: int = 0
     failed: int = 0
     cancelled: int = 0
-    runs_by_outcome: dict[str, int] = Field(default_factory=dict)
+    runs_by_outcome: dict[str, int] = Field(
+        default_factory=dict,
+        description="Agent runs by outcome: `ran` (graded) and `void` (set aside: voided by the runner "
+        "or by the analyzer).",
+    )
     tokens: int = 0
     unmeasured_tokens: int = Field(
         default=0, description="Of `tokens`, those nobody measured: the agents' own word (source 'agent')."
@@ -79,6 +154,7 @@ class TuningStatus(BaseModel):
         default=None, description="Pushes to the tuning's remote, if it has one."
     )
     held: Hold | None = Field(default=None, description="Set while no run of the tuning starts.")
+    lock: TuningLock = Field(default_factory=TuningLock, description="The improvements lock.")
 
 
 class WorkerStatus(BaseModel):

@@ -91,4 +91,7 @@ def lock_cell(lock: LockState | None) -> Text:
     waiting = f", {lock.pending} waiting" if lock.pending else ""
     if lock.holder_token is None:
         return Text(f"free{waiting}", style="dim" if not waiting else "yellow")
-    return Text(f"held #{lock.holder_token}{waiting}", style="yellow")
+    if lock.holder is None:
+        return Text(f"held #{lock.holder_token}{waiting}", style="yellow")
+    by = f"{lock.holder.case} r{lock.holder.rev} on {lock.holder.worker or '?'}"
+    return Text(f"held by {by}{waiting}", style="yellow")

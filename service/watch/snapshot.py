@@ -3,7 +3,6 @@ the improvements locks and the latest events."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -12,23 +11,8 @@ from redis.asyncio import Redis
 from service import keys
 from service.models.events import Event
 from service.models.records import Phase, StepName
-from service.models.status import FleetStatus
+from service.models.status import WAIT_WORDS, FleetStatus, LockHolder, RunningCase, WaitCause
 from service.queries import fleet_status
-
-
-class RunningEntry(BaseModel):
-    """One value of a `keys.running(tuning)` hash, as a worker writes it (unknown fields ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    case: str
-    rev: int
-    worker: str | None = None
-    step: StepName
-    phase: Phase
-    attempt: int = Field(ge=1)
-    since: datetime | None = Field(default=None, description="When the step started, if the worker says.")
-    work: str | None = Field(default=None, description="The step's folder in its attempt, if given.")
 
 
 class RunningStep(BaseModel):
@@ -46,6 +30,13 @@ class RunningStep(BaseModel):
     attempt: int
     since: datetime | None = None
     work: str | None = None
+    waiting: WaitCause | None = Field(default=None, description="Set while it waits to start `step`.")
+    fence: int | None = None
+
+    @property
+    def state(self) -> str:
+        """The step it is at, or what it waits for (`waiting for the lock`)."""
+        return WAIT_WORDS[self.waiting] if self.waiting is not None else self.step
 
     def same_step(self, other: RunningStep) -> bool:
         """Whether both name the same step of the same try of the same job."""
@@ -54,10 +45,12 @@ class RunningStep(BaseModel):
 
 
 class LockState(BaseModel):
-    """A tuning's improvements lock: the fencing token holding it (None: free) and applies waiting."""
+    """A tuning's improvements lock: the fencing token holding it (None: free), the holder's case and
+    worker (when known) and applies waiting."""
 
     tuning: str
     holder_token: int | None = None
+    holder: LockHolder | None = None
     pending: int = 0
 
 
@@ -73,33 +66,25 @@ class WatchSnapshot(BaseModel):
 
 
 async def take_snapshot(redis: Redis, queue: str, *, event_count: int) -> WatchSnapshot:
-    """The fleet now: two round trips for the status, one for the running cases, locks and events."""
+    """The fleet now: two round trips for the status (locks included), one for the running cases and
+    events."""
     status = await fleet_status(redis, queue)
     names = [t.name for t in status.tunings]
-    now_ms = int(time.time() * 1000)  # only to count unexpired pending applies for display
     async with redis.pipeline(transaction=False) as pipe:
         for name in names:
             pipe.hgetall(keys.running(name))
-            pipe.get(keys.lock(name))
-            pipe.zcount(keys.lock_pending(name), now_ms, "+inf")
         pipe.xrevrange(keys.events(), count=max(0, event_count))
         replies = await pipe.execute()
     running: list[RunningStep] = []
-    locks: list[LockState] = []
     unreadable = 0
-    for i, name in enumerate(names):
-        running_raw, holder, pending = replies[i * 3 : i * 3 + 3]
+    for name, running_raw in zip(names, replies[:-1], strict=True):
         steps, bad = _running_steps(name, running_raw)
         running += steps
         unreadable += bad
-        token = holder.decode() if holder is not None else None
-        locks.append(
-            LockState(
-                tuning=name,
-                holder_token=int(token) if token is not None and token.isdigit() else None,
-                pending=int(pending),
-            )
-        )
+    locks = [
+        LockState(tuning=t.name, holder_token=t.lock.fence, holder=t.lock.holder, pending=t.lock.pending)
+        for t in status.tunings
+    ]
     events, bad = _events(replies[-1] if event_count > 0 else [])
     return WatchSnapshot(
         taken_at=datetime.now(UTC),
@@ -115,9 +100,8 @@ def _running_steps(tuning: str, raw: dict[bytes, bytes]) -> tuple[list[RunningSt
     steps: list[RunningStep] = []
     bad = 0
     for job_id, value in raw.items():
-        try:
-            entry = RunningEntry.model_validate_json(value)
-        except ValidationError:
+        entry = RunningCase.parse(value)
+        if entry is None:
             bad += 1
             continue
         steps.append(RunningStep(tuning=tuning, job_id=job_id.decode(), **entry.model_dump()))

@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from service.render import STATE_STYLE, outcome_counts
+from service.render import STATE_STYLE, outcome_counts, waits_words
 from service.watch.fmt import (
     KIND_STYLE,
     clock,
@@ -70,12 +70,13 @@ def tunings_table(snapshot: WatchSnapshot, max_rows: int, width: int | None = No
     rows: list[list[str | Text]] = []
     for t in snapshot.status.tunings[:max_rows]:
         steps = " ".join(f"{k}:{v}" for k, v in sorted(t.running_by_step.items()))
+        waits = ", ".join(waits_words(t))
         rows.append(
             [
                 t.name,
                 (t.version or "")[:10],
                 str(t.waiting),
-                f"{t.running} {steps}".strip(),
+                f"{t.running} {steps}".strip() + (f", {waits}" if waits else ""),
                 *(Text(str(n), style=STATE_STYLE[s] if n else "") for s, n in outcome_counts(t).items()),
                 f"{t.tokens:,}",
                 f"{t.cost_usd:.4f}",
@@ -120,7 +121,7 @@ def under_way(snapshot: WatchSnapshot, selected: int, max_rows: int) -> tuple[Te
             step.tuning,
             f"{step.case} r{step.rev}",
             where(step.phase, step.attempt),
-            step.step,
+            step.state,
             step.worker or "",
             running_for(step, snapshot.taken_at),
             style="reverse bold" if chosen else None,
@@ -174,10 +175,12 @@ def overview(
 def follow_state(snapshot: WatchSnapshot, step: RunningStep) -> Text:
     """Whether the followed step is still under way, and where its case went if not."""
     now = next((r for r in snapshot.running if (r.tuning, r.job_id) == (step.tuning, step.job_id)), None)
+    if now is not None and now.same_step(step) and now.waiting is not None:
+        return Text(f"{now.state} {running_for(now, snapshot.taken_at)}".strip(), style="yellow")
     if now is not None and now.same_step(step):
         return Text(f"working {running_for(now, snapshot.taken_at)}".strip(), style="green")
     if now is not None:
-        return Text(f"done; the case is now at {now.step} {where(now.phase, now.attempt)}", style="yellow")
+        return Text(f"done; the case is now at {now.state} {where(now.phase, now.attempt)}", style="yellow")
     return Text("done; the case is no longer under way", style="yellow")
 
 

@@ -144,7 +144,9 @@ def _read_run_output(path: Path, result: ProcessResult) -> RunOutput | None:
     return output.model_copy(update={"error": f"runner exited {code}{detail}"})
 
 
-class _CommandStep:
+class CommandStep:
+    """One role's agent CLI: its argv checked for the step's placeholders, run in the role's sandbox."""
+
     def __init__(self, config: CommandAdapter, host: AgentHost, step: str, names: frozenset[str]) -> None:
         check_sandbox(config.sandbox)
         check_argv(config.argv, names, step)
@@ -152,7 +154,7 @@ class _CommandStep:
         self._host = host
         self._step = step
 
-    def _spec(
+    def process_spec(
         self, values: Mapping[str, str], log_file: Path, mounts: SandboxMounts, default_cwd: Path
     ) -> ProcessSpec:
         """The process of this step: the rendered argv in the role's sandbox, under its keeper."""
@@ -186,11 +188,11 @@ class _CommandStep:
             return f"{self._step} exited {result.exit_code}: {result.last_line}"
         return None
 
-    def _exit(self, result: ProcessResult) -> StepExit:
+    def step_exit(self, result: ProcessResult) -> StepExit:
         return _step_exit(result, self._config.timeout_s, self._sandbox_down(result))
 
 
-class CommandRunner(_CommandStep):
+class CommandRunner(CommandStep):
     """Runs the agent on a case; its exit code says whether the run counts."""
 
     def __init__(self, config: CommandAdapter, host: AgentHost) -> None:
@@ -221,7 +223,7 @@ class CommandRunner(_CommandStep):
             readonly=[request.system_dir, folder.inputs],
             home=folder.home,
         )
-        spec = self._spec(values, request.log_file, mounts, request.workspace_dir)
+        spec = self.process_spec(values, request.log_file, mounts, request.workspace_dir)
         return self._outcome(await run_process(spec), output_file)
 
     def _outcome(self, result: ProcessResult, output_file: Path) -> RunOutcome:
@@ -277,7 +279,7 @@ def _start_why(start_error: str) -> str:
     return start_error.removeprefix("cannot start ")
 
 
-class CommandAnalyzer(_CommandStep):
+class CommandAnalyzer(CommandStep):
     """Grades a run; its process writes the feedback and the report into its own `out/` folder."""
 
     trusted = False
@@ -316,16 +318,16 @@ class CommandAnalyzer(_CommandStep):
             readonly=[folder.inputs, request.workspace_dir],
             home=folder.home,
         )
-        result = await run_process(self._spec(values, request.log_file, mounts, request.step_dir))
+        result = await run_process(self.process_spec(values, request.log_file, mounts, request.step_dir))
         return AnalyzeOutcome(
-            exit=self._exit(result),
+            exit=self.step_exit(result),
             feedback=_written(feedback_file),
             analysis=_written(analysis_file),
             source=str(feedback_file),
         )
 
 
-class CommandApplier(_CommandStep):
+class CommandApplier(CommandStep):
     """Edits its copy of the system; its process writes the apply output into its own `out/` folder."""
 
     def __init__(self, config: CommandAdapter, host: AgentHost) -> None:
@@ -351,5 +353,7 @@ class CommandApplier(_CommandStep):
             readonly=[folder.inputs],
             home=folder.home,
         )
-        result = await run_process(self._spec(values, request.log_file, mounts, request.worktree_dir))
-        return ApplyOutcome(exit=self._exit(result), output=_written(output_file), source=str(output_file))
+        result = await run_process(self.process_spec(values, request.log_file, mounts, request.worktree_dir))
+        return ApplyOutcome(
+            exit=self.step_exit(result), output=_written(output_file), source=str(output_file)
+        )

@@ -44,10 +44,11 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
             cr.log.warning("apply_unsealed_ignored", file=str(paths.apply), feedback_seal=feedback.seal)
         check_case_budget(cr, phase)
         await cr.controls.wait_key_accepted(cr.tuning.name)
-        cr.at("apply", phase, attempt)
+        cr.at("apply", phase, attempt, waiting="lock")
         await cr.emit("apply_waits_for_lock", phase=phase, attempt=attempt)
         try:
             async with cr.tuning.lock.held(cr.job_id) as hold:
+                cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
                 record = await _apply_holding(cr, phase, attempt, feedback, hold)
         except LockLost as exc:
             await cr.emit("apply_abandoned", phase=phase, attempt=attempt, detail=str(exc))

@@ -27,26 +27,42 @@ def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
     return list(applied.output.skills) if applied else []
 
 
-async def wait_until_runnable(cr: CaseRun) -> int:
+async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
     """Hold the run start while the fleet is paused, the tuning is held (its budget spent, say), the
-    sandbox breaker is open or (if configured) an apply is pending; the milliseconds waited for applies."""
+    sandbox breaker is open or (if configured) an apply is pending; the milliseconds waited for applies.
+    Each wait is noted as the case's state (`CaseRun.at`) with the event that announces it."""
     told_hold = False
     while True:
         if cr.controls.paused:
-            await cr.emit("run_waits_for_resume")
+            cr.at("run", phase, attempt, waiting="resume")
+            await cr.emit("run_waits_for_resume", phase=phase, attempt=attempt)
             await cr.controls.wait_runnable()
+            told_hold = False
         hold = await tuning_hold(cr)
         if hold is None:
             break
         if not told_hold:
-            await cr.emit("run_waits_for_hold", detail=hold.reason, data={"kind": hold.kind})
+            cr.at("run", phase, attempt, waiting="hold")
+            await cr.emit(
+                "run_waits_for_hold",
+                phase=phase,
+                attempt=attempt,
+                detail=hold.reason,
+                data={"kind": hold.kind},
+            )
             told_hold = True
         await cr.controls.wait_released(cr.tuning.name)
     if cr.gate.is_open:
-        await cr.emit("run_waits_for_sandbox")
+        cr.at("run", phase, attempt, waiting="sandbox")
+        await cr.emit("run_waits_for_sandbox", phase=phase, attempt=attempt)
         await cr.gate.wait_closed()
     if not cr.settings.wait_for_apply:
         return 0
+    pending = await cr.tuning.lock.pending()
+    if not pending:
+        return 0
+    cr.at("run", phase, attempt, waiting="apply")
+    await cr.emit("run_waits_for_apply", phase=phase, attempt=attempt, data={"applies": len(pending)})
     waited_s = await cr.tuning.lock.wait_idle(cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s)
     return int(waited_s * 1000)
 
@@ -64,7 +80,7 @@ async def run_step(
         cr.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
     while True:  # not read again: only a run that ended writes the record (over anything left there)
         check_case_budget(cr, phase)
-        apply_wait_ms = await wait_until_runnable(cr)
+        apply_wait_ms = await wait_until_runnable(cr, phase, attempt)
         record = await _run_once(cr, phase, attempt, memory_from, apply_wait_ms, after)
         if record is not None:
             await cr.write(paths.run, record)

@@ -1,0 +1,188 @@
+"""Goals as the client, the CLI, the HTTP API and the daemon handle them: start, cancel, list, read,
+and put back into Redis what the store knows when Redis lost it."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+from arq.connections import ArqRedis
+
+from service import keys
+from service.errors import ConfigError, TunefleetError, UnknownTuningError
+from service.goals.spec import load_goal_file, resolve_agents, resolve_limits
+from service.goals.store import GoalsStore, GoalStore
+from service.models.goal import FINAL_STATUSES, GoalLimitsSpec, GoalSpec
+from service.models.goal_state import GoalState, GoalSummary
+from service.models.jobs import GOAL_FUNCTION, GoalJob
+from service.settings import FleetSettings
+from service.store import Store
+from service.system import SystemRepo
+
+log = structlog.get_logger()
+
+
+class UnknownGoalError(TunefleetError):
+    """A goal id that the store does not hold."""
+
+
+class GoalFiles:
+    """The goals as the store keeps them (no Redis needed)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.folder = GoalsStore(store.root / "goals")
+
+    def _known(self, goal_id: str) -> GoalStore:
+        goal = self.folder.goal(goal_id)
+        if not goal.exists():
+            raise UnknownGoalError(f"no goal {goal_id!r} in the store {self._store.root}")
+        return goal
+
+    def state(self, goal_id: str) -> GoalState | None:
+        """The goal's state, None while it is queued for its first start."""
+        return self._known(goal_id).state()
+
+    def result_markdown(self, goal_id: str) -> str:
+        """`GOAL_RESULT.md`: the goal's limits and one section per iteration."""
+        goal = self._known(goal_id)
+        try:
+            return goal.result_file.read_text()
+        except FileNotFoundError:
+            return f"# Goal {goal_id}\n\nQueued: no worker has started it yet.\n"
+
+
+class Goals(GoalFiles):
+    """The fleet's goals, through one Redis connection and the store."""
+
+    def __init__(self, redis: ArqRedis, store: Store, settings: FleetSettings) -> None:
+        super().__init__(store)
+        self._redis = redis
+        self._settings = settings
+
+    async def start_file(self, spec_file: Path, tuning: str | None = None) -> GoalSummary:
+        """Start the goal `spec_file` describes (`tuning` overrides the spec's)."""
+        spec = load_goal_file(spec_file)
+        if tuning is not None:
+            spec = spec.model_copy(update={"tuning": tuning})
+        return await self.start(spec)
+
+    async def start(self, spec: GoalSpec) -> GoalSummary:
+        """Record the spec and its workspace in the store and enqueue the goal. Starting a goal that
+        exists (the same spec) enqueues it again only when it failed, to carry it on where it failed; a
+        different spec under its id is refused."""
+        tuning = None
+        if spec.tuning is not None:
+            tuning_store = self._store.tuning(spec.tuning)
+            if not tuning_store.exists():
+                raise UnknownTuningError(f"goal {spec.id}: field 'tuning': no tuning {spec.tuning!r}")
+            tuning = tuning_store.config()
+        limits = resolve_limits(spec, self._settings)
+        spec = resolve_agents(spec, tuning).model_copy(
+            update={"limits": GoalLimitsSpec(**limits.model_dump())}
+        )
+        goal = self.folder.goal(spec.id)
+        if goal.exists():
+            known = goal.spec()
+            if known.model_dump(exclude={"limits"}) != spec.model_dump(exclude={"limits"}):
+                raise ConfigError(f"goal {spec.id}: a different goal with this id exists; choose another id")
+        else:
+            await self._init_workspace(goal, spec)
+            goal.write_spec(spec)
+        state = goal.state()
+        if state is not None and state.status != "failed":
+            return summary_of(state)  # running (its worker or the reconcile carries it on) or ended
+        summary = GoalSummary(id=spec.id, status="queued", tuning=spec.tuning, updated_at=datetime.now(UTC))
+        if state is None and await self._in_flight(spec.id):
+            return summary
+        await self._enqueue(spec.id, summary)
+        log.info("goal_queued", goal=spec.id, tuning=spec.tuning)
+        return summary
+
+    async def _init_workspace(self, goal: GoalStore, spec: GoalSpec) -> None:
+        repo = SystemRepo(goal.workspace_repo, goal.workspace_snapshots, self._settings.git_timeout_s)
+        if spec.workspace is not None:
+            await repo.init_from(spec.workspace)
+            return
+        with tempfile.TemporaryDirectory(prefix="tunefleet-empty-") as empty:
+            await repo.init_from(Path(empty))
+
+    async def _in_flight(self, goal_id: str) -> bool:
+        """Whether the goal's job is in the queue or leased by a worker."""
+        job_id = GoalJob(goal=goal_id).job_id
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zscore(self._settings.queue, job_id)
+            pipe.exists(keys.lease(job_id))
+            queued, leased = await pipe.execute()
+        return queued is not None or bool(leased)
+
+    async def _enqueue(self, goal_id: str, summary: GoalSummary) -> bool:
+        """Enqueue a goal that is neither queued nor running (a new one, or a failed one started again):
+        its finished job's arq keys go first, or arq would refuse the id."""
+        job = GoalJob(goal=goal_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
+            pipe.hset(keys.goals(), goal_id, summary.model_dump_json())
+            await pipe.execute()
+        queued = await self._redis.enqueue_job(GOAL_FUNCTION, job.model_dump(), _job_id=job.job_id)
+        return queued is not None
+
+    async def cancel(self, goal_id: str) -> bool:
+        """Cancel a goal: a running one stops within a poll, a queued one ends as soon as a worker takes
+        it; False when it had ended already."""
+        state = self._known(goal_id).state()
+        if state is not None and state.status in FINAL_STATUSES:
+            return False
+        await self._redis.sadd(keys.goals_cancelled(), GoalJob(goal=goal_id).job_id)  # type: ignore[misc]
+        return True
+
+    async def summaries(self) -> list[GoalSummary]:
+        """Every goal as Redis knows it (kept current by the workers), by id."""
+        raw = await self._redis.hgetall(keys.goals())  # type: ignore[misc]
+        found = [GoalSummary.model_validate_json(value) for value in raw.values()]
+        return sorted(found, key=lambda s: s.id)
+
+    async def reconcile(self) -> int:
+        """Enqueue every unfinished goal with no queue entry and no lease (Redis lost it, say); put each
+        goal's summary back when Redis has none. How many were enqueued."""
+        goals = await asyncio.to_thread(lambda: list(self.folder.all()))
+        enqueued = 0
+        for goal in goals:
+            job = GoalJob(goal=goal.goal_id)
+            try:
+                state = goal.state()
+            except TunefleetError as exc:
+                log.error("goal_unreadable", goal=goal.goal_id, error=str(exc))
+                continue
+            summary = summary_of(state) if state is not None else None
+            if not await self._redis.hexists(keys.goals(), goal.goal_id):  # type: ignore[misc]
+                fallback = GoalSummary(id=goal.goal_id, status="queued", updated_at=datetime.now(UTC))
+                await self._redis.hset(keys.goals(), goal.goal_id, (summary or fallback).model_dump_json())  # type: ignore[misc]
+            if state is not None and state.status in FINAL_STATUSES:
+                continue
+            if await self._in_flight(goal.goal_id):
+                continue
+            await self._redis.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
+            if await self._redis.enqueue_job(GOAL_FUNCTION, job.model_dump(), _job_id=job.job_id):
+                enqueued += 1
+                log.info("goal_requeued", goal=goal.goal_id, detail="reconciled: no queue entry and no lease")
+        return enqueued
+
+
+def summary_of(state: GoalState) -> GoalSummary:
+    current = state.current()
+    completion = state.completion
+    return GoalSummary(
+        id=state.goal_id,
+        status=state.status,
+        iteration=current.iteration if current else 0,
+        tuning=state.tuning,
+        reason=completion.reason if completion else None,
+        limit=completion.limit if completion else None,
+        tokens=state.spent.tokens,
+        cost_usd=state.spent.cost_usd,
+        updated_at=state.updated_at,
+    )

@@ -1,0 +1,85 @@
+"""Goals for the tests: specs on disk, started through the real client, read back from the store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from service.goals.fleet import GoalFiles
+from service.models.goal import FINAL_STATUSES
+from service.models.goal_state import GoalState
+from service.store import Store
+from tests.support.fleet import Fleet, settings_env, wait_until
+
+
+def goal_cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    """`tunefleet goal ARGS...` as a user runs it, against the fleet's settings (200 columns wide)."""
+    return subprocess.run(
+        [sys.executable, "-m", "service", "goal", *args],
+        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def write_goal(root: Path, goal_id: str = "g1", **fields: Any) -> Path:
+    """A goal spec file below `root` (demo agents unless `runner`/`analyzer` are given)."""
+    root.mkdir(parents=True, exist_ok=True)
+    body = {"id": goal_id, "goal": f"Finish {goal_id}", "acceptance": ["every task is done"], **fields}
+    path = root / f"{goal_id}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+async def start_goal(fleet: Fleet, spec: Path, tuning: str | None = None) -> str:
+    async with fleet.client() as client:
+        return (await client.goals.start_file(spec, tuning)).id
+
+
+def goal_state(fleet: Fleet, goal_id: str = "g1") -> GoalState | None:
+    return GoalFiles(Store(fleet.settings.store)).state(goal_id)
+
+
+async def wait_goal_ended(fleet: Fleet, goal_id: str = "g1", timeout_s: float = 60.0) -> GoalState:
+    """Wait until the goal's state is final; the state."""
+
+    def ended() -> bool:  # the trace is written last
+        state = goal_state(fleet, goal_id)
+        if state is None or state.status not in FINAL_STATUSES:
+            return False
+        return any(e["kind"] == f"goal_{state.status}" for e in trace(fleet, goal_id))
+
+    await wait_until(ended, timeout_s, f"goal {goal_id} to end")
+    state = goal_state(fleet, goal_id)
+    assert state is not None
+    return state
+
+
+def goal_dir(fleet: Fleet, goal_id: str = "g1") -> Path:
+    return fleet.settings.store / "goals" / goal_id
+
+
+def trace(fleet: Fleet, goal_id: str = "g1") -> list[dict[str, Any]]:
+    path = goal_dir(fleet, goal_id) / "GOAL_TRACE.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def agent_starts(fleet: Fleet, goal_id: str = "g1") -> dict[tuple[int, str], int]:
+    """How often each (iteration, step) agent was started: every start makes a fresh step folder
+    (`<step>-<lease>`, and `.void-N` when set aside)."""
+    counts: dict[tuple[int, str], int] = {}
+    for folder in sorted((goal_dir(fleet, goal_id) / "iterations").glob("*/*-*")):
+        if not folder.is_dir():
+            continue
+        step = folder.name.split("-", 1)[0]
+        key = (int(folder.parent.name), step)
+        counts[key] = counts.get(key, 0) + 1
+    return counts

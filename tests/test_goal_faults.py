@@ -1,0 +1,102 @@
+"""Goals under faults: a worker SIGKILLed between two steps hands the goal to another worker with no
+step run twice, and a Redis that restarts empty gets the goal back from the store."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from service.settings import FleetSettings
+from tests.support.fleet import Fleet, wait_until, write_tuning
+from tests.support.goals import agent_starts, start_goal, trace, wait_goal_ended, write_goal
+from tests.support.redis_server import RedisServer
+
+EVERY_STEP_ONCE = {(i, s): 1 for i in (1, 2) for s in ("plan", "work", "review")}
+
+
+def _started(fleet: Fleet, iteration: int, step: str) -> bool:
+    return any(
+        e["kind"] == "step_started" and (e["iteration"], e["step"]) == (iteration, step) for e in trace(fleet)
+    )
+
+
+def _waiting(fleet: Fleet) -> bool:
+    return any(e["kind"] == "step_waits_for_resume" for e in trace(fleet))
+
+
+@pytest.mark.parametrize(
+    ("iteration", "step"),
+    [(1, "plan"), (1, "work"), (1, "review")],
+    ids=["plan|work", "work|review", "review|plan"],
+)
+async def test_a_worker_killed_between_two_steps_hands_the_goal_on_with_no_step_run_twice(
+    fleet: Fleet, tmp_path: Path, iteration: int, step: str
+) -> None:
+    """The fleet is paused while a step runs, so the worker stops right after it (the step recorded, the
+    next not started); SIGKILL it, resume with another worker: every agent starts once, the trace has
+    each event once, and the goal completes."""
+    first = fleet.start_worker()
+    spec = write_goal(tmp_path / "goals", demo={"complete_at": 2, "step_ms": 800})
+    await start_goal(fleet, spec)
+    await wait_until(lambda: _started(fleet, iteration, step), 30, f"the {step} step to start")
+    async with fleet.client() as client:
+        await client.pause()
+        await wait_until(lambda: _waiting(fleet), 30, "the goal to wait between two steps")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        second = fleet.start_worker()
+        await client.resume()
+    state = await wait_goal_ended(fleet, timeout_s=60)
+    assert state.status == "completed"
+    assert agent_starts(fleet) == EVERY_STEP_ONCE
+    events = trace(fleet)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    finished = [(e["iteration"], e["step"]) for e in events if e["kind"] == "step_finished"]
+    assert sorted(finished) == sorted(EVERY_STEP_ONCE)
+    resumed = [e for e in events if e["kind"] == "goal_resumed"]
+    assert len(resumed) == 1 and resumed[0]["worker"].endswith(f":{second.pid}")
+
+
+async def test_an_emptied_redis_gets_the_goal_back_from_the_store(
+    settings: FleetSettings, tmp_path: Path
+) -> None:
+    """Mid-goal, Redis restarts with nothing: the daemon restores the goal from the store, a worker carries
+    it on at its first missing step, and it completes with every step recorded once."""
+    server = RedisServer(tmp_path / "own-redis", appendonly=False)
+    server.start()
+    fleet = Fleet(settings.model_copy(update={"redis_url": server.url}), tmp_path / "fleet-logs")
+    try:
+        fleet.start_daemon(write_tuning(tmp_path / "t", []))
+        await wait_until(lambda: server.exists("tf:epoch"), 30, "the daemon")
+        fleet.start_worker()
+        await start_goal(fleet, write_goal(tmp_path / "goals", demo={"complete_at": 2, "step_ms": 600}))
+        await wait_until(lambda: _started(fleet, 1, "review"), 30, "the first review to start")
+        server.restart()
+        state = await wait_goal_ended(fleet, timeout_s=90)
+    finally:
+        fleet.teardown()
+        server.stop()
+    assert state.status == "completed"
+    assert "redis_state_lost" in (tmp_path / "fleet-logs" / "daemon.log").read_text()
+    finished = [(e["iteration"], e["step"]) for e in trace(fleet) if e["kind"] == "step_finished"]
+    assert sorted(finished) == sorted(EVERY_STEP_ONCE)
+
+
+async def test_sigterm_mid_step_hands_the_goal_back_and_another_worker_finishes_it(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """SIGTERM while the work step runs: the worker ends its step, hands the goal back and exits; another
+    worker runs that step again (only that one) and completes the goal."""
+    first = fleet.start_worker()
+    await start_goal(fleet, write_goal(tmp_path / "goals", demo={"step_ms": 1500}))
+    await wait_until(lambda: _started(fleet, 1, "work"), 30, "the work step to start")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=fleet.settings.stop_grace_s + 10) == 0
+    fleet.start_worker()
+    state = await wait_goal_ended(fleet, timeout_s=60)
+    assert state.status == "completed"
+    assert agent_starts(fleet) == {(1, "plan"): 1, (1, "work"): 2, (1, "review"): 1}
+    finished = [(e["iteration"], e["step"]) for e in trace(fleet) if e["kind"] == "step_finished"]
+    assert sorted(finished) == [(1, "plan"), (1, "review"), (1, "work")]

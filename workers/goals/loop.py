@@ -1,0 +1,152 @@
+"""A goal's loop: iterations of plan, work and review under the goal's limits, until a review completes
+it (from `min_iterations` on), a limit ends it `incomplete`, its steps stay void (`failed`) or it is
+cancelled.
+
+Every step reads where the goal stands from its state and records its result there before the next
+starts, so calling `pursue` again after any interruption carries on at the first missing step.
+
+Deadlines are wall-clock times kept in the state: the run's from its first start, each iteration's from
+its own start. A step may run until the sooner of the two (never less than 1 s); a review also no
+longer than `reviewer_timeout_s`. A step still running at its deadline is cancelled (its agent's
+processes are ended) and the goal ends `incomplete`, naming the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from service.models.goal import FINAL_STATUSES, GoalStep, Limit
+from service.models.goal_state import Completion, GoalState, IterationState
+from workers.goals import steps
+from workers.goals.run import GoalRun
+
+STEP_OF: dict[str, GoalStep] = {"planning": "plan", "working": "work", "reviewing": "review"}
+STEPS: dict[GoalStep, Callable[[GoalRun, IterationState], Awaitable[None]]] = {
+    "plan": steps.plan,
+    "work": steps.work,
+    "review": steps.review,
+}
+LIMIT_WORDS: dict[str, str] = {
+    "timeout": "run timeout",
+    "iteration_timeout": "iteration timeout",
+    "reviewer_timeout": "reviewer timeout",
+}
+MIN_STEP_S = 1.0
+
+
+async def pursue(gr: GoalRun) -> GoalState:
+    """Run the goal to its end (or return the state it ended with)."""
+    state = gr.state
+    while state.status not in FINAL_STATUSES:
+        it = state.current()
+        if it is None or it.status in ("reviewed", "failed"):
+            if not await _ends_after(gr, it):
+                await _begin_iteration(gr)
+            continue
+        step = STEP_OF[it.status]
+        await _wait_runnable(gr, it, step)
+        budget_s, limit = step_budget(state, it, step)
+        if budget_s <= 0:
+            await end(gr, "incomplete", f"the {LIMIT_WORDS[limit]} passed before the {step} step", limit)
+            break
+        gr.step = step
+        gr.event("step_started", it, step)
+        await gr.persist()
+        gr.step_deadline = asyncio.get_running_loop().time() + max(MIN_STEP_S, budget_s)
+        try:
+            await STEPS[step](gr, it)
+        except steps.StepTimedOut:
+            await end(
+                gr,
+                "incomplete",
+                f"the {step} step of iteration {it.iteration} ran into the {LIMIT_WORDS[limit]} "
+                f"({max(MIN_STEP_S, budget_s):.0f} s left when it started)",
+                limit,
+            )
+        gr.step = None  # not on a cancel: the job names the step the goal was cancelled in
+    return state
+
+
+def step_budget(state: GoalState, it: IterationState, step: GoalStep) -> tuple[float, Limit]:
+    """How long the step may run, and the limit that bounds it."""
+    now = datetime.now(UTC)
+    run_s = (state.deadline_at - now).total_seconds()
+    iteration_s = (it.deadline_at - now).total_seconds()
+    limit: Limit = "timeout" if run_s <= iteration_s else "iteration_timeout"
+    budget_s = min(run_s, iteration_s)
+    if step == "review" and state.limits.reviewer_timeout_s < budget_s:
+        return state.limits.reviewer_timeout_s, "reviewer_timeout"
+    return budget_s, limit
+
+
+async def _ends_after(gr: GoalRun, it: IterationState | None) -> bool:
+    """Whether the goal ends after iteration `it` (ended with its reason if so)."""
+    if it is None:
+        return False
+    limits = gr.state.limits
+    if it.status == "reviewed" and it.review is not None and it.review.review.complete:
+        if it.iteration >= limits.min_iterations:
+            await end(gr, "completed", f"the review of iteration {it.iteration}: {it.review.review.summary}")
+            return True
+        gr.event(
+            "review_complete_too_early",
+            it,
+            "review",
+            f"iteration {it.iteration} of at least {limits.min_iterations}: the goal goes on",
+        )
+    if it.iteration >= limits.max_iterations:
+        await end(
+            gr,
+            "incomplete",
+            f"{it.iteration} iterations (max_iterations) without a review that completes the goal",
+            "max_iterations",
+        )
+        return True
+    if datetime.now(UTC) >= gr.state.deadline_at:
+        await end(gr, "incomplete", "the run timeout passed", "timeout")
+        return True
+    return False
+
+
+async def _begin_iteration(gr: GoalRun) -> None:
+    now = datetime.now(UTC)
+    it = IterationState(
+        iteration=len(gr.state.iterations) + 1,
+        started_at=now,
+        updated_at=now,
+        deadline_at=now + timedelta(seconds=gr.state.limits.iteration_timeout_s),
+        workspace_base=gr.state.workspace,
+    )
+    gr.state.iterations.append(it)
+    gr.event("iteration_started", it)
+    await gr.persist()
+
+
+async def _wait_runnable(gr: GoalRun, it: IterationState, step: GoalStep) -> None:
+    """Hold the step's start while the fleet is paused or the sandbox breaker is open."""
+    if gr.controls.paused:
+        gr.step = step
+        gr.event("step_waits_for_resume", it, step)
+        await gr.persist()
+        await gr.controls.wait_runnable()
+    if gr.gate.is_open:
+        gr.event("step_waits_for_sandbox", it, step)
+        await gr.persist()
+        await gr.gate.wait_closed()
+
+
+async def end(gr: GoalRun, status: str, reason: str, limit: Limit | None = None) -> None:
+    """End the goal with its reason (and the limit it reached), durably, before anything else happens."""
+    completion = Completion.model_validate(
+        {"status": status, "reason": reason, "limit": limit, "at": datetime.now(UTC)}
+    )
+    gr.state.status = completion.status
+    gr.state.completion = completion
+    current = gr.state.current()
+    if current is not None:
+        current.completion = completion
+    gr.step = None
+    gr.event(f"goal_{status}", current, None, reason, limit=limit)
+    await gr.persist()
