@@ -95,7 +95,9 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
     """The daemon and submission as `submitter`, a worker as `worker` and `tunefleet status` as `monitor`
     take a tuning with applies and a goal to the end, the daemon's API and both /readyz answer 200, `pause`,
     `resume`, `submit` and `cancel` work as `submitter`, and Redis's ACL log records no denial."""
-    submitter = role_settings(settings, acl_redis, "submitter").model_copy(update={"api_port": free_port()})
+    submitter = role_settings(settings, acl_redis, "submitter").model_copy(
+        update={"api_port": free_port(), "api_public_read": True}
+    )
     fleet = Fleet(submitter, tmp_path / "logs")
     worker = role_settings(settings, acl_redis, "worker").model_copy(update={"health_port": free_port()})
     workers = Fleet(worker, tmp_path / "worker-logs")

@@ -134,18 +134,22 @@ class Fleet:
         log = (self.logs / "daemon.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "service", "daemon", str(tuning_file)],
-            # A free port: a busy one stops the daemon before it registers anything.
             env={
                 **os.environ,
                 **settings_env(self.settings),
                 "TUNEFLEET_LOG_FORMAT": "json",
-                "TUNEFLEET_API_PORT": "0",
+                **self._api_port(),
             },
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         self.workers.append(proc)
         return proc
+
+    def _api_port(self) -> dict[str, str]:
+        """A free port for the daemon's API unless the test chose one: a busy port (another test's
+        daemon on the default 8321) stops a daemon before it registers anything."""
+        return {} if "api_port" in self.settings.model_fields_set else {"TUNEFLEET_API_PORT": "0"}
 
     def log_of(self, n: int) -> str:
         return (self.logs / f"worker-{n}.log").read_text()
