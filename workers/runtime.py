@@ -21,7 +21,8 @@ from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
 from workers.case import CaseRun
 from workers.control import Controls
-from workers.lease import CaseLease
+from workers.lease import CaseLease, Grant
+from workers.outage import RedisOutage
 from workers.tuning import TuningRuntime
 
 log = structlog.get_logger()
@@ -41,13 +42,19 @@ class WorkerRuntime:
         self.name = name or worker_name()
         self.batch = RedisBatch(redis)
         self.sink = EventSink(redis, self.store, settings.events_max, worker=self.name, batch=self.batch)
+        self.outage = RedisOutage(settings.outage_backoff_max_s)
         self.breaker = Breaker(redis, settings.breaker_probe_base_s, settings.breaker_probe_max_s)
-        self.controls = Controls(redis, settings.poll_delay_s)
-        self.gate = BreakerGate(self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0)
+        self.controls = Controls(redis, settings.poll_delay_s, self.outage)
+        self.gate = BreakerGate(
+            self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0, outage=self.outage
+        )
         self.host = AgentHost(grace_s=settings.stop_grace_s, cgroup_dirs=tuple(settings.cgroup_dirs))
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
         """job id -> the lease token this process holds for it (read by the worker's finish_job)."""
+        self.suspects: set[str] = set()
+        """Job ids of suspects (workers.lease) this process claimed and that have not cleared yet: while
+        there is one, the claim takes no other."""
 
     def tuning(self, name: str) -> TuningRuntime:
         current = self._tunings.get(name)
@@ -65,17 +72,26 @@ class WorkerRuntime:
     async def _prober_for(self, tuning: str) -> Prober:
         return self.tuning(tuning).prober
 
-    async def acquire(self, job: CaseJob) -> tuple[CaseLease, int, bool]:
-        """The case's lease (with its lease losses and whether it was cancelled), or Retry when another
-        worker still holds it."""
-        lease, lost, cancelled = await CaseLease.acquire(
-            self.batch, self.settings.queue, job.job_id, self.settings.lease_s, job.tuning
+    async def acquire(self, job: CaseJob) -> tuple[CaseLease, Grant]:
+        """The case's lease (with its counted lease losses, whether it was cancelled and whether it is
+        a suspect), or Retry when another worker still holds it."""
+        lease, grant = await CaseLease.acquire(
+            self.batch,
+            self.settings.queue,
+            job.job_id,
+            self.settings.lease_s,
+            job.tuning,
+            worker=self.name,
+            outage=self.outage,
+            on_cleared=self.suspects.discard,
         )
         if lease is None:
             log.info("case_held_elsewhere", job_id=job.job_id)
             raise Retry(defer=self.settings.lease_s)
+        if grant.suspect:
+            self.suspects.add(job.job_id)
         self.leases[job.job_id] = lease.token
-        return lease, lost, cancelled
+        return lease, grant
 
     def case_run(self, job: CaseJob, lease: CaseLease) -> CaseRun:
         """The case's run; TunefleetError naming the file when the tuning's config or the case file
