@@ -32,22 +32,6 @@ local t = redis.call('TIME')
 local clock = t[1] * 1000 + math.floor(t[2] / 1000)
 local free = tonumber(ARGV[5])
 local suspect_ok = ARGV[7] == '1'
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]), 'WITHSCORES')
-local open = {{}}
-for i = 1, #due, 2 do
-  local id = due[i]
-  if redis.call('EXISTS', ARGV[8] .. id) == 0 and redis.call('EXISTS', ARGV[9] .. id) == 0 then
-    local suspect = redis.call('EXISTS', ARGV[11] .. id) == 1
-    if not suspect then
-      local holder = redis.call('GET', ARGV[10] .. id)
-      suspect = holder ~= false and lost_among_others(holder, ARGV[12])
-    end
-    if suspect_ok or not suspect then
-      open[#open + 1] = {{id, due[i + 1], suspect and 1 or 0}}
-      if suspect then suspect_ok = false end
-    end
-  end
-end
 local others = 0
 local entries = redis.call('HGETALL', KEYS[2])
 for i = 1, #entries, 2 do
@@ -59,6 +43,23 @@ for i = 1, #entries, 2 do
       others = others + slots
     elseif seen < clock - 60000 then
       redis.call('HDEL', KEYS[2], entries[i])
+    end
+  end
+end
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]), 'WITHSCORES')
+local open = {{}}
+for i = 1, #due, 2 do
+  if #open >= free + others then break end
+  local id = due[i]
+  if redis.call('EXISTS', ARGV[8] .. id) == 0 and redis.call('EXISTS', ARGV[9] .. id) == 0 then
+    local suspect = redis.call('EXISTS', ARGV[11] .. id) == 1
+    if not suspect then
+      local holder = redis.call('GET', ARGV[10] .. id)
+      suspect = holder ~= false and lost_among_others(holder, ARGV[12])
+    end
+    if suspect_ok or not suspect then
+      open[#open + 1] = {{id, due[i + 1], suspect and 1 or 0}}
+      if suspect then suspect_ok = false end
     end
   end
 end
