@@ -35,8 +35,8 @@ def losses(job_id: str) -> str:
 
 
 def suspect(job_id: str) -> str:
-    """STRING: present while a case that lost its lease beside other cases is suspected of killing its
-    worker: it runs on no worker with another suspect; deleted when it records a step or ends."""
+    """STRING `group` or `isolate`: present while a case that lost its lease beside other cases is
+    suspected of killing its worker (workers/lease.py); deleted when it records a step or ends."""
     return f"{PREFIX}:suspect:{job_id}"
 
 
@@ -44,6 +44,11 @@ def worker_cases(name: str) -> str:
     """SET: the job ids a worker holds leases on; left as it was when the worker died (a lost lease's
     company), removed from on every clean release; expires a day after the last lease."""
     return f"{PREFIX}:worker-cases:{name}"
+
+
+def worker_suspects(name: str) -> str:
+    """SET: the suspects among a worker's cases (kept like `worker_cases`); removed from when cleared."""
+    return f"{PREFIX}:worker-suspects:{name}"
 
 
 def free_slots() -> str:

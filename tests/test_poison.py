@@ -16,7 +16,7 @@ async def test_only_the_poison_case_fails_among_innocents_on_supervised_workers(
 ) -> None:
     """1 case that SIGKILLs every worker that runs it and 20 plain ones on 3 supervised workers: the
     poison case ends failed as poison, every plain one completes, and plain cases did die beside it."""
-    cases = [case("poison", kills_worker=100)] + [case(f"plain-{i}") for i in range(PLAIN)]
+    cases = [case("poison", kills_worker=100, latency_ms=200)] + [case(f"plain-{i}") for i in range(PLAIN)]
     adapter = demo_adapter(run_ms=3000, analyze_ms=300)
     async with Supervisor(fleet, count=3, concurrency=8).running() as supervisor:
         await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=adapter))

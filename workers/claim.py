@@ -6,8 +6,8 @@ fleet how many slots this worker has left.
   most its share of the open jobs, in proportion to its free slots among all the fresh free slots
   (rounded up, at least one). Others' entries older than `stale_ms` (a worker stopped, paused or
   gone) do not count, and are dropped after a minute. One worker alone claims as before.
-- **Suspects apart.** A job that lost its lease beside other cases (`workers.lease`) is taken only by
-  a worker that runs no suspect, and one per poll.
+- **Suspects apart** (`workers.lease`). An isolated suspect is taken only by a worker that runs no
+  other suspect; a group suspect only by one that runs no isolated suspect.
 - **One round trip.** The read, the checks arq makes one job at a time (due, not in progress) plus
   "not leased", the claims (arq's in-progress key, for one lease) and the free-slots record are one
   script.
@@ -20,18 +20,20 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from service import keys
-from workers.lease import LOST_AMONG_OTHERS
+from workers.lease import LOSS_VERDICT
 
 CLAIM = f"""
 -- KEYS: queue free_slots
--- ARGV: now_ms in_progress_ms read_limit worker free stale_ms suspect_ok
---       in_progress_prefix lease_prefix holder_prefix suspect_prefix cases_prefix
--- returns {{job id, score, suspect (0/1), ...}}
-{LOST_AMONG_OTHERS}
+-- ARGV: now_ms in_progress_ms read_limit worker free stale_ms suspects isolated
+--       in_progress_prefix lease_prefix holder_prefix suspect_prefix cases_prefix suspects_prefix
+-- (suspects: how many this worker runs; isolated: 1 if one of them is isolated)
+-- returns {{job id, score, suspect level ('' / group / isolate), ...}}
+{LOSS_VERDICT}
 local t = redis.call('TIME')
 local clock = t[1] * 1000 + math.floor(t[2] / 1000)
 local free = tonumber(ARGV[5])
-local suspect_ok = ARGV[7] == '1'
+local suspects = tonumber(ARGV[7])
+local isolated = ARGV[8] == '1'
 local others = 0
 local entries = redis.call('HGETALL', KEYS[2])
 for i = 1, #entries, 2 do
@@ -51,15 +53,17 @@ local open = {{}}
 for i = 1, #due, 2 do
   if #open >= free + others then break end
   local id = due[i]
-  if redis.call('EXISTS', ARGV[8] .. id) == 0 and redis.call('EXISTS', ARGV[9] .. id) == 0 then
-    local suspect = redis.call('EXISTS', ARGV[11] .. id) == 1
-    if not suspect then
-      local holder = redis.call('GET', ARGV[10] .. id)
-      suspect = holder ~= false and lost_among_others(holder, ARGV[12])
+  if redis.call('EXISTS', ARGV[9] .. id) == 0 and redis.call('EXISTS', ARGV[10] .. id) == 0 then
+    local level = redis.call('GET', ARGV[12] .. id) or ''
+    local holder = redis.call('GET', ARGV[11] .. id)
+    if holder then  -- a lease left behind: foresee ACQUIRE's verdict
+      local _, verdict = loss_verdict(holder, id, ARGV[13], ARGV[14])
+      level = verdict
     end
-    if suspect_ok or not suspect then
-      open[#open + 1] = {{id, due[i + 1], suspect and 1 or 0}}
-      if suspect then suspect_ok = false end
+    if level == '' or (level == 'group' and not isolated) or (level == 'isolate' and suspects == 0) then
+      open[#open + 1] = {{id, due[i + 1], level}}
+      if level ~= '' then suspects = suspects + 1 end
+      if level == 'isolate' then isolated = true end
     end
   end
 end
@@ -70,7 +74,7 @@ end
 local claimed = {{}}
 for i = 1, take do
   local job = open[i]
-  redis.call('SET', ARGV[8] .. job[1], '1', 'PX', ARGV[2])
+  redis.call('SET', ARGV[9] .. job[1], '1', 'PX', ARGV[2])
   claimed[#claimed + 1] = job[1]
   claimed[#claimed + 1] = job[2]
   claimed[#claimed + 1] = job[3]
@@ -84,7 +88,8 @@ return claimed
 class Claimed:
     job_id: str
     score_ms: int
-    suspect: bool
+    level: str
+    """The suspicion the case carries ('' none, 'group', 'isolate'; workers.lease)."""
 
 
 class Claimer:
@@ -98,8 +103,9 @@ class Claimer:
         self._read_limit = read_limit
         self._stale_ms = stale_ms
 
-    async def claim(self, now_ms: int, free: int, in_progress_ms: int, suspect_ok: bool) -> list[Claimed]:
-        """Claim this worker's share of the jobs due at `now_ms` (at most `free`)."""
+    async def claim(self, now_ms: int, free: int, in_progress_ms: int, suspects: list[str]) -> list[Claimed]:
+        """Claim this worker's share of the jobs due at `now_ms` (at most `free`), given the suspicion
+        levels of the suspects it runs."""
         reply = await self._script(
             [self._queue, keys.free_slots()],
             [
@@ -109,17 +115,19 @@ class Claimer:
                 self._worker,
                 free,
                 self._stale_ms,
-                "1" if suspect_ok else "0",
+                len(suspects),
+                "1" if "isolate" in suspects else "0",
                 keys.arq_in_progress(""),
                 keys.lease(""),
                 keys.holder(""),
                 keys.suspect(""),
                 keys.worker_cases(""),
+                keys.worker_suspects(""),
             ],
         )
         return [
-            Claimed(job_id.decode(), int(float(score)), bool(int(suspect)))
-            for job_id, score, suspect in zip(reply[::3], reply[1::3], reply[2::3], strict=True)
+            Claimed(job_id.decode(), int(float(score)), level.decode())
+            for job_id, score, level in zip(reply[::3], reply[1::3], reply[2::3], strict=True)
         ]
 
     async def leave(self) -> None:

@@ -41,9 +41,10 @@ MAX_TRIES = 1_000_000
 KEEP_RESULT_S = 24 * 3600
 
 FINISH = """
--- KEYS: lease holder losses in_progress retry job abort queue result suspect my_cases
+-- KEYS: lease holder losses in_progress retry job abort queue result suspect my_cases my_suspects
 -- ARGV: token finish result result_ms incr job_id
 redis.call('SREM', KEYS[11], ARGV[6])
+redis.call('SREM', KEYS[12], ARGV[6])
 local cur = redis.call('GET', KEYS[1])
 if ARGV[1] == '' then
   if cur then return 0 end
@@ -108,19 +109,19 @@ class FleetWorker(Worker):
         """Claim this worker's share of the due jobs, in one round trip, and start them."""
         free = self.max_jobs - self.job_counter
         claimed = await self._claimer.claim(
-            timestamp_ms(), free, int(self.in_progress_timeout_s * 1000), not self.runtime.suspects
+            timestamp_ms(), free, int(self.in_progress_timeout_s * 1000), list(self.runtime.suspects.values())
         )
         for job in claimed:
             await self.sem.acquire()  # never waits: no more were claimed than there are free slots
             self.job_counter += 1
-            if job.suspect:
-                self.runtime.suspects.add(job.job_id)
+            if job.level:
+                self.runtime.suspects[job.job_id] = job.level
             task = self.loop.create_task(self.run_job(job.job_id, job.score_ms))
             task.add_done_callback(functools.partial(self._job_done, job.job_id))
             self.tasks[job.job_id] = task
 
     def _job_done(self, job_id: str, _: asyncio.Task[Any]) -> None:
-        self.runtime.suspects.discard(job_id)
+        self.runtime.suspects.pop(job_id, None)
         self._release_sem_dec_counter_on_complete()
 
     def _release_sem_dec_counter_on_complete(self) -> None:
@@ -152,6 +153,7 @@ class FleetWorker(Worker):
                 keys.arq_result(job_id),
                 keys.suspect(job_id),
                 keys.worker_cases(self.runtime.name),
+                keys.worker_suspects(self.runtime.name),
             ],
             [
                 "" if token is None else str(token),

@@ -35,7 +35,12 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     except TunefleetError as exc:
         return await unreadable(runtime, job, lease, cancelled, exc)
     try:
-        data = {"lease": lease.token, "lost_leases": lost, "suspect": grant.suspect, "try": ctx["job_try"]}
+        data = {
+            "lease": lease.token,
+            "lost_leases": lost,
+            "suspect": grant.level or None,
+            "try": ctx["job_try"],
+        }
         await cr.emit("case_started", data=data)
         if cancelled:
             result = await finish(cr, "cancelled", None, "cancelled before it started")

@@ -2,12 +2,14 @@
 write. The heartbeat also keeps arq's in-progress key alive and pushes the job's score in the
 queue into the future, so that idle workers never see running jobs at the head of the queue.
 
-Lost leases and poison: a lease that expired under its worker counts against the case only when
-nothing else could have taken that worker down, that is when the case ran there alone or as the
-worker's only suspect. A case that lost its lease beside other cases becomes a suspect instead, and
-runs on no worker with another suspect (the claim sees to it); a case that then records a step is
+Lost leases and poison (docs/architecture.md, "Poison"): a lease that expired under its worker
+counts against the case only when nothing else could have taken that worker down: the case ran
+there alone, or as the worker's only suspect. A case that lost its lease beside other cases becomes
+a suspect instead: a *group* suspect (it may run beside other group suspects, as no one knows yet
+which of them, if any, kills) if it was not a suspect when it died, else an *isolated* one (it runs
+on a worker with no other suspect). The claim keeps to these rules; a case that records a step is
 cleared (its suspicion and its counted losses are dropped). So a poison case is counted on every
-kill after its first, and the innocent cases that died beside it are cleared by their next step.
+death once it is isolated, and the innocent cases that died beside it are cleared by their next step.
 """
 
 from __future__ import annotations
@@ -26,34 +28,37 @@ log = structlog.get_logger()
 
 _NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 
-LOST_AMONG_OTHERS = """
--- the lease `holder` (`<token>@<worker>`) was left behind: did its worker hold other cases then?
-local function lost_among_others(holder, cases_prefix)
+LOSS_VERDICT = """
+-- a lease of `job` left behind by `holder` (`<token>@<worker>`): whether the loss counts against the
+-- case (1/0), and the suspicion it leaves ('' none, 'group', 'isolate'). The worker's case and
+-- suspect sets are as they were when it died.
+local function loss_verdict(holder, job, cases_prefix, suspects_prefix)
   local at = string.find(holder, '@', 1, true)
-  if not at then return false end
-  return redis.call('SCARD', cases_prefix .. string.sub(holder, at + 1)) > 1
+  if not at then return 1, '' end
+  local worker = string.sub(holder, at + 1)
+  local suspects = suspects_prefix .. worker
+  if redis.call('SISMEMBER', suspects, job) == 1 then
+    if redis.call('SCARD', suspects) == 1 then return 1, 'isolate' end
+    return 0, 'isolate'
+  end
+  if redis.call('SCARD', cases_prefix .. worker) > 1 then return 0, 'group' end
+  return 1, ''
 end
 """
-"""A Lua function shared by ACQUIRE and the claim: a worker's case set is left as it was when the worker
-died, so a lost lease whose worker's set holds more than this case was lost beside other cases."""
+"""A Lua function shared by ACQUIRE and the claim (which must foresee ACQUIRE's verdict)."""
 
 ACQUIRE = f"""
--- KEYS: lease holder losses fence in_progress queue cancelled suspect my_cases
--- ARGV: lease_ms job_id worker cases_prefix
-{LOST_AMONG_OTHERS}
-if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0, 0}} end
+-- KEYS: lease holder losses fence in_progress queue cancelled suspect my_cases my_suspects
+-- ARGV: lease_ms job_id worker cases_prefix suspects_prefix
+{LOSS_VERDICT}
+if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0, ''}} end
 local lost = tonumber(redis.call('GET', KEYS[3]) or '0')
-local suspect = redis.call('EXISTS', KEYS[8]) == 1
+local level = redis.call('GET', KEYS[8]) or ''
 local before = redis.call('GET', KEYS[2])
 if before then
-  -- the last lease expired under its worker: it counts against the case only when nothing else
-  -- could have taken that worker down (the case ran alone there, or as its only suspect)
-  if suspect or not lost_among_others(before, ARGV[4]) then
-    lost = redis.call('INCR', KEYS[3])
-  else
-    redis.call('SET', KEYS[8], '1')
-    suspect = true
-  end
+  local counts, verdict = loss_verdict(before, ARGV[2], ARGV[4], ARGV[5])
+  if counts == 1 then lost = redis.call('INCR', KEYS[3]) end
+  level = verdict
 end
 local token = redis.call('INCR', KEYS[4])
 redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
@@ -61,9 +66,16 @@ redis.call('SET', KEYS[2], token .. '@' .. ARGV[3])
 redis.call('SET', KEYS[5], '1', 'PX', ARGV[1])
 redis.call('SADD', KEYS[9], ARGV[2])
 redis.call('PEXPIRE', KEYS[9], 86400000)
+if level ~= '' then
+  redis.call('SET', KEYS[8], level)
+  redis.call('SADD', KEYS[10], ARGV[2])
+  redis.call('PEXPIRE', KEYS[10], 86400000)
+else
+  redis.call('DEL', KEYS[8])
+end
 {_NOW_MS}
 redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[1]), ARGV[2])
-return {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2]), suspect and 1 or 0}}
+return {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2]), level}}
 """
 
 RENEW = f"""
@@ -83,15 +95,18 @@ return 0
 """
 
 CLEAR = """
--- KEYS: lease suspect losses ; ARGV: token  (a CHECK that also clears the case of its lost leases)
+-- KEYS: lease suspect losses my_suspects ; ARGV: token job_id
+-- (a CHECK that also clears the case of its suspicion and lost leases)
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('SREM', KEYS[4], ARGV[2])
 return 1
 """
 
 REQUEUE = f"""
--- KEYS: lease holder in_progress queue my_cases ; ARGV: token job_id defer_ms
+-- KEYS: lease holder in_progress queue my_cases my_suspects ; ARGV: token job_id defer_ms
 redis.call('SREM', KEYS[5], ARGV[2])
+redis.call('SREM', KEYS[6], ARGV[2])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 {_NOW_MS}
@@ -107,9 +122,13 @@ class Grant:
     lost: int
     """Leases the case lost that count against it (see `suspect`); at `max_lease_losses` it is poison."""
     cancelled: bool
-    suspect: bool
-    """The case lost its last lease beside other cases: it may be the one that took its worker down,
-    or an innocent neighbour. It runs on no worker with another suspect until it records a step."""
+    level: str
+    """'' (not a suspect), 'group' or 'isolate': the case lost a lease beside other cases and may be
+    the one that took its worker down, or an innocent neighbour (see the module's docstring)."""
+
+    @property
+    def suspect(self) -> bool:
+        return self.level != ""
 
 
 class CaseLease:
@@ -125,7 +144,7 @@ class CaseLease:
         *,
         worker: str = "",
         on_probation: bool = False,
-        on_cleared: Callable[[str], None] | None = None,
+        on_cleared: Callable[[str], object] | None = None,
         outage: RedisOutage | None = None,
     ) -> None:
         self._batch = batch
@@ -155,7 +174,7 @@ class CaseLease:
         tuning: str,
         worker: str = "",
         outage: RedisOutage | None = None,
-        on_cleared: Callable[[str], None] | None = None,
+        on_cleared: Callable[[str], object] | None = None,
     ) -> tuple[CaseLease | None, Grant]:
         """The lease and what came with it; (None, ...) if another worker holds it."""
         keys_ = [
@@ -168,11 +187,13 @@ class CaseLease:
             keys.cancelled(tuning),
             keys.suspect(job_id),
             keys.worker_cases(worker),
+            keys.worker_suspects(worker),
         ]
         acquire = batch.redis.register_script(ACQUIRE)
-        args = [int(lease_s * 1000), job_id, worker, keys.worker_cases("")]
-        token, lost, cancelled, suspect = await batch.script(acquire, keys_, args)
-        grant = Grant(lost=int(lost), cancelled=bool(cancelled), suspect=bool(suspect))
+        args = [int(lease_s * 1000), job_id, worker, keys.worker_cases(""), keys.worker_suspects("")]
+        token, lost, cancelled, level = await batch.script(acquire, keys_, args)
+        level = level.decode() if isinstance(level, bytes) else str(level)
+        grant = Grant(lost=int(lost), cancelled=bool(cancelled), level=level)
         if int(token) == 0:
             return None, grant
         lease = cls(
@@ -204,8 +225,13 @@ class CaseLease:
         if self.lost:
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
         if self.on_probation:
-            clear_keys = [keys.lease(self.job_id), keys.suspect(self.job_id), keys.losses(self.job_id)]
-            ok = await self._batch.script(self._clear, clear_keys, [self.token])
+            clear_keys = [
+                keys.lease(self.job_id),
+                keys.suspect(self.job_id),
+                keys.losses(self.job_id),
+                keys.worker_suspects(self._worker),
+            ]
+            ok = await self._batch.script(self._clear, clear_keys, [self.token, self.job_id])
         else:
             ok = await self._batch.script(self._check, [keys.lease(self.job_id)], [self.token])
         if not ok:
@@ -226,6 +252,7 @@ class CaseLease:
                 keys.arq_in_progress(self.job_id),
                 self._queue,
                 keys.worker_cases(self._worker),
+                keys.worker_suspects(self._worker),
             ],
             [self.token, self.job_id, int(defer_s * 1000)],
         )

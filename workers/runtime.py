@@ -52,9 +52,9 @@ class WorkerRuntime:
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
         """job id -> the lease token this process holds for it (read by the worker's finish_job)."""
-        self.suspects: set[str] = set()
-        """Job ids of suspects (workers.lease) this process claimed and that have not cleared yet: while
-        there is one, the claim takes no other."""
+        self.suspects: dict[str, str] = {}
+        """Job id -> suspicion level ('group' or 'isolate', workers.lease) of the suspects this process
+        claimed and that have not cleared yet: the claim takes no suspect that would not fit beside them."""
 
     def tuning(self, name: str) -> TuningRuntime:
         current = self._tunings.get(name)
@@ -83,15 +83,20 @@ class WorkerRuntime:
             job.tuning,
             worker=self.name,
             outage=self.outage,
-            on_cleared=self.suspects.discard,
+            on_cleared=self._cleared,
         )
         if lease is None:
             log.info("case_held_elsewhere", job_id=job.job_id)
             raise Retry(defer=self.settings.lease_s)
         if grant.suspect:
-            self.suspects.add(job.job_id)
+            self.suspects[job.job_id] = grant.level
+        else:
+            self.suspects.pop(job.job_id, None)
         self.leases[job.job_id] = lease.token
         return lease, grant
+
+    def _cleared(self, job_id: str) -> None:
+        self.suspects.pop(job_id, None)
 
     def case_run(self, job: CaseJob, lease: CaseLease) -> CaseRun:
         """The case's run; TunefleetError naming the file when the tuning's config or the case file
