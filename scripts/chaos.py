@@ -56,10 +56,12 @@ def poison_knob(case: dict[str, Any]) -> bool:
 
 
 def longest_stall(events: list[dict[str, Any]], began: float) -> tuple[float, float]:
-    """The longest time (from `began` to the last step) in which no step finished, and when it began."""
+    """The longest time in which no step finished, from the first step's start to the last step's end
+    (the fleet's start-up is not a stall), and when it began (seconds after `began`)."""
+    first = min((at_s(e) for e in events if e["kind"] == "step_started"), default=began)
     finished = sorted(at_s(e) for e in events if e["kind"] == "step_finished")
-    worst, since = 0.0, began
-    for before, after in zip([began, *finished], finished, strict=False):
+    worst, since = 0.0, first
+    for before, after in zip([first, *finished], finished, strict=False):
         if after - before > worst:
             worst, since = after - before, before
     return worst, since - began
