@@ -42,7 +42,7 @@ KEEP_RESULT_S = 24 * 3600
 
 FINISH = """
 -- KEYS: lease holder losses in_progress retry job abort queue result suspect my_cases my_suspects
--- ARGV: token finish result result_ms incr job_id
+-- ARGV: token finish result result_ms defer_ms job_id
 redis.call('SREM', KEYS[11], ARGV[6])
 redis.call('SREM', KEYS[12], ARGV[6])
 local cur = redis.call('GET', KEYS[1])
@@ -64,7 +64,10 @@ if ARGV[2] == '1' then
   redis.call('ZREM', KEYS[7], ARGV[6])
   redis.call('ZREM', KEYS[8], ARGV[6])
 elseif tonumber(ARGV[5]) > 0 then
-  redis.call('ZINCRBY', KEYS[8], ARGV[5], ARGV[6])
+  -- a retry: due `defer_ms` from now (arq would add the time since the claim's score to the score,
+  -- which renewals have moved on since: that pushed a case away by its whole run)
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[8], 'XX', t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[5]), ARGV[6])
 end
 return 1
 """
@@ -104,6 +107,8 @@ class FleetWorker(Worker):
         self._stopping = False
         self._slot_freed = asyncio.Event()
         self._poll_failures = 0
+        self.claim_scores: dict[str, int] = {}
+        """job id -> its score when claimed, which arq's retry delay (`incr_score`) is counted from."""
 
     async def _claim_due(self) -> None:
         """Claim this worker's share of the due jobs, in one round trip, and start them."""
@@ -116,12 +121,14 @@ class FleetWorker(Worker):
             self.job_counter += 1
             if job.level:
                 self.runtime.suspects[job.job_id] = job.level
+            self.claim_scores[job.job_id] = job.score_ms
             task = self.loop.create_task(self.run_job(job.job_id, job.score_ms))
             task.add_done_callback(functools.partial(self._job_done, job.job_id))
             self.tasks[job.job_id] = task
 
     def _job_done(self, job_id: str, _: asyncio.Task[Any]) -> None:
         self.runtime.suspects.pop(job_id, None)
+        self.claim_scores.pop(job_id, None)
         self._release_sem_dec_counter_on_complete()
 
     def _release_sem_dec_counter_on_complete(self) -> None:
@@ -140,6 +147,12 @@ class FleetWorker(Worker):
     ) -> None:
         token = self.runtime.leases.pop(job_id, None)
         result_ms = 0 if keep_result_forever or not result_timeout_s else int(result_timeout_s * 1000)
+        defer_ms = 0
+        if incr_score:  # arq's retry delay plus the time since the claim's score: the delay alone
+            claimed_ms = self.claim_scores.get(job_id)
+            defer_ms = (
+                incr_score if claimed_ms is None else max(1, incr_score - (timestamp_ms() - claimed_ms))
+            )
         done = await self._finish(
             [
                 keys.lease(job_id),
@@ -160,7 +173,7 @@ class FleetWorker(Worker):
                 "1" if finish else "0",
                 result_data or b"",
                 result_ms,
-                incr_score or 0,
+                defer_ms,
                 job_id,
             ],
         )
