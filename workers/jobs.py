@@ -27,14 +27,21 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     """Run one case; the returned dict is arq's job result (JSON)."""
     runtime: WorkerRuntime = ctx["runtime"]
     job = CaseJob.model_validate(payload)
-    lease, lost, cancelled = await runtime.acquire(job)
+    lease, grant = await runtime.acquire(job.job_id, job.tuning)
+    lost, cancelled = grant.lost, grant.cancelled
     structlog.contextvars.bind_contextvars(tuning=job.tuning, case=job.case, rev=job.rev, worker=runtime.name)
     try:
         cr = runtime.case_run(job, lease)
     except TunefleetError as exc:
         return await unreadable(runtime, job, lease, cancelled, exc)
     try:
-        await cr.emit("case_started", data={"lease": lease.token, "lost_leases": lost, "try": ctx["job_try"]})
+        data = {
+            "lease": lease.token,
+            "lost_leases": lost,
+            "suspect": grant.level or None,
+            "try": ctx["job_try"],
+        }
+        await cr.emit("case_started", data=data)
         if cancelled:
             result = await finish(cr, "cancelled", None, "cancelled before it started")
         elif lost >= runtime.settings.max_lease_losses:

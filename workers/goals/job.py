@@ -41,12 +41,7 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     """Pursue one goal; the returned dict is arq's job result (JSON)."""
     runtime: WorkerRuntime = ctx["runtime"]
     job = GoalJob.model_validate(payload)
-    lease, lost, cancelled = await CaseLease.acquire(
-        runtime.batch, runtime.settings.queue, job.job_id, runtime.settings.lease_s, keys.GOALS_SCOPE
-    )
-    if lease is None:
-        raise Retry(defer=runtime.settings.lease_s)
-    runtime.leases[job.job_id] = lease.token
+    lease, grant = await runtime.acquire(job.job_id, keys.GOALS_SCOPE)
     structlog.contextvars.bind_contextvars(goal=job.goal, worker=runtime.name)
     try:
         gr = await goal_run(runtime, job, lease)
@@ -57,10 +52,10 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         await _quietly(runtime.redis.hset(keys.goals(), job.goal, summary.model_dump_json()))
         return {"status": "failed", "reason": reason}
     try:
-        if cancelled:
+        if grant.cancelled:
             await end(gr, "cancelled", "cancelled before a worker took it")
-        elif lost >= runtime.settings.max_lease_losses:
-            await end(gr, "failed", f"poison: the goal lost its lease {lost} times")
+        elif grant.lost >= runtime.settings.max_lease_losses:
+            await end(gr, "failed", f"poison: the goal lost its lease {grant.lost} times")
         else:
             async with watched(lease.heartbeat()):
                 await pursue(gr)
