@@ -1,10 +1,13 @@
 """`make chaos`: the demo tuning under random faults, then the bill.
 
 For --duration-s seconds, workers are killed (SIGKILL), paused past their lease (SIGSTOP, SIGCONT),
-stopped (SIGTERM) and replaced, and Redis (with AOF) is killed and restarted. Then the run settles
-and the script prints: cases lost, steps run twice, cases marked because of faults (all must be 0),
-and the slowest recovery seen (from a worker fault until each case it held is claimed by another
-worker; from a Redis restart until the fleet records a step again).
+stopped (SIGTERM) and replaced, and Redis (with AOF) is killed and restarted. One more case is
+poison (it SIGKILLs every worker that runs it) and must end failed as such; its victims are replaced
+too. Then the run settles and the script prints:
+cases lost, steps run twice, cases marked because of faults, cases that failed without a poison knob
+(beyond those declared to fail; all four must be 0), the slowest recovery seen (from a worker fault
+until each case it held is claimed by another worker; from a Redis restart until the fleet records a
+step again) and the longest stall (the longest time in which no step finished; must be <= 10 s).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from service.settings import FleetSettings
 from tests.support.fleet import Fleet, demo_adapter, steps_run_twice, write_tuning
 from tests.support.redis_server import RedisServer
 
+MAX_STALL_S = 10.0
+POISON = "poison-x0"
 ENDINGS = {"case_completed", "case_difficult", "case_failed", "case_cancelled", "case_requeued"}
 DEMO_CASES = Path(__file__).parents[1] / "examples" / "demo" / "cases"
 
@@ -41,7 +46,25 @@ def demo_cases(copies: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, A
             item["demo"] = dict(item.get("demo", {}), rules=[f"{r}-x{n}" for r in rules])
             cases.append(item)
             declared[item["id"]] = item["expect"]
+    cases.append({**cases[0], "id": POISON, "demo": {"kills_worker": 1_000}, "expect": {"state": "failed"}})
+    declared[POISON] = {"state": "failed", "reason": "poison: "}
     return cases, declared
+
+
+def poison_knob(case: dict[str, Any]) -> bool:
+    return int(case.get("demo", {}).get("kills_worker", 0)) > 0
+
+
+def longest_stall(events: list[dict[str, Any]], began: float) -> tuple[float, float]:
+    """The longest time in which no step finished, from the first step's start to the last step's end
+    (the fleet's start-up is not a stall), and when it began (seconds after `began`)."""
+    first = min((at_s(e) for e in events if e["kind"] == "step_started"), default=began)
+    finished = sorted(at_s(e) for e in events if e["kind"] == "step_finished")
+    worst, since = 0.0, first
+    for before, after in zip([first, *finished], finished, strict=False):
+        if after - before > worst:
+            worst, since = after - before, before
+    return worst, since - began
 
 
 def at_s(event: dict[str, Any]) -> float:
@@ -54,8 +77,16 @@ class Chaos:
         self.redis = redis
         self.rng = rng
         self.live = [fleet.start_worker(concurrency=8) for _ in range(workers)]
+        self.died = 0
         self.faults: list[tuple[float, str, int | None]] = []
         self.began = time.time()
+
+    def replace_dead(self) -> None:
+        """A supervisor's part: start a new worker for each one that died (the poison case's victims)."""
+        for i, proc in enumerate(self.live):
+            if proc.poll() is not None:
+                self.died += 1
+                self.live[i] = self.fleet.start_worker(concurrency=8)
 
     async def strike(self) -> None:
         kind = self.rng.choice(["kill", "pause", "term", "redis"])
@@ -119,7 +150,6 @@ async def main(duration_s: float, workers: int, seed: int) -> int:
         poll_delay_s=0.1,
         lease_s=2.0,
         stop_grace_s=3.0,
-        lock_lease_s=3.0,
         reconcile_interval_s=2.0,
         breaker_probe_base_s=0.5,
         breaker_probe_max_s=2.0,
@@ -135,11 +165,15 @@ async def main(duration_s: float, workers: int, seed: int) -> int:
         chaos = Chaos(fleet, redis, rng, workers)
         ends = time.monotonic() + duration_s
         while time.monotonic() < ends:
-            await asyncio.sleep(rng.uniform(1.5, 4.0))
+            strike_at = time.monotonic() + rng.uniform(1.5, 4.0)
+            while time.monotonic() < strike_at:
+                chaos.replace_dead()
+                await asyncio.sleep(0.1)
             await chaos.strike()
             print(f"  fault {len(chaos.faults)}: {chaos.faults[-1][1]}", flush=True)
         settle_ends = time.monotonic() + 240
         while time.monotonic() < settle_ends:
+            chaos.replace_dead()
             if all(r.state != "unfinished" for r in fleet.results().values()) and len(fleet.results()) == len(
                 cases
             ):
@@ -161,13 +195,25 @@ async def main(duration_s: float, workers: int, seed: int) -> int:
             or not (r.reason or "").startswith(declared[c].get("reason") or "")
         )
     )
-    print(f"faults injected:          {len(chaos.faults)}")
+    knobs = {item["id"]: poison_knob(item) for item in cases}
+    innocent_failed = sorted(
+        c
+        for c, r in rows.items()
+        if r.state == "failed" and not knobs[c] and declared[c]["state"] != "failed"
+    )
+    print(
+        f"faults injected:          {len(chaos.faults)} (and {chaos.died} workers killed by the poison case)"
+    )
     print(f"cases lost:               {lost}")
     print(f"steps run twice:          {twice}")
     print(f"cases marked by faults:   {marked}")
+    print(f"failed with no poison knob: {len(innocent_failed)} {' '.join(innocent_failed)}".rstrip())
     worst_s, what = chaos.slowest_recovery(events)
     print(f"slowest recovery:         {worst_s:.2f} s ({what})")
-    return 0 if lost == twice == marked == 0 else 1
+    stall_s, stall_at = longest_stall(events, chaos.began)
+    print(f"longest stall:            {stall_s:.2f} s (no step finished from +{stall_at:.1f} s)")
+    ok = lost == twice == marked == len(innocent_failed) == 0 and stall_s <= MAX_STALL_S
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

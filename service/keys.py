@@ -24,13 +24,36 @@ def lease(job_id: str) -> str:
 
 
 def holder(job_id: str) -> str:
-    """STRING: the last token granted for the case; deleted on a clean release (lease-loss detection)."""
+    """STRING `<token>@<worker>`: the last lease granted for the case; deleted on a clean release
+    (lease-loss detection)."""
     return f"{PREFIX}:holder:{job_id}"
 
 
 def losses(job_id: str) -> str:
     """STRING counter: how often the case's lease expired under a worker."""
     return f"{PREFIX}:losses:{job_id}"
+
+
+def suspect(job_id: str) -> str:
+    """STRING `group` or `isolate`: present while a case that lost its lease beside other cases is
+    suspected of killing its worker (workers/lease.py); deleted when it records a step or ends."""
+    return f"{PREFIX}:suspect:{job_id}"
+
+
+def worker_cases(name: str) -> str:
+    """SET: the job ids a worker holds leases on; left as it was when the worker died (a lost lease's
+    company), removed from on every clean release; expires a day after the last lease."""
+    return f"{PREFIX}:worker-cases:{name}"
+
+
+def worker_suspects(name: str) -> str:
+    """SET: the suspects among a worker's cases (kept like `worker_cases`); removed from when cleared."""
+    return f"{PREFIX}:worker-suspects:{name}"
+
+
+def free_slots() -> str:
+    """HASH: worker name -> `<free slots>:<Redis time ms>`, written by each claiming poll (fair claims)."""
+    return f"{PREFIX}:free-slots"
 
 
 def fence() -> str:

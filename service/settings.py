@@ -49,6 +49,12 @@ class FleetSettings(BaseSettings):
 
     concurrency: int = Field(default=10, ge=1, description="Cases one worker process runs at once.")
     poll_delay_s: float = Field(default=0.2, gt=0)
+    outage_backoff_max_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="While Redis is unreachable, a worker's polls and watches wait longer after each "
+        "failure, up to this.",
+    )
     queue_read_limit: int | None = Field(
         default=None,
         ge=1,
@@ -63,7 +69,12 @@ class FleetSettings(BaseSettings):
     )
     max_lease_losses: int = Field(default=5, ge=1, description="Lost leases before a case ends failed.")
 
-    lock_lease_s: float = Field(default=30.0, gt=0, description="The improvements lock's lease.")
+    lock_lease_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="The improvements lock's lease, renewed every third: a dead holder's lock returns "
+        "within it.",
+    )
     provider_retry_s: float = Field(
         default=60.0, gt=0, description="How long a case waits in the queue after its LLM provider was down."
     )

@@ -14,7 +14,15 @@ from pathlib import Path
 from service import keys
 from service.connection import connect
 from service.settings import FleetSettings
-from tests.support.fleet import Fleet, case, settings_env, wait_until, write_tuning
+from tests.support.fleet import (
+    Fleet,
+    case,
+    demo_adapter,
+    event_time_s,
+    settings_env,
+    wait_until,
+    write_tuning,
+)
 from tests.support.redis_server import RedisServer
 from workers.lock import ImprovementsLock
 
@@ -91,3 +99,36 @@ async def test_a_killed_holder_frees_the_lock_within_lease_and_one_renewal(
         await pool.aclose()
     assert waited_s <= settings.lock_lease_s * (1 + 1 / 3) + 0.2, waited_s
     assert redis_server.exists(keys.lock("t1"))
+
+
+async def test_a_killed_workers_lock_lets_the_next_apply_start_within_5_s(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """With the default lock lease, SIGKILL of the worker whose apply holds the lock: the apply waiting
+    on another worker starts within 5 s of the kill."""
+    default_lease_s = FleetSettings.model_fields["lock_lease_s"].default
+    fleet.settings = fleet.settings.model_copy(update={"lock_lease_s": default_lease_s})
+    cases = [case("a", rules=["a-1"]), case("b", rules=["b-1"])]
+    adapter = demo_adapter(run_ms=100, analyze_ms=50, apply_ms=120_000)
+    await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=adapter))
+    workers = [fleet.start_worker(concurrency=1) for _ in range(2)]
+
+    def applies(kind: str) -> list[dict[str, object]]:
+        return [e for e in fleet.events() if e["kind"] == kind and e.get("step", "apply") == "apply"]
+
+    await wait_until(lambda: len(applies("step_started")) == 1, 30, "the first apply to hold the lock")
+    holder = applies("step_started")[0]
+    waiter = "b" if holder["case"] == "a" else "a"
+    await wait_until(
+        lambda: any(e["case"] == waiter for e in applies("apply_waits_for_lock")),
+        30,
+        "the other apply to wait",
+    )
+    victim = next(w for w in workers if str(holder["worker"]).endswith(f":{w.pid}"))
+    victim.send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    victim.wait()
+    await wait_until(lambda: len(applies("step_started")) == 2, 30, "the waiting apply to start")
+    started = applies("step_started")[1]
+    assert started["case"] == waiter
+    assert event_time_s(started) - killed_at <= 5.0

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import redis
+from arq.utils import timestamp_ms
 
 from service import keys
+from service.connection import connect
 from service.files import read_model
 from service.models.records import RunRecord
+from service.settings import FleetSettings
 from tests.support.fleet import (
     Fleet,
     case,
@@ -28,6 +31,9 @@ from tests.support.fleet import (
     write_tuning,
 )
 from tests.support.redis_server import RedisServer
+from workers.fleet_worker import FleetWorker
+from workers.lease import CaseLease
+from workers.runtime import WorkerRuntime
 
 SLOW_RUN = demo_adapter(run_ms=2500, analyze_ms=50, apply_ms=50)
 
@@ -92,8 +98,12 @@ async def test_a_paused_worker_cannot_write_over_the_new_owner(
     finishes = [e for e in fleet.events() if e["kind"] == "step_finished" and e.get("case") == "c1"]
     assert all(e["worker"].endswith(f":{owner.pid}") for e in finishes)
     run = read_model(fleet.settings.store / "tunings/t1/cases/c1/r1/nomem/1/run.json", RunRecord)
-    new_token = int(redis_server.get(keys.fence()) or 0)
-    assert run is not None and int(run.work.split("-")[1]) <= new_token
+    owner_tokens = [
+        e["data"]["lease"]
+        for e in fleet.events()
+        if e["kind"] == "case_started" and e["worker"].endswith(f":{owner.pid}")
+    ]
+    assert run is not None and int(run.work.split("-")[1]) == owner_tokens[-1]
     assert not redis_server.exists(keys.arq_job(job_id)) and redis_server.zcard(fleet.settings.queue) == 0
     assert not redis_server.exists(keys.arq_in_progress(job_id))
 
@@ -168,7 +178,7 @@ async def test_a_case_that_keeps_killing_its_worker_ends_failed_as_poison(
             break
     row = fleet.results()["c1"]
     assert row.state == "failed" and (row.reason or "").startswith("poison: the case lost its lease 2 times")
-    assert len(list((fleet.settings.store / "tunings/t1/cases/c1/r1/nomem/1").glob("worker-killed-*"))) == 2
+    assert len(list((fleet.settings.store / "tunings/t1/cases/c1/r1").glob("worker-killed-*"))) == 2
 
 
 async def test_a_free_slot_sees_new_cases_behind_long_running_ones(fleet: Fleet, tmp_path: Path) -> None:
@@ -223,3 +233,31 @@ async def test_the_same_case_submitted_twice_at_once_runs_once(fleet: Fleet, tmp
     revs = json.loads(json.dumps([p.name for p in (fleet.settings.store / "tunings/t1/cases/c1").iterdir()]))
     assert sorted(revs) == ["r1", "r2"]
     assert os.path.exists(fleet.settings.store / "tunings/t1/cases/c1/r1/result.json")
+
+
+async def test_a_retried_case_is_due_after_its_delay_not_after_its_run(
+    settings: FleetSettings, redis_server: RedisServer
+) -> None:
+    """A case handed back through arq's Retry with its lease still held (its REQUEUE failed in a Redis
+    hiccup) is due its delay from now, not pushed further by the time it ran since it was claimed."""
+    redis_pool = await connect(settings)
+    try:
+        runtime = WorkerRuntime(settings, redis_pool, name="test:1")
+        worker = FleetWorker(runtime)
+        job_id = "case:t1:c1:1"
+        claimed_ms = timestamp_ms() - 60_000  # claimed a minute ago; renewals moved its score since
+        await redis_pool.zadd(settings.queue, {job_id: claimed_ms})
+        lease, _ = await CaseLease.acquire(runtime.batch, settings.queue, job_id, 30.0, "t1", runtime.name)
+        assert lease is not None
+        runtime.leases[job_id] = lease.token
+        worker.claim_scores[job_id] = claimed_ms
+        defer_ms = 500
+        arq_incr_ms = defer_ms + (timestamp_ms() - claimed_ms)  # what arq passes for Retry(defer=0.5)
+        await worker.finish_job(job_id, False, None, None, False, arq_incr_ms, None)
+        seconds, micros = await redis_pool.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        due_in_ms = int(await redis_pool.zscore(settings.queue, job_id) or 0) - now_ms
+        assert 0 < due_in_ms <= defer_ms, due_in_ms
+        assert not await redis_pool.exists(keys.lease(job_id), keys.holder(job_id))
+    finally:
+        await redis_pool.aclose()

@@ -27,7 +27,7 @@ from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from tests.support.redis_proc import RedisProcess
 from tests.support.redis_server import free_port
 from tests.support.tools import needs_tool
-from workers.fleet_worker import CLAIM
+from workers.claim import CLAIM
 
 ROOT = Path(__file__).resolve().parent.parent
 ACL_DIR = ROOT / "deploy" / "redis"
@@ -169,6 +169,24 @@ def _ok(url: str) -> bool:
         return False
 
 
+def _claim_args(worker: str) -> list[object]:
+    """The claim script's arguments (workers.claim.Claimer) for one free slot of `worker`."""
+    prefixes = [keys.arq_in_progress(""), keys.lease(""), keys.holder(""), keys.suspect("")]
+    return [
+        10**13,
+        10_000,
+        100,
+        worker,
+        1,
+        10_000,
+        0,
+        "0",
+        *prefixes,
+        keys.worker_cases(""),
+        keys.worker_suspects(""),
+    ]
+
+
 def test_the_submitter_can_enqueue_but_cannot_claim(acl_redis: AclRedis) -> None:
     """The submitter may add a job to the queue, but neither the worker's claim script nor a direct write
     of arq's in-progress key or a case's lease is allowed to it."""
@@ -176,16 +194,16 @@ def test_the_submitter_can_enqueue_but_cannot_claim(acl_redis: AclRedis) -> None
     with acl_redis.client("submitter") as r:
         r.zadd("tf:queue", {job_id: 1})
         assert r.zscore("tf:queue", job_id) == 1
-        with pytest.raises(redis.exceptions.ResponseError, match="can't access"):
-            r.eval(CLAIM, 1, "tf:queue", 10**13, 10_000, "arq:in-progress:", 1, job_id)
+        with pytest.raises(redis.exceptions.NoPermissionError, match="permissions to access one of the keys"):
+            r.eval(CLAIM, 2, "tf:queue", keys.free_slots(), *_claim_args("submitter"))
         with pytest.raises(redis.exceptions.NoPermissionError):
             r.set(keys.arq_in_progress(job_id), "1", px=10_000)
         with pytest.raises(redis.exceptions.NoPermissionError):
             r.set(keys.lease(job_id), "7", px=10_000)
         assert r.exists(keys.lease(job_id)) == 0  # reading leases (reconciliation) is allowed
     with acl_redis.client("worker") as r:
-        claimed = r.eval(CLAIM, 1, "tf:queue", 10**13, 10_000, "arq:in-progress:", 1, job_id)
-        assert claimed == [job_id.encode(), b"1"]
+        claimed = r.eval(CLAIM, 2, "tf:queue", keys.free_slots(), *_claim_args("w1"))
+        assert claimed == [job_id.encode(), b"1", b""]
 
 
 def test_the_monitor_reads_but_cannot_write(acl_redis: AclRedis) -> None:

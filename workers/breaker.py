@@ -15,11 +15,11 @@ from typing import Literal
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from service import keys
 from service.events import EventSink
 from workers.adapters.base import Prober
+from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
 
@@ -110,12 +110,15 @@ class BreakerGate:
         sink: EventSink,
         poll_s: float,
         probe_timeout_s: float,
+        *,
+        outage: RedisOutage | None = None,
     ) -> None:
         self._breaker = breaker
         self._prober_for = prober_for
         self._sink = sink
         self._poll_s = poll_s
         self._probe_timeout_s = probe_timeout_s
+        self._outage = outage or RedisOutage(backoff_max_s=poll_s)
         self._closed = asyncio.Event()
         self._closed.set()
 
@@ -134,12 +137,7 @@ class BreakerGate:
 
     async def watch(self) -> None:
         """Follow the breaker every poll until cancelled; probe when this process wins the claim."""
-        while True:
-            try:
-                await self._tick()
-            except RedisError as exc:
-                log.warning("breaker_watch_failed", error=str(exc))
-            await asyncio.sleep(self._poll_s)
+        await every(self._poll_s, self._tick, self._outage, "breaker_watch")
 
     async def _tick(self) -> None:
         claim = await self._breaker.claim_probe(self._probe_timeout_s)

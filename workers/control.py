@@ -14,10 +14,10 @@ from typing import Literal
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from service import keys
 from service.models.status import Hold
+from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
 
@@ -33,9 +33,10 @@ class Controls:
     """Local mirror of the fleet's pause switch and tuning holds, and the cancelling of this process's
     cases."""
 
-    def __init__(self, redis: Redis, poll_s: float) -> None:
+    def __init__(self, redis: Redis, poll_s: float, outage: RedisOutage | None = None) -> None:
         self._redis = redis
         self._poll_s = poll_s
+        self._outage = outage or RedisOutage(backoff_max_s=poll_s)
         self._unpaused = asyncio.Event()
         self._unpaused.set()
         self.cancelling: set[str] = set()
@@ -94,12 +95,7 @@ class Controls:
     async def watch(self, running: dict[str, asyncio.Task[object]]) -> None:
         """Every poll: follow the pause switch and the holds, and cancel the running cases that were
         cancelled."""
-        while True:
-            try:
-                await self._tick(running)
-            except RedisError as exc:
-                log.warning("controls_watch_failed", error=str(exc))
-            await asyncio.sleep(self._poll_s)
+        await every(self._poll_s, lambda: self._tick(running), self._outage, "controls_watch")
 
     async def _tick(self, running: dict[str, asyncio.Task[object]]) -> None:
         tunings = sorted({tuning_of(job_id) for job_id in running if job_id.startswith(("case:", "goal:"))})

@@ -18,7 +18,7 @@ from workers.errors import KeyRefused, LeaseLost, ProviderDown
 from workers.lease import CaseLease
 from workers.loop import finish, run_loop
 from workers.runtime import WorkerRuntime
-from workers.tasks import watched
+from workers.tasks import quietly, watched
 
 log = structlog.get_logger()
 
@@ -27,14 +27,21 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     """Run one case; the returned dict is arq's job result (JSON)."""
     runtime: WorkerRuntime = ctx["runtime"]
     job = CaseJob.model_validate(payload)
-    lease, lost, cancelled = await runtime.acquire(job)
+    lease, grant = await runtime.acquire(job.job_id, job.tuning)
+    lost, cancelled = grant.lost, grant.cancelled
     structlog.contextvars.bind_contextvars(tuning=job.tuning, case=job.case, rev=job.rev, worker=runtime.name)
     try:
         cr = runtime.case_run(job, lease)
     except TunefleetError as exc:
         return await unreadable(runtime, job, lease, cancelled, exc)
     try:
-        await cr.emit("case_started", data={"lease": lease.token, "lost_leases": lost, "try": ctx["job_try"]})
+        data = {
+            "lease": lease.token,
+            "lost_leases": lost,
+            "suspect": grant.level or None,
+            "try": ctx["job_try"],
+        }
+        await cr.emit("case_started", data=data)
         if cancelled:
             result = await finish(cr, "cancelled", None, "cancelled before it started")
         elif lost >= runtime.settings.max_lease_losses:
@@ -43,15 +50,15 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
             result = await supervised(cr)
     except LeaseLost as exc:
         log.warning("lease_lost", error=str(exc))
-        await _quietly(cr.emit("lease_lost", detail=str(exc)))
+        await quietly(cr.emit("lease_lost", detail=str(exc)))
         return {"lease_lost": lease.token}
     except RedisError as exc:
         log.warning("redis_lost_mid_case", error=str(exc))
-        await _quietly(lease.requeue())
+        await quietly(lease.requeue())
         raise Retry(defer=runtime.settings.poll_delay_s) from None
     except KeyRefused as exc:
         log.error("provider_key_refused", error=str(exc))
-        await _quietly(runtime.controls.hold(job.tuning, "auth", str(exc)))
+        await quietly(runtime.controls.hold(job.tuning, "auth", str(exc)))
         await _hand_back(cr, str(exc), runtime.settings.provider_retry_s)
         raise Retry(defer=runtime.settings.provider_retry_s) from None
     except ProviderDown as exc:
@@ -87,7 +94,7 @@ async def unreadable(
         return {"lease_lost": lease.token}
     except RedisError as lost_redis:
         log.warning("redis_lost_mid_case", error=str(lost_redis))
-        await _quietly(lease.requeue())
+        await quietly(lease.requeue())
         raise Retry(defer=runtime.settings.poll_delay_s) from None
     if done is not None:
         return {"state": done.state, "reason": done.reason, "steps": done.steps}
@@ -129,22 +136,14 @@ async def supervised(cr: CaseRun) -> CaseResult:
 
 async def _let_go(cr: CaseRun) -> None:
     """The worker is stopping: give the case back to the queue so another worker resumes it."""
-    if await _quietly(cr.lease.requeue()):
+    if await quietly(cr.lease.requeue()):
         cr.at(None)
-        await _quietly(cr.emit("case_requeued", detail="the worker stopped"))
+        await quietly(cr.emit("case_requeued", detail="the worker stopped"))
 
 
 async def _hand_back(cr: CaseRun, reason: str, defer_s: float) -> None:
     """An LLM provider stayed down: give the case back to the queue for `defer_s`, marking nothing and
     spending no try (the step runs again from its start when the case is taken again)."""
-    if await _quietly(cr.lease.requeue(defer_s)):
+    if await quietly(cr.lease.requeue(defer_s)):
         cr.at(None)
-    await _quietly(cr.emit("provider_down", detail=reason, data={"retry_in_s": defer_s}))
-
-
-async def _quietly(awaitable: Any) -> Any:
-    try:
-        return await awaitable
-    except (RedisError, OSError, LeaseLost) as exc:
-        log.warning("bookkeeping_failed", error=str(exc))
-        return None
+    await quietly(cr.emit("provider_down", detail=reason, data={"retry_in_s": defer_s}))

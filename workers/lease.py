@@ -1,39 +1,81 @@
 """Leases on running cases: a fencing token per claim, renewed by a heartbeat, checked before every
 write. The heartbeat also keeps arq's in-progress key alive and pushes the job's score in the
 queue into the future, so that idle workers never see running jobs at the head of the queue.
+
+Lost leases and poison (docs/architecture.md, "Poison"): a lease that expired under its worker
+counts against the case only when nothing else could have taken that worker down: the case ran
+there alone, or as the worker's only suspect. A case that lost its lease beside other cases becomes
+a suspect instead: a *group* suspect (it may run beside other group suspects, as no one knows yet
+which of them, if any, kills) if it was not a suspect when it died, else an *isolated* one (it runs
+on a worker with no other suspect). The claim keeps to these rules; a case that records a step is
+cleared (its suspicion and its counted losses are dropped). So a poison case is counted on every
+death once it is isolated, and the innocent cases that died beside it are cleared by their next step.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
-from redis.exceptions import RedisError
 
 from service import keys
 from service.batch import RedisBatch
 from workers.errors import LeaseLost
+from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
 
 _NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 
+LOSS_VERDICT = """
+-- a lease of `job` left behind by `holder` (`<token>@<worker>`): whether the loss counts against the
+-- case (1/0), and the suspicion it leaves ('' none, 'group', 'isolate'). The worker's case and
+-- suspect sets are as they were when it died.
+local function loss_verdict(holder, job, cases_prefix, suspects_prefix)
+  local at = string.find(holder, '@', 1, true)
+  if not at then return 1, '' end
+  local worker = string.sub(holder, at + 1)
+  local suspects = suspects_prefix .. worker
+  if redis.call('SISMEMBER', suspects, job) == 1 then
+    if redis.call('SCARD', suspects) == 1 then return 1, 'isolate' end
+    return 0, 'isolate'
+  end
+  if redis.call('SCARD', cases_prefix .. worker) > 1 then return 0, 'group' end
+  return 1, ''
+end
+"""
+"""A Lua function shared by ACQUIRE and the claim (which must foresee ACQUIRE's verdict)."""
+
 ACQUIRE = f"""
--- KEYS: lease holder losses fence in_progress queue cancelled ; ARGV: lease_ms job_id
-if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0}} end
-local lost
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  lost = redis.call('INCR', KEYS[3])
-else
-  lost = tonumber(redis.call('GET', KEYS[3]) or '0')
+-- KEYS: lease holder losses fence in_progress queue cancelled suspect my_cases my_suspects
+-- ARGV: lease_ms job_id worker cases_prefix suspects_prefix
+{LOSS_VERDICT}
+if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0, ''}} end
+local lost = tonumber(redis.call('GET', KEYS[3]) or '0')
+local level = redis.call('GET', KEYS[8]) or ''
+local before = redis.call('GET', KEYS[2])
+if before then
+  local counts, verdict = loss_verdict(before, ARGV[2], ARGV[4], ARGV[5])
+  if counts == 1 then lost = redis.call('INCR', KEYS[3]) end
+  level = verdict
 end
 local token = redis.call('INCR', KEYS[4])
 redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
-redis.call('SET', KEYS[2], token)
+redis.call('SET', KEYS[2], token .. '@' .. ARGV[3])
 redis.call('SET', KEYS[5], '1', 'PX', ARGV[1])
+redis.call('SADD', KEYS[9], ARGV[2])
+redis.call('PEXPIRE', KEYS[9], 86400000)
+if level ~= '' then
+  redis.call('SET', KEYS[8], level)
+  redis.call('SADD', KEYS[10], ARGV[2])
+  redis.call('PEXPIRE', KEYS[10], 86400000)
+else
+  redis.call('DEL', KEYS[8])
+end
 {_NOW_MS}
 redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[1]), ARGV[2])
-return {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2])}}
+return {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2]), level}}
 """
 
 RENEW = f"""
@@ -52,8 +94,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
 return 0
 """
 
+CLEAR = """
+-- KEYS: lease suspect losses my_suspects ; ARGV: token job_id
+-- (a CHECK that also clears the case of its suspicion and lost leases)
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('SREM', KEYS[4], ARGV[2])
+return 1
+"""
+
 REQUEUE = f"""
--- KEYS: lease holder in_progress queue ; ARGV: token job_id defer_ms
+-- KEYS: lease holder in_progress queue my_cases my_suspects ; ARGV: token job_id defer_ms
+redis.call('SREM', KEYS[5], ARGV[2])
+redis.call('SREM', KEYS[6], ARGV[2])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 {_NOW_MS}
@@ -62,26 +115,68 @@ return 1
 """
 
 
+@dataclass(frozen=True)
+class Grant:
+    """What ACQUIRE answered besides the lease."""
+
+    lost: int
+    """Leases the case lost that count against it (see `suspect`); at `max_lease_losses` it is poison."""
+    cancelled: bool
+    level: str
+    """'' (not a suspect), 'group' or 'isolate': the case lost a lease beside other cases and may be
+    the one that took its worker down, or an innocent neighbour (see the module's docstring)."""
+
+    @property
+    def suspect(self) -> bool:
+        return self.level != ""
+
+
 class CaseLease:
     """The lease one worker holds on one running case."""
 
-    def __init__(self, batch: RedisBatch, queue: str, job_id: str, lease_s: float, token: int) -> None:
+    def __init__(
+        self,
+        batch: RedisBatch,
+        queue: str,
+        job_id: str,
+        lease_s: float,
+        token: int,
+        *,
+        worker: str = "",
+        on_probation: bool = False,
+        on_cleared: Callable[[str], object] | None = None,
+        outage: RedisOutage | None = None,
+    ) -> None:
         self._batch = batch
         self._renew = batch.redis.register_script(RENEW)
         self._check = batch.redis.register_script(CHECK)
+        self._clear = batch.redis.register_script(CLEAR)
         self._requeue = batch.redis.register_script(REQUEUE)
         self._queue = queue
+        self._worker = worker
         self.job_id = job_id
         self.lease_ms = int(lease_s * 1000)
         self.token = token
         self.lost = False
+        self.on_probation = on_probation
+        """Lost leases or suspicion to clear: the first check that passes (before the first record
+        written, so once a step has run) clears them."""
+        self._on_cleared = on_cleared
+        self._outage = outage or RedisOutage(backoff_max_s=lease_s)
 
     @classmethod
     async def acquire(
-        cls, batch: RedisBatch, queue: str, job_id: str, lease_s: float, tuning: str
-    ) -> tuple[CaseLease | None, int, bool]:
-        """The lease, how many leases the case lost before, and whether it was cancelled;
-        (None, 0, False) if another worker holds it."""
+        cls,
+        batch: RedisBatch,
+        queue: str,
+        job_id: str,
+        lease_s: float,
+        tuning: str,
+        worker: str = "",
+        outage: RedisOutage | None = None,
+        on_cleared: Callable[[str], object] | None = None,
+    ) -> tuple[CaseLease | None, Grant]:
+        """The lease and what came with it; (None, ...) if another worker holds it."""
         keys_ = [
             keys.lease(job_id),
             keys.holder(job_id),
@@ -90,12 +185,29 @@ class CaseLease:
             keys.arq_in_progress(job_id),
             queue,
             keys.cancelled(tuning),
+            keys.suspect(job_id),
+            keys.worker_cases(worker),
+            keys.worker_suspects(worker),
         ]
         acquire = batch.redis.register_script(ACQUIRE)
-        token, lost, cancelled = await batch.script(acquire, keys_, [int(lease_s * 1000), job_id])
+        args = [int(lease_s * 1000), job_id, worker, keys.worker_cases(""), keys.worker_suspects("")]
+        token, lost, cancelled, level = await batch.script(acquire, keys_, args)
+        level = level.decode() if isinstance(level, bytes) else str(level)
+        grant = Grant(lost=int(lost), cancelled=bool(cancelled), level=level)
         if int(token) == 0:
-            return None, 0, False
-        return cls(batch, queue, job_id, lease_s, int(token)), int(lost), bool(cancelled)
+            return None, grant
+        lease = cls(
+            batch,
+            queue,
+            job_id,
+            lease_s,
+            int(token),
+            worker=worker,
+            on_probation=grant.suspect or grant.lost > 0,
+            on_cleared=on_cleared,
+            outage=outage,
+        )
+        return lease, grant
 
     async def renew(self) -> None:
         ok = await self._batch.script(
@@ -108,13 +220,28 @@ class CaseLease:
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
 
     async def check(self) -> None:
-        """Raise LeaseLost unless the lease is still this token's (call before every write)."""
+        """Raise LeaseLost unless the lease is still this token's (call before every write). The first
+        check of a case on probation also clears it: it has run a step without taking its worker down."""
         if self.lost:
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
-        ok = await self._batch.script(self._check, [keys.lease(self.job_id)], [self.token])
+        if self.on_probation:
+            clear_keys = [
+                keys.lease(self.job_id),
+                keys.suspect(self.job_id),
+                keys.losses(self.job_id),
+                keys.worker_suspects(self._worker),
+            ]
+            ok = await self._batch.script(self._clear, clear_keys, [self.token, self.job_id])
+        else:
+            ok = await self._batch.script(self._check, [keys.lease(self.job_id)], [self.token])
         if not ok:
             self.lost = True
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
+        if self.on_probation:
+            self.on_probation = False
+            if self._on_cleared is not None:
+                self._on_cleared(self.job_id)
+            log.info("case_cleared", job_id=self.job_id)
 
     async def requeue(self, defer_s: float = 0.0) -> bool:
         """Give the case back to the queue (a clean stop): any worker may take it in `defer_s`."""
@@ -124,6 +251,8 @@ class CaseLease:
                 keys.holder(self.job_id),
                 keys.arq_in_progress(self.job_id),
                 self._queue,
+                keys.worker_cases(self._worker),
+                keys.worker_suspects(self._worker),
             ],
             [self.token, self.job_id, int(defer_s * 1000)],
         )
@@ -132,9 +261,4 @@ class CaseLease:
     async def heartbeat(self) -> None:
         """Renew every third of the lease until cancelled; raises LeaseLost when renewal is refused."""
         interval_s = self.lease_ms / 3000
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.renew()
-            except RedisError as exc:
-                log.warning("lease_renew_failed", job_id=self.job_id, error=str(exc))
+        await every(interval_s, self.renew, self._outage, "lease_renew", first_s=interval_s, backoff=False)

@@ -16,11 +16,11 @@ from contextlib import asynccontextmanager
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from service import keys
 from service.batch import RedisBatch
 from workers.errors import LockLost
+from workers.outage import RedisOutage, every
 from workers.tasks import watched
 
 log = structlog.get_logger()
@@ -79,7 +79,7 @@ return still
 class LockHold:
     """A granted improvements lock: its token, and whether it was lost."""
 
-    def __init__(self, redis: Redis, tuning: str, token: int, lease_ms: int) -> None:
+    def __init__(self, redis: Redis, tuning: str, token: int, lease_ms: int, outage: RedisOutage) -> None:
         self._renew = redis.register_script(RENEW)
         self._publish = redis.register_script(PUBLISH)
         self.tuning = tuning
@@ -88,6 +88,7 @@ class LockHold:
         self.lost = False
         self.wait_ms = 0
         """How long the holder waited for the lock."""
+        self._outage = outage
 
     async def renew(self) -> None:
         ok = await self._renew([keys.lock(self.tuning)], [self.token, self.lease_ms])
@@ -104,19 +105,21 @@ class LockHold:
 
     async def keep_alive(self) -> None:
         """Renew every third of the lease until cancelled; raises LockLost when refused."""
-        while True:
-            await asyncio.sleep(self.lease_ms / 3000)
-            try:
-                await self.renew()
-            except RedisError as exc:
-                log.warning("lock_renew_failed", tuning=self.tuning, error=str(exc))
+        interval_s = self.lease_ms / 3000
+        await every(interval_s, self.renew, self._outage, "lock_renew", first_s=interval_s, backoff=False)
 
 
 class ImprovementsLock:
     """The fleet-wide lock of one tuning's system."""
 
     def __init__(
-        self, redis: Redis, tuning: str, lease_s: float, poll_s: float = 0.05, batch: RedisBatch | None = None
+        self,
+        redis: Redis,
+        tuning: str,
+        lease_s: float,
+        poll_s: float = 0.05,
+        batch: RedisBatch | None = None,
+        outage: RedisOutage | None = None,
     ) -> None:
         self._redis = redis
         self._batch = batch or RedisBatch(redis)
@@ -127,10 +130,13 @@ class ImprovementsLock:
         self.tuning = tuning
         self.lease_ms = int(lease_s * 1000)
         self._poll_s = poll_s
+        self._outage = outage or RedisOutage(backoff_max_s=lease_s / 3)
 
     async def try_acquire(self) -> LockHold | None:
         token = await self._acquire([keys.lock(self.tuning), keys.fence()], [self.lease_ms])
-        return LockHold(self._redis, self.tuning, int(token), self.lease_ms) if int(token) else None
+        if not int(token):
+            return None
+        return LockHold(self._redis, self.tuning, int(token), self.lease_ms, self._outage)
 
     async def release(self, hold: LockHold) -> bool:
         return bool(await self._release([keys.lock(self.tuning)], [hold.token]))
@@ -152,12 +158,12 @@ class ImprovementsLock:
             await asyncio.shield(self._mark_pending(member, 0))
 
     async def _keep_pending(self, member: str) -> None:
-        while True:
-            await asyncio.sleep(self.lease_ms / 3000)
-            try:
-                await self._mark_pending(member, self.lease_ms)
-            except RedisError as exc:
-                log.warning("pending_mark_renew_failed", tuning=self.tuning, error=str(exc))
+        interval_s = self.lease_ms / 3000
+
+        async def renew() -> None:
+            await self._mark_pending(member, self.lease_ms)
+
+        await every(interval_s, renew, self._outage, "lock_pending_renew", first_s=interval_s, backoff=False)
 
     async def _wait(self) -> LockHold:
         began = time.monotonic()

@@ -36,7 +36,9 @@ async def announce(redis: Redis, runtime: WorkerRuntime) -> None:
                 pipe.zadd(keys.workers(), {runtime.name: int(time.time() * 1000)})
                 await pipe.execute()
         except RedisError as exc:
-            log.warning("presence_failed", error=str(exc))
+            runtime.outage.failed("presence", exc)
+        else:
+            runtime.outage.answered()
         await asyncio.sleep(PRESENCE_INTERVAL_S)
 
 

@@ -21,7 +21,8 @@ from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
 from workers.case import CaseRun
 from workers.control import Controls
-from workers.lease import CaseLease
+from workers.lease import CaseLease, Grant
+from workers.outage import RedisOutage
 from workers.tuning import TuningRuntime
 
 log = structlog.get_logger()
@@ -41,13 +42,19 @@ class WorkerRuntime:
         self.name = name or worker_name()
         self.batch = RedisBatch(redis)
         self.sink = EventSink(redis, self.store, settings.events_max, worker=self.name, batch=self.batch)
+        self.outage = RedisOutage(settings.outage_backoff_max_s)
         self.breaker = Breaker(redis, settings.breaker_probe_base_s, settings.breaker_probe_max_s)
-        self.controls = Controls(redis, settings.poll_delay_s)
-        self.gate = BreakerGate(self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0)
+        self.controls = Controls(redis, settings.poll_delay_s, self.outage)
+        self.gate = BreakerGate(
+            self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0, outage=self.outage
+        )
         self.host = AgentHost(grace_s=settings.stop_grace_s, cgroup_dirs=tuple(settings.cgroup_dirs))
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
         """job id -> the lease token this process holds for it (read by the worker's finish_job)."""
+        self.suspects: dict[str, str] = {}
+        """Job id -> suspicion level ('group' or 'isolate', workers.lease) of the suspects this process
+        claimed and that have not cleared yet: the claim takes no suspect that would not fit beside them."""
 
     def tuning(self, name: str) -> TuningRuntime:
         current = self._tunings.get(name)
@@ -65,17 +72,32 @@ class WorkerRuntime:
     async def _prober_for(self, tuning: str) -> Prober:
         return self.tuning(tuning).prober
 
-    async def acquire(self, job: CaseJob) -> tuple[CaseLease, int, bool]:
-        """The case's lease (with its lease losses and whether it was cancelled), or Retry when another
-        worker still holds it."""
-        lease, lost, cancelled = await CaseLease.acquire(
-            self.batch, self.settings.queue, job.job_id, self.settings.lease_s, job.tuning
+    async def acquire(self, job_id: str, scope: str) -> tuple[CaseLease, Grant]:
+        """The lease of a case (or a goal: any leased job) with its counted lease losses, whether it was
+        cancelled (in the `tf:cancelled:<scope>` set: the case's tuning, or `keys.GOALS_SCOPE`) and
+        whether it is a suspect; Retry when another worker still holds it."""
+        lease, grant = await CaseLease.acquire(
+            self.batch,
+            self.settings.queue,
+            job_id,
+            self.settings.lease_s,
+            scope,
+            worker=self.name,
+            outage=self.outage,
+            on_cleared=self._cleared,
         )
         if lease is None:
-            log.info("case_held_elsewhere", job_id=job.job_id)
+            log.info("case_held_elsewhere", job_id=job_id)
             raise Retry(defer=self.settings.lease_s)
-        self.leases[job.job_id] = lease.token
-        return lease, lost, cancelled
+        if grant.suspect:
+            self.suspects[job_id] = grant.level
+        else:
+            self.suspects.pop(job_id, None)
+        self.leases[job_id] = lease.token
+        return lease, grant
+
+    def _cleared(self, job_id: str) -> None:
+        self.suspects.pop(job_id, None)
 
     def case_run(self, job: CaseJob, lease: CaseLease) -> CaseRun:
         """The case's run; TunefleetError naming the file when the tuning's config or the case file

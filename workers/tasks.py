@@ -1,11 +1,20 @@
-"""Running a body beside a watchdog task (a lease heartbeat, a lock renewer)."""
+"""Running a body beside a watchdog task (a lease heartbeat, a lock renewer), and bookkeeping that may
+fail without stopping anything."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+import structlog
+from redis.exceptions import RedisError
+
+from workers.errors import LeaseLost
+
+log = structlog.get_logger()
+T = TypeVar("T")
 
 
 def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -29,3 +38,13 @@ async def watched(watchdog: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
                 task.cancel()
     except BaseExceptionGroup as eg:
         raise first_leaf(eg) from None
+
+
+async def quietly(awaitable: Awaitable[T]) -> T | None:
+    """The awaitable's result; None (logged) when Redis, the store or the lease failed it: for
+    bookkeeping on the way out of a job (an event, a hand-back), which must not hide why the job ends."""
+    try:
+        return await awaitable
+    except (RedisError, OSError, LeaseLost) as exc:
+        log.warning("bookkeeping_failed", error=str(exc))
+        return None

@@ -118,12 +118,14 @@ class _DemoStep:
 
 def _maybe_kill_worker(request: RunRequest, log: _StepLog) -> None:
     """The `kills_worker` fault: the run takes its whole worker process down (SIGKILL), as a poison case
-    does. Marker files in the attempt folder count how often it already did, across processes."""
+    does. Marker files in the case's folder (the attempt folder's grandparent, `r<rev>/`) count how
+    often it already did, across processes, attempts and runs set aside: the knob is per case."""
     if request.demo.kills_worker == 0:
         return
-    done = len(list(request.attempt_dir.glob("worker-killed-*")))
+    case_dir = request.attempt_dir.parents[1]
+    done = len(list(case_dir.glob("worker-killed-*")))
     if done < request.demo.kills_worker:
-        (request.attempt_dir / f"worker-killed-{done + 1}").touch()
+        (case_dir / f"worker-killed-{done + 1}").touch()
         log.say("taking the worker down")
         log.flush()
         os.kill(os.getpid(), signal.SIGKILL)

@@ -32,7 +32,7 @@ from workers.goals.run import GoalRun
 from workers.goals.steps import GoalVoidsExhausted
 from workers.lease import CaseLease
 from workers.runtime import WorkerRuntime
-from workers.tasks import watched
+from workers.tasks import quietly, watched
 
 log = structlog.get_logger()
 
@@ -41,12 +41,7 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     """Pursue one goal; the returned dict is arq's job result (JSON)."""
     runtime: WorkerRuntime = ctx["runtime"]
     job = GoalJob.model_validate(payload)
-    lease, lost, cancelled = await CaseLease.acquire(
-        runtime.batch, runtime.settings.queue, job.job_id, runtime.settings.lease_s, keys.GOALS_SCOPE
-    )
-    if lease is None:
-        raise Retry(defer=runtime.settings.lease_s)
-    runtime.leases[job.job_id] = lease.token
+    lease, grant = await runtime.acquire(job.job_id, keys.GOALS_SCOPE)
     structlog.contextvars.bind_contextvars(goal=job.goal, worker=runtime.name)
     try:
         gr = await goal_run(runtime, job, lease)
@@ -54,13 +49,13 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         reason = f"the goal could not be loaded: {exc}"
         log.error("goal_unreadable", error=str(exc))
         summary = GoalSummary(id=job.goal, status="failed", reason=reason, updated_at=datetime.now(UTC))
-        await _quietly(runtime.redis.hset(keys.goals(), job.goal, summary.model_dump_json()))
+        await quietly(runtime.redis.hset(keys.goals(), job.goal, summary.model_dump_json()))  # type: ignore[arg-type]
         return {"status": "failed", "reason": reason}
     try:
-        if cancelled:
+        if grant.cancelled:
             await end(gr, "cancelled", "cancelled before a worker took it")
-        elif lost >= runtime.settings.max_lease_losses:
-            await end(gr, "failed", f"poison: the goal lost its lease {lost} times")
+        elif grant.lost >= runtime.settings.max_lease_losses:
+            await end(gr, "failed", f"poison: the goal lost its lease {grant.lost} times")
         else:
             async with watched(lease.heartbeat()):
                 await pursue(gr)
@@ -69,17 +64,17 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         return {"lease_lost": lease.token}
     except RedisError as exc:
         log.warning("redis_lost_mid_goal", error=str(exc))
-        await _quietly(lease.requeue())
+        await quietly(lease.requeue())
         raise Retry(defer=runtime.settings.poll_delay_s) from None
     except (ProviderDown, KeyRefused) as exc:
         log.warning("goal_provider_down", error=str(exc))
-        await _quietly(lease.requeue(runtime.settings.provider_retry_s))
+        await quietly(lease.requeue(runtime.settings.provider_retry_s))
         raise Retry(defer=runtime.settings.provider_retry_s) from None
     except GoalVoidsExhausted as exc:
         await end(gr, "failed", str(exc))
     except asyncio.CancelledError:
         if job.job_id not in runtime.controls.cancelling:
-            await asyncio.shield(_quietly(lease.requeue()))  # the worker is stopping: hand the goal back
+            await asyncio.shield(quietly(lease.requeue()))  # the worker is stopping: hand the goal back
             raise
         runtime.controls.cancelling.discard(job.job_id)
         where = f" during the {gr.step} step" if gr.step else ""
@@ -157,11 +152,3 @@ def build_goal_agent(config: object, host: AgentHost, role: str, redis: Redis | 
     if isinstance(config, LlmAdapter):
         return LlmGoalAgent(config, redis)
     raise ConfigError(f"{role}: the {getattr(config, 'kind', '?')} kind takes no goal steps")
-
-
-async def _quietly(awaitable: Any) -> Any:
-    try:
-        return await awaitable
-    except (RedisError, OSError, LeaseLost) as exc:
-        log.warning("bookkeeping_failed", error=str(exc))
-        return None
