@@ -340,9 +340,6 @@ def demo(
     raise typer.Exit(run(run_demo(_settings(ctx), tuning_file, workers, timeout_s, goals)))
 
 
-_fail, _run = fail, run  # the names service.goal_cli imports from here
-
-
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="tunefleet")

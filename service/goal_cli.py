@@ -7,14 +7,22 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from service.cli_support import fail, run
 from service.client import TunefleetClient
 from service.errors import TunefleetError
 from service.goals.fleet import GoalFiles
 from service.models.goal_state import GoalState, GoalSummary
+from service.render import out_console
+from service.settings import FleetSettings
 from service.store import Store
+
+
+def _settings(ctx: typer.Context) -> FleetSettings:
+    settings: FleetSettings = ctx.obj
+    return settings
+
 
 goal_app = typer.Typer(no_args_is_help=True, help="Pursue goals: plan, work and review in iterations.")
 
@@ -28,14 +36,13 @@ def start(
     ] = None,
 ) -> None:
     """Start a goal (or carry on one that failed); a worker takes it from the queue."""
-    from service.cli import _run, _settings
 
     async def go() -> GoalSummary:
         async with TunefleetClient(_settings(ctx)) as client:
             return await client.goals.start_file(spec, tuning)
 
-    summary = _run(go())
-    Console().print(f"goal {summary.id}: {summary.status}", highlight=False, markup=False)
+    summary = run(go())
+    out_console().print(f"goal {summary.id}: {summary.status}", highlight=False, markup=False)
 
 
 @goal_app.command("status")
@@ -45,7 +52,6 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Every goal (status, iteration, step, worker), or one goal's state."""
-    from service.cli import _fail, _run, _settings
 
     async def go() -> list[GoalSummary]:
         async with TunefleetClient(_settings(ctx)) as client:
@@ -55,27 +61,27 @@ def status(
         try:
             state = GoalFiles(Store(_settings(ctx).store)).state(goal)
         except TunefleetError as exc:
-            _fail(exc)
+            fail(exc)
         if state is None:
-            _fail(f"goal {goal!r} is queued: no worker has started it yet")
+            fail(f"goal {goal!r} is queued: no worker has started it yet")
         if as_json:
             print(state.model_dump_json(indent=2))
             return
-        Console().print(iterations_table(state), markup=False, highlight=False)
+        out_console().print(iterations_table(state), markup=False, highlight=False)
         if state.completion is not None:
             limit = f" (limit: {state.completion.limit})" if state.completion.limit else ""
             print(f"{state.status}: {state.completion.reason}{limit}")
         else:
             print(f"{state.status}, until {state.deadline_at.isoformat(timespec='seconds')} at the latest")
         return
-    found = _run(go())
+    found = run(go())
     if as_json:
         print(json.dumps([s.model_dump(mode="json") for s in found], indent=2))
         return
     table = Table("goal", "status", "iteration", "step", "worker", "reason", box=None)
     for s in found:
         table.add_row(s.id, s.status, str(s.iteration), s.step or "", s.worker or "", s.reason or "")
-    Console().print(table, markup=False, highlight=False)
+    out_console().print(table, markup=False, highlight=False)
 
 
 def iterations_table(state: GoalState) -> Table:
@@ -101,23 +107,21 @@ def iterations_table(state: GoalState) -> Table:
 @goal_app.command("show")
 def show(ctx: typer.Context, goal: Annotated[str, typer.Argument(help="The goal's id.")]) -> None:
     """Print the goal's GOAL_RESULT.md: its limits and one section per iteration."""
-    from service.cli import _fail, _settings
 
     try:
         print(GoalFiles(Store(_settings(ctx).store)).result_markdown(goal), end="")
     except TunefleetError as exc:
-        _fail(exc)
+        fail(exc)
 
 
 @goal_app.command("cancel")
 def cancel(ctx: typer.Context, goal: Annotated[str, typer.Argument(help="The goal's id.")]) -> None:
     """Cancel a goal: the step under way stops within a poll and the goal ends `cancelled`."""
-    from service.cli import _fail, _run, _settings
 
     async def go() -> bool:
         async with TunefleetClient(_settings(ctx)) as client:
             return await client.goals.cancel(goal)
 
-    if not _run(go()):
-        _fail(f"goal {goal!r} has ended already: nothing to cancel")
+    if not run(go()):
+        fail(f"goal {goal!r} has ended already: nothing to cancel")
     print(f"goal {goal}: cancelling")
