@@ -1,5 +1,6 @@
-"""Take docs/dashboard.png from a real demo run: a daemon and two workers run the demo tuning while a
-headless Chromium (found on PATH) opens the dashboard with a read token and photographs it mid-run.
+"""Take docs/dashboard.png from a real demo run: a daemon and two workers run the demo tuning and the
+example goals while a headless Chromium (found on PATH) opens the dashboard with a read token and
+photographs it mid-run.
 
     scripts/with-redis.sh .venv/bin/python scripts/dashboard_screenshot.py [--store DIR] [--out FILE]
 
@@ -105,6 +106,8 @@ def main() -> int:
     ]
     try:
         wait_for_api(f"http://127.0.0.1:{port}/", 60)
+        for spec in sorted((ROOT / "examples" / "goals").glob("*.yaml")):  # the goals table beside
+            subprocess.run([python, "-m", "service", "goal", "start", str(spec)], env=env, check=True)
         procs += [start([python, "-m", "workers"], env, logs / f"worker-{n}.log") for n in range(2)]
         asyncio.run(photograph(f"http://127.0.0.1:{port}/?token={token}", args.out, args.finished))
     finally:
