@@ -140,9 +140,12 @@ def waits_words(tuning: TuningStatus) -> list[str]:
 
 
 def lock_line(tuning: TuningStatus) -> Text:
-    """Who holds a tuning's improvements lock: its case and worker (its token while unknown)."""
+    """Who holds a tuning's improvements lock: its case and worker (or that it is changing hands: granted
+    to an apply whose note has not reached the running hash yet)."""
     lock, holder = tuning.lock, tuning.lock.holder
-    who = f"case {holder.case} r{holder.rev} on worker {holder.worker or '?'}" if holder else f"#{lock.fence}"
+    who = "an apply just granted"
+    if holder is not None:
+        who = f"case {holder.case} r{holder.rev} on worker {holder.worker or '?'}"
     return Text.assemble((f"lock {tuning.name}: ", "bold"), f"held by {who}, {lock.pending} pending")
 
 

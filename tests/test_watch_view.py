@@ -69,7 +69,7 @@ def test_the_overview_shows_queue_running_tokens_lock_and_breaker() -> None:
     text = "\n".join(rendered(overview(snapshot(["alpha"]), 0, WIDTH, 30), 30))
     assert "queue 7" in text and "running 1" in text and "breaker closed" in text
     assert "tokens 12,345" in text and "$0.2500" in text
-    assert "held #42, 1 waiting" in text
+    assert "held, handing over, 1 waiting" in text
     assert "alpha r1" in text and "nomem/1" in text and "1m15s" in text
 
 

@@ -135,7 +135,7 @@ function heldBadge(held) {
 // The case and worker holding a lock (its fencing token only while the holder is not known yet).
 function lockHolder(lock) {
   const h = lock.holder;
-  return h ? `${h.case} r${h.rev} on ${h.worker || "?"}` : `#${lock.fence}`;
+  return h ? `${h.case} r${h.rev} on ${h.worker || "?"}` : "an apply just granted";
 }
 
 function waitsText(t) {

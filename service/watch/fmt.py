@@ -92,6 +92,6 @@ def lock_cell(lock: LockState | None) -> Text:
     if lock.holder_token is None:
         return Text(f"free{waiting}", style="dim" if not waiting else "yellow")
     if lock.holder is None:
-        return Text(f"held #{lock.holder_token}{waiting}", style="yellow")
+        return Text(f"held, handing over{waiting}", style="yellow")
     by = f"{lock.holder.case} r{lock.holder.rev} on {lock.holder.worker or '?'}"
     return Text(f"held by {by}{waiting}", style="yellow")
