@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from service import keys
 from service.api import MAX_BODY_BYTES, Endpoint, HttpError, field_errors, json_response, slug_param
+from service.api_http import read_body
 from service.errors import ConfigError
 from service.goals.fleet import GoalFiles, UnknownGoalError
 from service.goals.spec import resolve_limits
@@ -81,16 +82,6 @@ def http_refusals(spec: GoalSpec) -> list[FieldError]:
     return refused
 
 
-async def read_body(request: Request, what: str) -> bytes:
-    """The request's body, at most MAX_BODY_BYTES (413 past it)."""
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise HttpError(413, f"a {what} body is at most {MAX_BODY_BYTES} bytes")
-    return bytes(body)
-
-
 class GoalApi:
     """The goal handlers, bound to the API's fleet client (and its token check)."""
 
@@ -135,7 +126,7 @@ class GoalApi:
 
     async def start(self, request: Request) -> Response:
         self._api.authorize(request)
-        body = await read_body(request, "goal spec")
+        body = await read_body(request, MAX_BODY_BYTES, "a goal spec")
         try:
             spec = GoalSpec.model_validate_json(body)
         except ValidationError as exc:
