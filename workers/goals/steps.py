@@ -9,9 +9,7 @@ run again, up to `max_voids` in a row, after which the goal ends failed.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +31,6 @@ from service.models.goal import GoalStep
 from service.models.goal_state import (
     IterationState,
     PlanRecord,
-    ProgressEntry,
     Review,
     ReviewRecord,
     WorkerResult,
@@ -44,17 +41,14 @@ from workers.adapters.goal_base import (
     PLAN_OUTPUT,
     REVIEW_OUTPUT,
     WORK_PROGRESS,
-    WORK_RESULT,
     WORK_TASK_RESULTS,
     GoalBrief,
     GoalStepExit,
     GoalStepRequest,
 )
 from workers.errors import KeyRefused, ProviderDown
+from workers.goals.outputs import progress_entries, read_or_none, read_output, worker_result
 from workers.goals.run import GoalRun
-
-MAX_OUTPUT_BYTES = 4 * 1024 * 1024
-"""The most the fleet keeps of one agent output file (a larger one is refused by name)."""
 
 
 class GoalVoidsExhausted(Exception):
@@ -164,24 +158,6 @@ async def set_aside(gr: GoalRun, it: IterationState, step: GoalStep, step_dir: P
         raise GoalVoidsExhausted(f"{in_a_row} void {step} steps in a row, the last: {why}")
 
 
-def _read(path: Path) -> str | None:
-    """An agent's output file as text; None when it wrote none; ValueError when it is too large, not a
-    regular file, or a symbolic link (never followed: it could point at anything the worker can read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ValueError(f"{path.name} cannot be read: {exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{path.name} is not a regular file")
-        if info.st_size > MAX_OUTPUT_BYTES:
-            raise ValueError(f"{path.name} is {info.st_size} bytes, more than the {MAX_OUTPUT_BYTES} kept")
-        return file.read(MAX_OUTPUT_BYTES + 1).decode("utf-8", errors="replace")
-
-
 def _exit_words(exit_: GoalStepExit) -> str:
     return f" (the agent {exit_.error})" if exit_.error else ""
 
@@ -193,7 +169,7 @@ async def plan(gr: GoalRun, it: IterationState) -> None:
     ran = await run_agent(gr, it, "plan", snapshot, {})
     folder_iteration = gr.store.iteration_dir(it.iteration)
     try:
-        text = _read(ran.folder.outputs / PLAN_OUTPUT)
+        text = read_output(ran.folder.outputs / PLAN_OUTPUT)
         if text is None:
             raise TodoError(f"the planner wrote no {PLAN_OUTPUT}{_exit_words(ran.exit)}")
         tasks = parse_todo(text)
@@ -218,9 +194,9 @@ async def work(gr: GoalRun, it: IterationState) -> None:
     folder_iteration = gr.store.iteration_dir(it.iteration)
     workspace = gr.step_dir(it.iteration, "work") / "workspace"
     ran = await run_agent(gr, it, "work", workspace, {"todo": folder_iteration / TODO_FILE})
-    result = _worker_result(ran)
-    progress_text = _safe_read(ran.folder.outputs / WORK_PROGRESS) or ""
-    entries = _progress(progress_text)
+    result = worker_result(ran.folder, _exit_words(ran.exit))
+    progress_text = read_or_none(ran.folder.outputs / WORK_PROGRESS) or ""
+    entries = progress_entries(progress_text)
     last = {entry.task: entry.event for entry in entries}
     base = it.workspace_base or ""
     try:
@@ -233,7 +209,7 @@ async def work(gr: GoalRun, it: IterationState) -> None:
     await gr.lease.check()
     write_atomic(folder_iteration / PROGRESS_FILE, progress_text.encode())
     write_atomic(folder_iteration / CHANGES_FILE, changes.encode())
-    task_results = _safe_read(ran.folder.outputs / WORK_TASK_RESULTS)
+    task_results = read_or_none(ran.folder.outputs / WORK_TASK_RESULTS)
     if task_results is not None:
         write_atomic(folder_iteration / TASK_RESULTS_FILE, task_results.encode())
         result = result.model_copy(update={"task_results": TASK_RESULTS_FILE})
@@ -254,38 +230,6 @@ async def work(gr: GoalRun, it: IterationState) -> None:
     await gr.persist()
 
 
-def _worker_result(ran: Ran) -> WorkerResult:
-    path = ran.folder.outputs / WORK_RESULT
-    try:
-        text = _read(path)
-        if text is None:
-            return WorkerResult(
-                status="failed", summary=f"the worker wrote no {WORK_RESULT}{_exit_words(ran.exit)}"
-            )
-        return WorkerResult.model_validate_json(text)
-    except ValueError as exc:
-        why = describe_validation(exc) if isinstance(exc, ValidationError) else str(exc)
-        return WorkerResult(status="failed", summary=f"{WORK_RESULT} is invalid: {why}")
-
-
-def _safe_read(path: Path) -> str | None:
-    try:
-        return _read(path)
-    except ValueError:
-        return None
-
-
-def _progress(text: str) -> list[ProgressEntry]:
-    """The valid lines of a progress log (an invalid line is skipped: it is the agent's to get right)."""
-    entries = []
-    for line in text.splitlines():
-        try:
-            entries.append(ProgressEntry.model_validate_json(line))
-        except ValidationError:
-            continue
-    return entries
-
-
 async def review(gr: GoalRun, it: IterationState) -> None:
     """Review the iteration; an invalid review fails the iteration (the next one plans again)."""
     began = time.monotonic()
@@ -299,7 +243,7 @@ async def review(gr: GoalRun, it: IterationState) -> None:
     snapshot = await gr.workspace.snapshot(gr.state.workspace or "")
     ran = await run_agent(gr, it, "review", snapshot, inputs)
     try:
-        text = _read(ran.folder.outputs / REVIEW_OUTPUT)
+        text = read_output(ran.folder.outputs / REVIEW_OUTPUT)
         if text is None:
             raise ValueError(f"the reviewer wrote no {REVIEW_OUTPUT}{_exit_words(ran.exit)}")
         verdict = Review.model_validate_json(text)
