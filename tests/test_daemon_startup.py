@@ -223,3 +223,28 @@ async def test_a_frozen_daemon_loses_its_lease_and_stops(
         if second is not None:
             second.send_signal(signal.SIGTERM)
             assert second.wait(30) == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "expected"),
+    [
+        ({"TUNEFLEET_CONCURRENCY": "0"}, [], "concurrency (TUNEFLEET_CONCURRENCY): Input should be greater"),
+        ({}, ["--concurrency", "0"], "--concurrency: concurrency (TUNEFLEET_CONCURRENCY)"),
+        ({"TUNEFLEET_REDIS_URL": "nope://x"}, [], "redis_url 'nope://x' is not a Redis URL"),
+        ({"TUNEFLEET_CONFIG": "/nonexistent/settings.yaml"}, [], "settings file /nonexistent/settings.yaml"),
+    ],
+    ids=["setting", "option", "redis-url", "config"],
+)
+def test_python_m_workers_refuses_bad_settings_in_one_line(
+    settings: FleetSettings, env: dict[str, str], args: list[str], expected: str
+) -> None:
+    """`python -m workers` (what `tunefleet worker` becomes) refuses a settings mistake in one line too."""
+    done = subprocess.run(
+        [sys.executable, "-m", "workers", *args],
+        env=cli_env(settings) | env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert expected in only_error_line(done)

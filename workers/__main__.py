@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from pydantic import ValidationError
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 from service import logs
 from service.errors import TunefleetError
 from service.settings import FleetSettings
+from service.startup import check_redis_address, load_settings, validation_line
 from workers.main import run_worker
 
 
@@ -20,19 +22,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     args = parser.parse_args(argv)
     try:
-        settings = FleetSettings()
+        settings = load_settings()
+        if args.concurrency is not None:
+            settings = FleetSettings.model_validate(
+                {**settings.model_dump(), "concurrency": args.concurrency}
+            )
+        check_redis_address(settings)
     except ValidationError as exc:
-        print(f"error: settings: {exc}", file=sys.stderr)
-        return 2
-    if args.concurrency is not None:
-        settings = settings.model_copy(update={"concurrency": args.concurrency})
+        return _error(f"--concurrency: {validation_line(exc)}")
+    except TunefleetError as exc:
+        return _error(str(exc))
     logs.configure(settings.log_format, settings.log_level)
     try:
         asyncio.run(run_worker(settings, burst=args.burst))
     except TunefleetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
     return 0
+
+
+def _error(message: str) -> int:
+    """One error line (a JSON record when logs render as JSON), exit code 2; as `tunefleet worker` does."""
+    text = " ".join(message.split())
+    if logs.renders_json(os.environ.get("TUNEFLEET_LOG_FORMAT", "auto")):
+        logs.error_record(text)
+    else:
+        print(f"error: {text}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
