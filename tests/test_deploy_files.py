@@ -683,16 +683,17 @@ def test_parse_duration() -> None:
 
 
 def test_the_grafana_dashboard_plots_only_metrics_the_daemon_exports() -> None:
-    """Every metric the Grafana dashboard queries is one that service/metrics.py exports."""
+    """Every metric the Grafana dashboard queries is one that the daemon's collectors export
+    (service/metrics.py and service/goal_metrics.py)."""
     import json
     import re
 
     dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"tunefleet_[a-z_]+", e)}
-    source = (ROOT / "service" / "metrics.py").read_text()
+    source = "".join((ROOT / "service" / name).read_text() for name in ("metrics.py", "goal_metrics.py"))
     exported = set(re.findall(r'"(?:\{NAMESPACE\}_)?([a-z_]+)"', source))
     for metric in used:
         base = re.sub(r"_(total|bucket|count|sum)$", "", metric.removeprefix("tunefleet_"))
-        assert base in exported, f"{metric} is not exported by service/metrics.py"
+        assert base in exported, f"{metric} is not exported by the daemon's collectors"
     assert len(dashboard["panels"]) >= 8
