@@ -26,7 +26,7 @@ from service import keys
 from service.api import MAX_BODY_BYTES, Endpoint, HttpError, field_errors, json_response, slug_param
 from service.api_http import read_body
 from service.errors import ConfigError
-from service.goals.fleet import GoalFiles, UnknownGoalError
+from service.goals.fleet import GoalConflictError, GoalFiles, UnknownGoalError
 from service.goals.spec import resolve_limits
 from service.models.api import FieldError
 from service.models.goal import GoalSpec, GoalStatus
@@ -138,11 +138,12 @@ class GoalApi:
             resolve_limits(spec, self._api.settings)
         except ConfigError as exc:
             raise HttpError(422, str(exc)) from None
-        existed = await run_in_threadpool(self._files.folder.goal(spec.id).exists)
         try:
             summary = await self._api.client.goals.start(spec)
-        except ConfigError as exc:  # past the checks above: another goal holds this id
-            raise HttpError(409 if existed else 422, str(exc)) from None
+        except GoalConflictError as exc:
+            raise HttpError(409, str(exc)) from None
+        except ConfigError as exc:  # an unknown tuning, an argv the goal steps cannot render
+            raise HttpError(422, str(exc)) from None
         return json_response(summary, 201 if summary.status == "queued" else 200)
 
     async def cancel(self, request: Request) -> Response:

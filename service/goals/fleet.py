@@ -29,6 +29,10 @@ class UnknownGoalError(TunefleetError):
     """A goal id that the store does not hold."""
 
 
+class GoalConflictError(ConfigError):
+    """A goal started under an id that another goal (another spec) holds."""
+
+
 class GoalFiles:
     """The goals as the store keeps them (no Redis needed)."""
 
@@ -88,7 +92,9 @@ class Goals(GoalFiles):
         if goal.exists():
             known = goal.spec()
             if known.model_dump(exclude={"limits"}) != spec.model_dump(exclude={"limits"}):
-                raise ConfigError(f"goal {spec.id}: a different goal with this id exists; choose another id")
+                raise GoalConflictError(
+                    f"goal {spec.id}: a different goal with this id exists; choose another id"
+                )
         else:
             await self._init_workspace(goal, spec)
             goal.write_spec(spec)
