@@ -66,6 +66,12 @@ def lock(tuning: str) -> str:
     return f"{PREFIX}:lock:{tuning}"
 
 
+def lock_holder(tuning: str) -> str:
+    """STRING, PX: the job id of the apply holding the tuning's lock, set, renewed and deleted with it
+    (status names the holder from the moment of the grant)."""
+    return f"{PREFIX}:lock:{tuning}:holder"
+
+
 def lock_pending(tuning: str) -> str:
     """ZSET: one member per apply waiting for or holding the lock, score = expiry (ms)."""
     return f"{PREFIX}:lock-pending:{tuning}"

@@ -27,15 +27,20 @@ from service.models.status import (
 )
 from service.store import PHASES, CaseStore, TuningStore
 
-TUNING_REPLIES = 6
+TUNING_REPLIES = 7
 """Replies per tuning in the status query's second round trip: stats, running, version, mirror, lock,
-pending applies."""
+the lock's holder, pending applies."""
 
 
-def _lock(token: bytes | None, pending: int, entries: list[RunningCase]) -> TuningLock:
-    """The lock and its holder: the running case that notes the lock's fencing token."""
+def _lock(
+    token: bytes | None, member: bytes | None, pending: int, running: dict[bytes, RunningCase]
+) -> TuningLock:
+    """The lock and its holder: the running case the lock was granted to (`member`, its job id), else
+    the one that notes the lock's fencing token."""
     fence = int(token) if token is not None and token.isdigit() else None
-    holder = next((e for e in entries if fence is not None and e.fence == fence), None)
+    holder = running.get(member) if token is not None and member else None
+    if holder is None:
+        holder = next((e for e in running.values() if fence is not None and e.fence == fence), None)
     return TuningLock(
         held=token is not None,
         fence=fence,
@@ -53,10 +58,13 @@ def _tuning_status(
     version: bytes | None,
     mirror: dict[bytes, bytes],
     lock: bytes | None,
+    lock_holder: bytes | None,
     pending: int,
 ) -> TuningStatus:
     counts = {k.decode(): int(v) for k, v in stats.items()}
-    entries = [e for e in map(RunningCase.parse, running.values()) if e is not None]
+    parsed = {job: RunningCase.parse(raw) for job, raw in running.items()}
+    by_job = {job: entry for job, entry in parsed.items() if entry is not None}
+    entries = list(by_job.values())
     by_step: dict[str, int] = {}
     by_cause: dict[str, int] = {}
     for entry in entries:
@@ -86,7 +94,7 @@ def _tuning_status(
         cost_usd=counts.get("cost_usd_micros", 0) / COST_SCALE,
         version=version.decode() if version else None,
         mirror=MirrorState.from_hash(mirror),
-        lock=_lock(lock, pending, entries),
+        lock=_lock(lock, lock_holder, pending, by_job),
     )
 
 
@@ -111,6 +119,7 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
             pipe.get(keys.version(name))
             pipe.hgetall(keys.mirror(name))
             pipe.get(keys.lock(name))
+            pipe.get(keys.lock_holder(name))
             pipe.zcount(keys.lock_pending(name), now_ms, "+inf")
         for worker in worker_names:
             pipe.get(keys.worker(worker))

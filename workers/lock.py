@@ -28,24 +28,26 @@ log = structlog.get_logger()
 _NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 
 ACQUIRE = """
--- KEYS: lock fence ; ARGV: lease_ms
+-- KEYS: lock fence holder ; ARGV: lease_ms member
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
+redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1])
 return token
 """
 
 RENEW = """
--- KEYS: lock ; ARGV: token lease_ms
+-- KEYS: lock holder ; ARGV: token lease_ms
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
 
 RELEASE = """
--- KEYS: lock ; ARGV: token
+-- KEYS: lock holder ; ARGV: token
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 """
 
@@ -91,7 +93,9 @@ class LockHold:
         self._outage = outage
 
     async def renew(self) -> None:
-        ok = await self._renew([keys.lock(self.tuning)], [self.token, self.lease_ms])
+        ok = await self._renew(
+            [keys.lock(self.tuning), keys.lock_holder(self.tuning)], [self.token, self.lease_ms]
+        )
         if not ok:
             self.lost = True
             raise LockLost(f"tuning {self.tuning}: improvements lock {self.token} lost")
@@ -132,14 +136,18 @@ class ImprovementsLock:
         self._poll_s = poll_s
         self._outage = outage or RedisOutage(backoff_max_s=lease_s / 3)
 
-    async def try_acquire(self) -> LockHold | None:
-        token = await self._acquire([keys.lock(self.tuning), keys.fence()], [self.lease_ms])
+    async def try_acquire(self, member: str = "") -> LockHold | None:
+        """The lock for `member` (the applying job's id, kept beside the lock for status), if it is free."""
+        lock_keys = [keys.lock(self.tuning), keys.fence(), keys.lock_holder(self.tuning)]
+        token = await self._acquire(lock_keys, [self.lease_ms, member])
         if not int(token):
             return None
         return LockHold(self._redis, self.tuning, int(token), self.lease_ms, self._outage)
 
     async def release(self, hold: LockHold) -> bool:
-        return bool(await self._release([keys.lock(self.tuning)], [hold.token]))
+        return bool(
+            await self._release([keys.lock(self.tuning), keys.lock_holder(self.tuning)], [hold.token])
+        )
 
     @asynccontextmanager
     async def held(self, member: str) -> AsyncIterator[LockHold]:
@@ -148,7 +156,7 @@ class ImprovementsLock:
         await self._mark_pending(member, self.lease_ms)
         try:
             async with watched(self._keep_pending(member)):
-                hold = await self._wait()
+                hold = await self._wait(member)
                 try:
                     async with watched(hold.keep_alive()):
                         yield hold
@@ -165,10 +173,10 @@ class ImprovementsLock:
 
         await every(interval_s, renew, self._outage, "lock_pending_renew", first_s=interval_s, backoff=False)
 
-    async def _wait(self) -> LockHold:
+    async def _wait(self, member: str) -> LockHold:
         began = time.monotonic()
         while True:
-            hold = await self.try_acquire()
+            hold = await self.try_acquire(member)
             if hold is not None:
                 hold.wait_ms = int((time.monotonic() - began) * 1000)
                 return hold

@@ -1,0 +1,38 @@
+"""Status names the improvements lock's holder from the moment of the grant: the lock keeps the job id
+it was granted to beside its token, so no window shows a holder nobody can name."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from service import keys
+from service.models.status import RunningCase
+from service.queries import fleet_status
+from service.settings import FleetSettings
+from workers.lock import ImprovementsLock
+
+
+async def test_the_holder_is_named_before_its_apply_notes_the_lock(settings: FleetSettings) -> None:
+    """An apply granted the lock whose running entry still says it waits for the lock (its note goes out
+    with its next event) is shown as the holder; the name goes with the lock when it is released."""
+    redis = Redis.from_url(settings.redis_url)
+    job_id = "case:t1:c1:1"
+    waiting = RunningCase(
+        case="c1", rev=1, worker="w1", step="apply", phase="nomem", attempt=1, waiting="lock"
+    )
+    try:
+        await redis.sadd(keys.tunings(), "t1")
+        await redis.hset(keys.running("t1"), job_id, waiting.model_dump_json())
+        lock = ImprovementsLock(redis, "t1", lease_s=3.0)
+        hold = await lock.try_acquire(job_id)
+        assert hold is not None
+        [t1] = (await fleet_status(redis, settings.queue)).tunings
+        assert t1.lock.fence == hold.token
+        assert t1.lock.holder is not None
+        assert (t1.lock.holder.case, t1.lock.holder.worker) == ("c1", "w1")
+        assert await lock.release(hold)
+        assert not await redis.exists(keys.lock_holder("t1"))
+        [t1] = (await fleet_status(redis, settings.queue)).tunings
+        assert (t1.lock.fence, t1.lock.holder) == (None, None)
+    finally:
+        await redis.aclose()
