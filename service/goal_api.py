@@ -15,7 +15,8 @@ workers' environment to a server of its choosing; such goals start from the CLI.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +33,8 @@ from service.models.api import FieldError
 from service.models.goal import GoalSpec, GoalStatus
 from service.models.goal_state import GoalState, GoalSummary
 from service.models.tuning import DemoAdapter
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from service.api import Api
@@ -101,15 +104,19 @@ class GoalApi:
             E("POST", GOAL + "/cancel", self.cancel, "Cancel a goal", GoalCancelled, cancel_errors),
         ]
 
+    async def _read(self, read: Callable[[str], T], goal_id: str) -> T:
+        """A read of the goal's files (off the event loop); 404 for a goal the store does not hold."""
+        try:
+            return await run_in_threadpool(read, goal_id)
+        except UnknownGoalError:
+            raise HttpError(404, f"no goal {goal_id!r}") from None
+
     async def list_goals(self, request: Request) -> Response:
         return json_response(GoalList(goals=await self._api.client.goals.summaries()))
 
     async def goal(self, request: Request) -> Response:
         goal_id = slug_param(request, "goal")
-        try:
-            state = await run_in_threadpool(self._files.state, goal_id)
-        except UnknownGoalError:
-            raise HttpError(404, f"no goal {goal_id!r}") from None
+        state = await self._read(self._files.state, goal_id)
         raw = await self._api.client.redis.hget(keys.goals(), goal_id)  # type: ignore[misc]
         summary = GoalSummary.model_validate_json(raw) if raw is not None else None
         status = state.status if state is not None else summary.status if summary is not None else "queued"
@@ -118,10 +125,7 @@ class GoalApi:
 
     async def result(self, request: Request) -> Response:
         goal_id = slug_param(request, "goal")
-        try:
-            text = await run_in_threadpool(self._files.result_markdown, goal_id)
-        except UnknownGoalError:
-            raise HttpError(404, f"no goal {goal_id!r}") from None
+        text = await self._read(self._files.result_markdown, goal_id)
         return Response(text, media_type="text/markdown; charset=utf-8")
 
     async def start(self, request: Request) -> Response:

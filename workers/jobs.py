@@ -18,7 +18,7 @@ from workers.errors import KeyRefused, LeaseLost, ProviderDown
 from workers.lease import CaseLease
 from workers.loop import finish, run_loop
 from workers.runtime import WorkerRuntime
-from workers.tasks import quietly, watched
+from workers.tasks import hand_back, quietly, watched
 
 log = structlog.get_logger()
 
@@ -54,8 +54,7 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         return {"lease_lost": lease.token}
     except RedisError as exc:
         log.warning("redis_lost_mid_case", error=str(exc))
-        await quietly(lease.requeue())
-        raise Retry(defer=runtime.settings.poll_delay_s) from None
+        await hand_back(lease, runtime.settings.poll_delay_s)
     except KeyRefused as exc:
         log.error("provider_key_refused", error=str(exc))
         await quietly(runtime.controls.hold(job.tuning, "auth", str(exc)))
@@ -94,8 +93,7 @@ async def unreadable(
         return {"lease_lost": lease.token}
     except RedisError as lost_redis:
         log.warning("redis_lost_mid_case", error=str(lost_redis))
-        await quietly(lease.requeue())
-        raise Retry(defer=runtime.settings.poll_delay_s) from None
+        await hand_back(lease, runtime.settings.poll_delay_s)
     if done is not None:
         return {"state": done.state, "reason": done.reason, "steps": done.steps}
     return {"state": state, "reason": reason, "steps": 0}

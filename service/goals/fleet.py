@@ -153,29 +153,51 @@ class Goals(GoalFiles):
 
     async def reconcile(self) -> int:
         """Enqueue every unfinished goal with no queue entry and no lease (Redis lost it, say); put each
-        goal's summary back when Redis has none. How many were enqueued."""
-        goals = await asyncio.to_thread(lambda: list(self.folder.all()))
+        goal's summary back when Redis has none. One round trip to look, whatever the number of goals;
+        how many were enqueued."""
+        found = await asyncio.to_thread(self._stored_states)
+        if not found:
+            return 0
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hkeys(keys.goals())
+            for goal_id, _ in found:
+                job_id = GoalJob(goal=goal_id).job_id
+                pipe.zscore(self._settings.queue, job_id)
+                pipe.exists(keys.lease(job_id))
+            known_raw, *replies = await pipe.execute()
+        known = {name.decode() for name in known_raw}
+        now = datetime.now(UTC)
+        missing = {
+            goal_id: (
+                summary_of(state) if state else GoalSummary(id=goal_id, status="queued", updated_at=now)
+            )
+            for goal_id, state in found
+            if goal_id not in known
+        }
+        if missing:
+            mapping = {goal_id: summary.model_dump_json() for goal_id, summary in missing.items()}
+            await self._redis.hset(keys.goals(), mapping=mapping)  # type: ignore[misc]
         enqueued = 0
-        for goal in goals:
-            job = GoalJob(goal=goal.goal_id)
-            try:
-                state = goal.state()
-            except TunefleetError as exc:
-                log.error("goal_unreadable", goal=goal.goal_id, error=str(exc))
+        for (goal_id, state), queued, leased in zip(found, replies[::2], replies[1::2], strict=True):
+            if (state is not None and state.status in FINAL_STATUSES) or queued is not None or leased:
                 continue
-            summary = summary_of(state) if state is not None else None
-            if not await self._redis.hexists(keys.goals(), goal.goal_id):  # type: ignore[misc]
-                fallback = GoalSummary(id=goal.goal_id, status="queued", updated_at=datetime.now(UTC))
-                await self._redis.hset(keys.goals(), goal.goal_id, (summary or fallback).model_dump_json())  # type: ignore[misc]
-            if state is not None and state.status in FINAL_STATUSES:
-                continue
-            if await self._in_flight(goal.goal_id):
-                continue
+            job = GoalJob(goal=goal_id)
             await self._redis.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
             if await self._redis.enqueue_job(GOAL_FUNCTION, job.model_dump(), _job_id=job.job_id):
                 enqueued += 1
-                log.info("goal_requeued", goal=goal.goal_id, detail="reconciled: no queue entry and no lease")
+                log.info("goal_requeued", goal=goal_id, detail="reconciled: no queue entry and no lease")
         return enqueued
+
+    def _stored_states(self) -> list[tuple[str, GoalState | None]]:
+        """Every readable goal in the store with its state (None: not started); an unreadable one is
+        logged and left out."""
+        found: list[tuple[str, GoalState | None]] = []
+        for goal in self.folder.all():
+            try:
+                found.append((goal.goal_id, goal.state()))
+            except TunefleetError as exc:
+                log.error("goal_unreadable", goal=goal.goal_id, error=str(exc))
+        return found
 
 
 def summary_of(state: GoalState) -> GoalSummary:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.models.goal_state import GoalState, IterationState
+from service.models.goal_state import Completion, GoalState, IterationState
 
 
 def render_result(state: GoalState, root: Path) -> str:
@@ -41,10 +41,7 @@ def render_result(state: GoalState, root: Path) -> str:
     for iteration in state.iterations:
         lines += ["", *_iteration(iteration, root)]
     if state.completion is not None:
-        c = state.completion
-        lines += ["", "## Outcome", "", f"Status: {c.status}", f"Reason: {c.reason}"]
-        if c.limit:
-            lines.append(f"Limit: {c.limit}")
+        lines += ["", *_completion("## Outcome", state.completion)]
     return "\n".join(lines) + "\n"
 
 
@@ -89,6 +86,10 @@ def _iteration(it: IterationState, root: Path) -> list[str]:
         if v.remaining_work:
             lines += ["", "Remaining work:", *[f"- {item}" for item in v.remaining_work]]
     if it.completion is not None:
-        c = it.completion
-        lines += ["", "### Completion", "", f"Status: {c.status}", f"Reason: {c.reason}"]
+        lines += ["", *_completion("### Completion", it.completion)]
     return lines
+
+
+def _completion(heading: str, completion: Completion) -> list[str]:
+    lines = [heading, "", f"Status: {completion.status}", f"Reason: {completion.reason}"]
+    return [*lines, f"Limit: {completion.limit}"] if completion.limit else lines

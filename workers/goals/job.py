@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from arq import Retry
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -32,7 +31,7 @@ from workers.goals.run import GoalRun
 from workers.goals.steps import GoalVoidsExhausted
 from workers.lease import CaseLease
 from workers.runtime import WorkerRuntime
-from workers.tasks import quietly, watched
+from workers.tasks import hand_back, quietly, watched
 
 log = structlog.get_logger()
 
@@ -64,12 +63,10 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
         return {"lease_lost": lease.token}
     except RedisError as exc:
         log.warning("redis_lost_mid_goal", error=str(exc))
-        await quietly(lease.requeue())
-        raise Retry(defer=runtime.settings.poll_delay_s) from None
+        await hand_back(lease, runtime.settings.poll_delay_s)
     except (ProviderDown, KeyRefused) as exc:
         log.warning("goal_provider_down", error=str(exc))
-        await quietly(lease.requeue(runtime.settings.provider_retry_s))
-        raise Retry(defer=runtime.settings.provider_retry_s) from None
+        await hand_back(lease, runtime.settings.provider_retry_s, runtime.settings.provider_retry_s)
     except GoalVoidsExhausted as exc:
         await end(gr, "failed", str(exc))
     except asyncio.CancelledError:
