@@ -81,48 +81,28 @@ def _deepest(name: str, sources: Mapping[str, str]) -> str:
     return ".".join(parts)
 
 
+def _reach(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    """Every module that `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen
+
+
 def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
-    """Every set of modules that import each other, directly or around a circle (Tarjan's SCCs)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
+    """Every set of modules that import each other, directly or around a circle (a module that
+    reaches itself, with all the modules it reaches that reach it back)."""
+    reach = {module: _reach(graph, module) for module in graph}
     found: list[list[str]] = []
-
-    def visit(start: str) -> None:
-        work = [(start, iter(sorted(graph.get(start, ()))))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.get(child, ())))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                members: list[str] = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    members.append(member)
-                    if member == node:
-                        break
-                if len(members) > 1 or node in graph.get(node, ()):
-                    found.append(sorted(members))
-
     for module in sorted(graph):
-        if module not in index:
-            visit(module)
+        if module in reach[module]:
+            circle = sorted(m for m in reach[module] if module in reach.get(m, set()))
+            if circle not in found:
+                found.append(circle)
     return found
 
 
