@@ -13,6 +13,7 @@ from service.core import keys
 from service.core.batch import RedisBatch
 from service.core.models.events import Event
 from service.core.store import Store, TuningStore
+from service.evals.counters import eval_counter_moves
 
 log = structlog.get_logger()
 
@@ -38,9 +39,12 @@ def counter_moves(event: Event) -> dict[str, int]:
     """The live counters of a tuning that an event changes, and by how much. Runs are counted when
     their fate is known: `runs:ran` when the analyzer grades one (not void), `runs:void` when one is set
     aside (voided by the runner or by the analyzer), so that they add up to the runs the store keeps
-    (`service.client.queries.stored_runs`)."""
+    (`service.client.queries.stored_runs`). An evaluation's events (`data.eval`) move its own counters
+    (service.evals.counters), and tokens and cost as every event does: they count toward the budget."""
     moves: dict[str, int] = {}
-    if event.kind in ("case_completed", "case_difficult", "case_failed", "case_cancelled"):
+    if isinstance(event.data.get("eval"), str):  # an evaluation's: its own counters, never the cases'
+        moves.update(eval_counter_moves(event))
+    elif event.kind in ("case_completed", "case_difficult", "case_failed", "case_cancelled"):
         moves["state:" + event.kind.removeprefix("case_")] = 1
     elif event.kind == "case_queued":
         moves["queued"] = 1

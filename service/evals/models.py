@@ -229,3 +229,50 @@ class Comparison(BaseModel):
     mcnemar_p: float = Field(ge=0, le=1, description="Exact McNemar p-value on the discordant pairs.")
     difference: Difference = Field(description="after - before of the paired pass rates, with its interval.")
     unpaired: list[str] = Field(default_factory=list, description="Cases graded on one side only.")
+
+
+class EvalHead(BaseModel):
+    """A value of `tf:evals`: what status shows of an evaluation besides its counters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    tuning: str
+    name: str | None = None
+    purpose: Purpose = "user"
+    version: str
+    version_asked: str
+    items: int
+    created_at: datetime
+
+    @classmethod
+    def of(cls, spec: EvalSpec) -> EvalHead:
+        return cls(
+            id=spec.id,
+            tuning=spec.tuning,
+            name=spec.name,
+            purpose=spec.purpose,
+            version=spec.version,
+            version_asked=spec.version_asked,
+            items=spec.total,
+            created_at=spec.created_at,
+        )
+
+
+class EvalProgress(BaseModel):
+    """An evaluation as status shows it, from the live counters (no walk of its folders)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    head: EvalHead
+    passed: int = 0
+    failed_grade: int = Field(default=0, description="Items graded fail.")
+    failed: int = Field(default=0, description="Items failed for infrastructure.")
+    cancelled: int = 0
+    voids: int = 0
+    rate: Rate
+    status: EvalStatus
+
+    @property
+    def done(self) -> int:
+        return self.passed + self.failed_grade + self.failed + self.cancelled
