@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis.asyncio as aioredis
 import yaml
+from redis.asyncio import Redis
 
 from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
@@ -32,7 +32,7 @@ def tunefleet(settings: FleetSettings, *args: str) -> subprocess.CompletedProces
 
 
 async def queued(settings: FleetSettings) -> int:
-    r = aioredis.from_url(settings.redis_url)
+    r = Redis.from_url(settings.redis_url)
     try:
         return int(await r.zcard(settings.queue))
     finally:
