@@ -27,6 +27,7 @@ from service.core.errors import TunefleetError
 from service.core.models.api import LockState, StatusView
 from service.core.models.events import Event
 from service.core.models.status import WAIT_WORDS
+from service.evals.metrics import EvalCollector
 from service.goals.metrics import GoalCollector
 
 log = structlog.get_logger()
@@ -174,6 +175,8 @@ class FleetMetrics:
         self.registry.register(self.collector)
         self.goals = GoalCollector()
         self.registry.register(self.goals)
+        self.evals = EvalCollector()
+        self.registry.register(self.evals)
         self.step_duration = Histogram(
             f"{NAMESPACE}_step_duration_seconds",
             "Duration of finished steps (run, analyze, apply).",
@@ -213,6 +216,7 @@ class FleetMetrics:
         """The Prometheus text exposition, with the live state read now."""
         await self.refresh()
         await self.goals.refresh(self._redis)
+        await self.evals.refresh(self._redis)
         return generate_latest(self.registry)
 
     def observe(self, event: Event) -> None:

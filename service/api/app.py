@@ -64,6 +64,7 @@ from service.core.models.events import Event
 from service.core.models.health import Liveness, Readiness
 from service.core.models.status import CaseDetail
 from service.core.settings import FleetSettings
+from service.evals.api import EvalApi
 from service.goals.api import GoalApi
 from service.metrics import FleetMetrics, fleet_snapshot
 
@@ -131,6 +132,8 @@ class Api:
         self.endpoints += [
             replace(e, access="write") if e.method != "GET" and e.access == "read" else e for e in goals
         ]
+        evals = EvalApi(client, self.guard).endpoints()
+        self.endpoints += [replace(e, access="write") if e.method != "GET" else e for e in evals]
         self.document = json.dumps(openapi_document(self.endpoints, __doc__ or "")).encode()
 
     def route(self, endpoint: Endpoint) -> Handler:

@@ -1,6 +1,7 @@
 // tunefleet dashboard: the fleet view and the routing. No build step, no external resources.
 
 import { loadCase, resetCase } from "./case.js";
+import { loadEvals } from "./evals.js";
 import { goalHref, goalRoute, goalStep, loadGoal, loadGoals, resetGoal } from "./goals.js";
 import { $, caseHref, el, fillBody, fmtInt, fmtUsd, getJSON, short, svg } from "./dom.js";
 
@@ -270,6 +271,7 @@ function route() {
     document.title = "tunefleet";
     loadCases();
     loadGoals();
+    loadEvals();
   }
 }
 
@@ -282,6 +284,7 @@ function start() {
   every(pollEvents, SAMPLE_MS);
   every(loadCases, CASES_MS);
   every(loadGoals, CASES_MS);
+  every(loadEvals, CASES_MS);
 }
 
 // Run `task` now and again `ms` after each run ends, so slow answers never pile up.

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import structlog
 from arq.connections import ArqRedis
+from pydantic import ValidationError
+from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.errors import UnknownTuningError
@@ -263,21 +265,7 @@ class Evals(EvalFiles):
 
     async def progress(self) -> list[EvalProgress]:
         """Every evaluation Redis knows, with its live counters (two round trips), oldest first."""
-        raw = await self._redis.hgetall(keys.evals())  # type: ignore[misc]
-        heads = sorted(
-            (EvalHead.model_validate_json(value) for value in raw.values()),
-            key=lambda h: (h.created_at, h.id),
-        )
-        tunings = sorted({head.tuning for head in heads})
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for tuning in tunings:
-                pipe.hgetall(keys.stats(tuning))
-            replies = await pipe.execute()
-        counters: dict[str, dict[str, dict[str, int]]] = {}
-        for tuning, stats in zip(tunings, replies, strict=True):
-            counts = {k.decode(): int(v) for k, v in stats.items()}
-            counters[tuning] = eval_progress_fields(counts)
-        return [progress_of(head, counters.get(head.tuning, {}).get(head.id, {})) for head in heads]
+        return await eval_progress(self._redis)
 
     def stored_counters(self, tuning: str) -> dict[str, int]:
         """The live counters (service.evals.counters) of a tuning's evaluations as the store gives them,
@@ -346,6 +334,28 @@ class Evals(EvalFiles):
                 detail="reconciled: no queue entry and no lease",
             )
         return enqueued
+
+
+async def eval_progress(redis: Redis) -> list[EvalProgress]:
+    """Every evaluation in `tf:evals` with its live counters (two round trips), oldest first; an entry
+    that does not parse is left out."""
+    raw = await redis.hgetall(keys.evals())  # type: ignore[misc]
+    heads = []
+    for value in raw.values():
+        try:
+            heads.append(EvalHead.model_validate_json(value))
+        except ValidationError:
+            continue
+    heads.sort(key=lambda h: (h.created_at, h.id))
+    tunings = sorted({head.tuning for head in heads})
+    async with redis.pipeline(transaction=False) as pipe:
+        for tuning in tunings:
+            pipe.hgetall(keys.stats(tuning))
+        replies = await pipe.execute()
+    counters: dict[str, dict[str, dict[str, int]]] = {}
+    for tuning, stats in zip(tunings, replies, strict=True):
+        counters[tuning] = eval_progress_fields({k.decode(): int(v) for k, v in stats.items()})
+    return [progress_of(head, counters.get(head.tuning, {}).get(head.id, {})) for head in heads]
 
 
 def progress_of(head: EvalHead, counts: dict[str, int]) -> EvalProgress:
