@@ -35,10 +35,10 @@ def make_eval(root: Path, eval_id: str, cases: list[str], repeats: int) -> EvalS
 
 def end_item(store: EvalStore, case: str, repeat: int, outcome: str, **fields: object) -> None:
     """Write an item's outcome as a worker does: `pass`, `fail`, `failed` (infrastructure) or `cancelled`."""
-    item = store.item(case, repeat)
+    item = store.item(case, 1, repeat)
     item.root.mkdir(parents=True, exist_ok=True)
     graded = outcome in ("pass", "fail")
-    item.write_result(
+    item.write_outcome(
         ItemResult.model_validate(
             {
                 "case": case,
@@ -104,14 +104,14 @@ def test_results_are_kept_only_once_every_item_ended(tmp_path: Path) -> None:
     end_item(store, "b", 1, "fail")
     assert read_results(store).status == "finished"
     assert store.results_file.exists()
-    store.item("a", 1).result_file.unlink()  # nothing changes an ended evaluation: the kept file answers
+    store.item("a", 1, 1).outcome_file.unlink()  # nothing changes an ended evaluation: the kept file answers
     assert read_results(store).passed == 1
 
 
 def test_void_tries_set_aside_are_counted(tmp_path: Path) -> None:
     """Void tries set aside as `<k>.void-<n>` are counted; they are not items."""
     store = make_eval(tmp_path, "e1", ["a"], 1)
-    item = store.item("a", 1)
+    item = store.item("a", 1, 1)
     for _ in range(2):
         item.root.mkdir(parents=True)
         item.set_aside()

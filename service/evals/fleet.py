@@ -238,12 +238,13 @@ class Evals(EvalFiles):
         for job, lease in zip(jobs, leases, strict=True):
             if lease is not None:
                 continue  # its worker ends it
-            item = found.item(job.case, job.repeat)
+            rev = next(c.rev for c in spec.cases if c.id == job.case)
+            item = found.item(job.case, rev, job.repeat)
             item.root.mkdir(parents=True, exist_ok=True)
-            item.write_result(
+            item.write_outcome(
                 ItemResult(
                     case=job.case,
-                    rev=next(c.rev for c in spec.cases if c.id == job.case),
+                    rev=rev,
                     repeat=job.repeat,
                     state="cancelled",
                     reason="cancelled before it started",

@@ -5,9 +5,9 @@
     RESULTS.json                 the results, kept once every item has its outcome (service.evals.results)
     cases/<case>.json            each case as evaluated (the rev the spec names)
     items/<case>/<k>/            repeat k of the case: run.json, feedback.json, analysis.md (the
-                                 fleet's sealed records, as in a try), the per-lease folders
-                                 run-<token>/ and analyze-<token>/, and item.json, the outcome,
-                                 written last and once
+                                 fleet's sealed records, as in a try), notes.jsonl (its grade),
+                                 spent.jsonl, the per-lease folders run-<token>/ and analyze-<token>/,
+                                 and item.json, the outcome, written last and once
     items/<case>/<k>.void-<n>/   a void try of the item, set aside as in a case's attempt
 
 Only the worker holding an item's lease writes in its folder (every write is fenced by the caller).
@@ -23,7 +23,8 @@ from pathlib import Path
 from service.core.errors import StoreError
 from service.core.files import read_model, write_model
 from service.core.models.case import Case
-from service.core.store import AttemptPaths
+from service.core.models.records import Phase
+from service.core.store import AttemptPaths, CaseStore
 from service.evals.errors import UnknownEvalError
 from service.evals.models import EvalSpec, ItemResult
 
@@ -32,24 +33,34 @@ RESULTS_FILE = "RESULTS.json"
 ITEM_FILE = "item.json"
 
 
-class ItemStore:
-    """One item's folder: the try (its records) and, once it ended, its outcome."""
+class ItemStore(CaseStore):
+    """One item's folder: one try of its case, whose records (run.json, feedback.json) are those of a
+    case's attempt (service.core.store.AttemptPaths) kept in the item's own folder, and once the item
+    ended, its outcome. So the loop's run and analyze steps take an item for a case with one try (its
+    phase and attempt name that one try: an item has no other)."""
 
-    def __init__(self, root: Path, case_id: str, repeat: int) -> None:
-        self.root = root
-        self.case_id = case_id
+    def __init__(self, root: Path, case_id: str, rev: int, repeat: int) -> None:
+        super().__init__(root, case_id, rev)
         self.repeat = repeat
         self.paths = AttemptPaths(root)
-        self.result_file = root / ITEM_FILE
+        self.outcome_file = root / ITEM_FILE
 
-    def result(self) -> ItemResult | None:
-        return read_model(self.result_file, ItemResult)
+    def attempt(self, phase: Phase, attempt: int) -> AttemptPaths:
+        return self.paths
 
-    def write_result(self, result: ItemResult) -> None:
-        write_model(self.result_file, result)
+    def attempts(self) -> Iterator[tuple[Phase, int, AttemptPaths]]:
+        """The item's one try, once it has a run."""
+        if self.paths.run.exists():
+            yield "nomem", self.repeat, self.paths
 
-    def voids(self) -> list[Path]:
-        """The item's void tries set aside, oldest first."""
+    def outcome(self) -> ItemResult | None:
+        return read_model(self.outcome_file, ItemResult)
+
+    def write_outcome(self, result: ItemResult) -> None:
+        write_model(self.outcome_file, result)
+
+    def voids(self, phase: Phase = "nomem", attempt: int = 1) -> list[Path]:
+        """The item's void tries set aside (`<k>.void-<n>`), oldest first."""
         prefix = f"{self.root.name}.void-"
         try:
             names = os.listdir(self.root.parent)
@@ -58,7 +69,7 @@ class ItemStore:
         found = [n for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()]
         return [self.root.parent / n for n in sorted(found, key=lambda n: int(n[len(prefix) :]))]
 
-    def set_aside(self) -> Path:
+    def set_aside(self, phase: Phase = "nomem", attempt: int = 1) -> Path:
         """Move a void try aside as `<k>.void-<n>` and return where it went."""
         taken = self.voids()
         n = int(taken[-1].name.rsplit("-", 1)[-1]) + 1 if taken else 1
@@ -104,8 +115,8 @@ class EvalStore:
     def write_case(self, case: Case) -> None:
         write_model(self.cases_dir / f"{case.id}.json", case)
 
-    def item(self, case_id: str, repeat: int) -> ItemStore:
-        return ItemStore(self.items_dir / case_id / str(repeat), case_id, repeat)
+    def item(self, case_id: str, rev: int, repeat: int) -> ItemStore:
+        return ItemStore(self.items_dir / case_id / str(repeat), case_id, rev, repeat)
 
     def scan(self) -> ItemScan:
         """Every item's outcome, by (case, repeat), and the void tries set aside, in one walk of the
