@@ -10,7 +10,7 @@ from rich.text import Text
 
 from service.cli.render import tsv
 from service.evals.models import Comparison, EvalProgress, EvalResults
-from service.evals.report import percent
+from service.evals.report import TuningReport, percent
 
 
 def progress_rows(found: list[EvalProgress]) -> list[list[object]]:
@@ -228,3 +228,37 @@ def compare_view(c: Comparison) -> Group:
 
 def as_json(value: object) -> str:
     return json.dumps(value, indent=2)
+
+
+def before_after(report: TuningReport) -> Group:
+    """The held-out pass rate before and after tuning, the paired test and the flips (`make demo`)."""
+    table = Table(
+        "held-out",
+        "version",
+        "pass rate (95 % CI)",
+        "failed (infra)",
+        title=f"tuning {report.tuning}: held-out cases, before and after",
+        title_justify="left",
+        box=None,
+    )
+    for label, which, results in (("before", "imported", report.before), ("after", "final", report.after)):
+        if results is None:
+            table.add_row(label, which, "not evaluated", "")
+            continue
+        table.add_row(label, f"{which} {results.version[:12]}", percent(results.rate), str(results.failed))
+    parts: list[Table | Text] = [table]
+    c = report.comparison
+    if c is not None:
+        diff = c.difference
+        gained = ", ".join(f.case for f in c.flips if f.direction == "gained") or "none"
+        lost = ", ".join(f.case for f in c.flips if f.direction == "lost") or "none"
+        parts.append(
+            Text(
+                f"difference {100 * diff.difference:+.1f} points (95 % CI {100 * diff.low:+.1f} to "
+                f"{100 * diff.high:+.1f}); exact McNemar p = {c.mcnemar_p:.4g}\n"
+                f"gained: {gained}\nlost: {lost}\n"
+                f"cost: tuning ${report.train.usage.cost_usd:.4f}, "
+                f"evaluation ${report.evaluation_usage.cost_usd:.4f}"
+            )
+        )
+    return Group(*parts)
