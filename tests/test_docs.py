@@ -21,6 +21,7 @@ from pydantic.fields import FieldInfo
 
 from service.cli.schema import SCHEMAS
 from service.core.models.case import DemoKnobs
+from service.core.models.holdout import HoldoutConfig
 from service.core.models.tuning import (
     PLACEHOLDERS,
     AgentLimits,
@@ -50,6 +51,7 @@ TUNING_MODELS: list[type[BaseModel]] = [
     LlmAdapter,
     ModelPrice,
     Budget,
+    HoldoutConfig,
 ]
 
 
