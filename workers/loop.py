@@ -15,8 +15,8 @@ from pathlib import Path
 from service.core.files import write_json
 from service.core.models.records import CaseResult, Feedback, Note, Phase, RunRecord
 from workers.case import CaseRun
-from workers.errors import CaseFault, VoidsExhausted
-from workers.spend import OverBudget, case_usage
+from workers.errors import OverBudget, VoidsExhausted
+from workers.spend import case_usage
 from workers.steps.analyze import analyze_step
 from workers.steps.apply import apply_step
 from workers.steps.run import run_step
@@ -41,14 +41,17 @@ class Difficult:
 
 
 async def run_loop(cr: CaseRun) -> CaseResult:
-    """Run the case to its end (or return the result it already has)."""
+    """Run the case to its end (or return the result it already has). A fault of the case's own
+    (workers.errors.JobFault) ends it `failed` in the job envelope (workers.envelope)."""
     done = cr.store.result()
     if done is not None:
         return done
+    phase: Phase = "nomem"
     try:
         nomem = await run_phase(cr, "nomem", cr.tuning.config.tries, None, None, out_of_tries="wrong")
         if isinstance(nomem, Difficult):
             return await finish(cr, "difficult", nomem.phase, nomem.reason)
+        phase = "mem"
         mem = await run_phase(
             cr, "mem", cr.tuning.config.mem_tries, nomem.memory, nomem.seal, out_of_tries="memory"
         )
@@ -59,9 +62,7 @@ async def run_loop(cr: CaseRun) -> CaseResult:
         await cr.emit("memory_submitted", phase="mem", attempt=mem.attempt, detail=str(kept))
         return await finish(cr, "completed", "mem", None)
     except OverBudget as over:  # checked before each step starts (workers.spend)
-        return await finish(cr, "difficult", over.phase, over.reason)
-    except CaseFault as fault:
-        return await finish(cr, "failed", None, str(fault))
+        return await finish(cr, "difficult", phase, over.reason)
 
 
 async def run_phase(

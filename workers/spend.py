@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -21,19 +22,15 @@ from service.core.files import append_line, read_model
 from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, Spend, StepName, Usage
 from service.core.models.status import Hold
 from service.core.models.tuning import Budget
-from workers.case import CaseRun
+from workers.errors import OverBudget
+from workers.tuning import TuningRuntime
+
+if TYPE_CHECKING:
+    from workers.case import CaseRun
+    from workers.job_run import JobRun
 
 LEDGER_FILE = "spent.jsonl"
 """In the case's folder: one `Spend` per line."""
-
-
-class OverBudget(Exception):
-    """The case spent its budget: it ends `difficult` with this reason."""
-
-    def __init__(self, phase: Phase, reason: str) -> None:
-        super().__init__(reason)
-        self.phase = phase
-        self.reason = reason
 
 
 def ledger(root: Path) -> list[Spend]:
@@ -67,16 +64,23 @@ async def record_spend(
 ) -> None:
     """`note_spend`, and a `spend_recorded` event, which adds it to the tuning's tokens and cost."""
     if note_spend(cr, phase, attempt, step, usage, why):
-        await cr.emit(
-            "spend_recorded",
-            step=step,
-            phase=phase,
-            attempt=attempt,
-            tokens=usage.tokens,
-            cost_usd=usage.cost_usd,
-            unmeasured_tokens=usage.unmeasured_tokens,
-            detail=why,
-        )
+        await announce_spend(cr, phase, attempt, step, usage, why)
+
+
+async def announce_spend(
+    cr: CaseRun, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str
+) -> None:
+    """The `spend_recorded` event of a ledger line, which adds it to the tuning's tokens and cost."""
+    await cr.emit(
+        "spend_recorded",
+        step=step,
+        phase=phase,
+        attempt=attempt,
+        tokens=usage.tokens,
+        cost_usd=usage.cost_usd,
+        unmeasured_tokens=usage.unmeasured_tokens,
+        detail=why,
+    )
 
 
 def refused_usage(raw: bytes | None) -> Usage:
@@ -120,14 +124,14 @@ def case_usage(cr: CaseRun) -> tuple[Usage, int]:
     return total, steps
 
 
-def budget_of(cr: CaseRun) -> Budget:
+def budget_of(tuning: TuningRuntime) -> Budget:
     """The tuning's budget as registered now (raised budgets count before the worker rebuilds)."""
-    if cr.tuning.is_stale():
-        return cr.tuning.store.config().budget
-    return cr.tuning.config.budget
+    if tuning.is_stale():
+        return tuning.store.config().budget
+    return tuning.config.budget
 
 
-def check_case_budget(cr: CaseRun, phase: Phase) -> None:
+def check_case_budget(cr: CaseRun) -> None:
     """Raise OverBudget when the case's spend so far is at or past its budget (the budget the worker
     read with the tuning: a step without one costs nothing here, not even a stat of the config)."""
     budget = cr.tuning.config.budget
@@ -136,28 +140,28 @@ def check_case_budget(cr: CaseRun, phase: Phase) -> None:
     usage, _ = case_usage(cr)
     reason = budget.case_over(usage.tokens, usage.cost_usd)
     if reason is not None:
-        raise OverBudget(phase, reason)
+        raise OverBudget(reason)
 
 
-async def tuning_hold(cr: CaseRun) -> Hold | None:
-    """The tuning's hold, set here first if its spend (the live counters) is at or past its budget
-    and `tunefleet resume TUNING` did not waive that budget."""
-    held = cr.controls.held(cr.tuning.name)
+async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:
+    """The hold of the tuning a job runs on, set here first if its spend (the live counters) is at or
+    past its budget and `tunefleet resume TUNING` did not waive that budget."""
+    held = run.controls.held(tuning.name)
     if held is not None:
         return held
-    cached = cr.tuning.config.budget
+    cached = tuning.config.budget
     if cached.tuning_max_tokens is None and cached.tuning_max_usd is None:
         return None  # a tuning registered without one: no stat of its config at every run start
-    budget = budget_of(cr)
+    budget = budget_of(tuning)
     if budget.tuning_max_tokens is None and budget.tuning_max_usd is None:
         return None
-    async with cr.sink.redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.stats(cr.tuning.name), ["tokens", "cost_usd_micros"])
-        pipe.hget(keys.budget_waived(), cr.tuning.name)
+    async with run.sink.redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.stats(tuning.name), ["tokens", "cost_usd_micros"])
+        pipe.hget(keys.budget_waived(), tuning.name)
         (tokens, micros), waived = await pipe.execute()
     reason = budget.tuning_over(int(tokens or 0), int(micros or 0) / COST_SCALE)
     if reason is None or (waived is not None and waived.decode() == budget.model_dump_json()):
         return None
-    if await cr.controls.hold(cr.tuning.name, "budget", reason):
-        await cr.emit("tuning_held", detail=reason, data={"kind": "budget"})
-    return cr.controls.held(cr.tuning.name)
+    if await run.controls.hold(tuning.name, "budget", reason):
+        await run.emit("tuning_held", detail=reason, data={"kind": "budget"})
+    return run.controls.held(tuning.name)

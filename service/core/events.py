@@ -87,16 +87,19 @@ class EventSink:
         return found
 
     async def emit(
-        self, kind: str, tuning: str, *, running: tuple[str, str | None] | None = None, **fields: Any
+        self, kind: str, tuning: str | None, *, running: tuple[str, str | None] | None = None, **fields: Any
     ) -> Event:
         """Record an event; `running` (job id, JSON or None to remove) updates the tuning's running
-        hash in the same round trip."""
+        hash in the same round trip. An event of no tuning (a goal's, without one) has no events file
+        and moves the counters of `keys.GOALS_SCOPE`."""
         data = fields.pop("data", {})
         event = Event(
-            at=datetime.now(UTC), kind=kind, tuning=tuning, worker=self._worker, data=data, **fields
+            at=datetime.now(UTC), kind=kind, tuning=tuning or "", worker=self._worker, data=data, **fields
         )
         line = event.model_dump_json(exclude_defaults=True)
-        self._tuning(tuning).append_events([line])
+        if tuning:
+            self._tuning(tuning).append_events([line])
+        tuning = tuning or keys.GOALS_SCOPE
         action, job_id, state = "", "", ""
         if running is not None:
             job_id, running_state = running

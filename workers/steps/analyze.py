@@ -21,7 +21,7 @@ from service.core.models.records import Feedback, Note, Phase, RunRecord, new_se
 from service.core.system import tree_digest
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
-from workers.errors import CaseFault, KeyRefused, ProviderDown
+from workers.errors import JobFault, KeyRefused, ProviderDown
 from workers.spend import check_case_budget, record_spend, refused_usage
 
 ANALYZER_ROUNDS = 2
@@ -90,7 +90,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     recorded = _recorded(cr, paths.feedback, run)
     if recorded is not None:
         return recorded
-    check_case_budget(cr, phase)
+    check_case_budget(cr)
     where = cr.where(phase, attempt, "analyze")
     work: Path = where["step_dir"]
     run_work = paths.root / run.work
@@ -197,7 +197,8 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
     ANALYZER_ROUNDS runs of the analyzer: only one that exited 0 with unusable feedback is asked again."""
     problem = ""
     for _ in range(ANALYZER_ROUNDS):
-        outcome = await cr.tuning.analyzer.analyze(request)
+        with cr.metered({"phase": request.phase, "attempt": request.attempt, "step": "analyze"}):
+            outcome = await cr.tuning.analyzer.analyze(request)
         stopped = outcome.exit.infra or outcome.exit.key_refused
         if stopped is not None and outcome.exit.spent is not None:  # paid for before the provider stopped
             why = f"analysis stopped: {stopped}"
@@ -219,4 +220,4 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
                 break  # timed out, failed or could not start: asking again would only repeat it
             continue
         return feedback, outcome.analysis, dropped, outcome.source
-    raise CaseFault(f"analysis wrote no usable feedback: {problem}")
+    raise JobFault(f"analysis wrote no usable feedback: {problem}")

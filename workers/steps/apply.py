@@ -21,7 +21,7 @@ from service.core.files import describe_validation, read_model
 from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
-from workers.errors import CaseFault, KeyRefused, LockLost, ProviderDown
+from workers.errors import JobFault, KeyRefused, LockLost, ProviderDown
 from workers.lock import LockHold
 from workers.spend import check_case_budget, note_spend, record_spend
 
@@ -42,7 +42,7 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
             return recorded
         if recorded is not None:
             cr.log.warning("apply_unsealed_ignored", file=str(paths.apply), feedback_seal=feedback.seal)
-        check_case_budget(cr, phase)
+        check_case_budget(cr)
         await cr.controls.wait_key_accepted(cr.tuning.name)
         cr.at("apply", phase, attempt, waiting="lock")
         await cr.emit("apply_waits_for_lock", phase=phase, attempt=attempt)
@@ -112,7 +112,8 @@ async def _apply_holding(
     tree = await cr.tuning.repo.private_copy(current, work / "system")
     try:
         request = ApplyRequest(**where, case=cr.case, feedback=feedback, worktree_dir=tree)
-        outcome = await cr.tuning.applier.apply(request)
+        with cr.metered({"phase": phase, "attempt": attempt, "step": "apply"}):
+            outcome = await cr.tuning.applier.apply(request)
         if outcome.output is None and outcome.exit.spent is not None:  # paid for, and nothing to keep
             why = f"apply produced nothing: {outcome.exit.error or 'no output'}"
             await record_spend(cr, phase, attempt, "apply", outcome.exit.spent, why)
@@ -156,7 +157,7 @@ async def _publish(
     try:
         version = await cr.tuning.repo.commit_folder(tree, current, message)
     except SystemRepoError as exc:
-        raise CaseFault(f"the apply's edits could not be committed: {exc}") from exc
+        raise JobFault(f"the apply's edits could not be committed: {exc}") from exc
     if version is not None:
         await hold.publish(version)
     return version
@@ -169,11 +170,11 @@ def _read_output(outcome: ApplyOutcome) -> ApplyOutput:
         raise KeyRefused(f"the applier's {outcome.exit.key_refused}")
     if outcome.output is None:
         why = outcome.exit.error or "wrote no output"
-        raise CaseFault(f"{outcome.source}: missing (the applier {why})")
+        raise JobFault(f"{outcome.source}: missing (the applier {why})")
     try:
         return ApplyOutput.model_validate_json(outcome.output)
     except ValidationError as exc:
-        raise CaseFault(f"{outcome.source}: {describe_validation(exc)}") from exc
+        raise JobFault(f"{outcome.source}: {describe_validation(exc)}") from exc
 
 
 async def _output_of(cr: CaseRun, version: str) -> ApplyOutput:
