@@ -55,6 +55,9 @@ class GoalRun(JobRun):
         """The event loop's time at which the step under way is ended (set by the loop)."""
         self.step_spent = Usage()
         """What the step under way's agent calls spent (set to nothing by the loop as it starts)."""
+        self.step_ran = False
+        """Whether an agent call returned under this lease: until one has, a write clears no suspicion
+        (the goal has not shown yet that it does not take its worker down; workers.lease)."""
         self._sent = len(state.trace)
         """Trace events already in the stream (those of earlier holders are not sent again)."""
 
@@ -94,7 +97,7 @@ class GoalRun(JobRun):
         current = self.state.current()
         if current is not None:
             current.updated_at = now
-        await self.lease.check()
+        await self.lease.check(clears=self.step_ran)
         self.store.save(self.state)
         new, self._sent = self.state.trace[self._sent :], len(self.state.trace)
         await asyncio.gather(self._show(self.step), *(self._send(event) for event in new))  # one round trip

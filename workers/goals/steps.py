@@ -134,6 +134,7 @@ async def call_agent(
                 exit_ = await gr.agent_for(step).goal_step(request)
     except TimeoutError:
         raise StepTimedOut(step) from None
+    gr.step_ran = True
     stopped = exit_.provider_down or exit_.key_refused or exit_.sandbox_down or exit_.void
     if exit_.spent is not None:  # measured by the fleet's own adapter: counted whatever came of it
         it.spent = it.spent + exit_.spent
