@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from service.core.events import EventSink
 from service.core.files import write_atomic, write_model
 from service.core.models.case import Case
+from service.core.models.events import EventKind
 from service.core.models.records import Phase, StepName
 from service.core.models.status import RunningCase, WaitCause
 from service.core.settings import FleetSettings
@@ -83,7 +84,7 @@ class CaseRun:
             write_atomic(other, data, durable=False)
         write_model(path, model)
 
-    async def emit(self, kind: str, **fields: Any) -> None:
+    async def emit(self, kind: EventKind, **fields: Any) -> None:
         where, self._where = self._where, None
         await self.sink.emit(
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, running=where, **fields

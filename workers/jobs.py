@@ -11,6 +11,8 @@ from arq import Retry
 from redis.exceptions import RedisError
 
 from service.core.errors import TunefleetError
+from service.core.models.case import State
+from service.core.models.events import CASE_ENDS, EventKind
 from service.core.models.jobs import CaseJob
 from service.core.models.records import CaseResult, Note
 from workers.case import CaseRun
@@ -41,7 +43,7 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
             "suspect": grant.level or None,
             "try": ctx["job_try"],
         }
-        await cr.emit("case_started", data=data)
+        await cr.emit(EventKind.CASE_STARTED, data=data)
         if cancelled:
             result = await finish(cr, "cancelled", None, "cancelled before it started")
         elif lost >= runtime.settings.max_lease_losses:
@@ -50,7 +52,7 @@ async def run_case(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
             result = await supervised(cr)
     except LeaseLost as exc:
         log.warning("lease_lost", error=str(exc))
-        await quietly(cr.emit("lease_lost", detail=str(exc)))
+        await quietly(cr.emit(EventKind.LEASE_LOST, detail=str(exc)))
         return {"lease_lost": lease.token}
     except RedisError as exc:
         log.warning("redis_lost_mid_case", error=str(exc))
@@ -83,7 +85,7 @@ async def unreadable(
     """The tuning's config or the case file cannot be read: end the case `failed` (or `cancelled`, if it
     was) with the file and the problem as its reason, so that it is finished, counted and not run in a
     loop; the event is sent even when the case's folder cannot be written."""
-    state = "cancelled" if cancelled else "failed"
+    state: State = "cancelled" if cancelled else "failed"
     reason = f"the case could not be loaded: {exc}"
     log.error("case_unreadable", error=str(exc))
     try:
@@ -100,7 +102,7 @@ async def unreadable(
 
 
 async def _end_unreadable(
-    runtime: WorkerRuntime, job: CaseJob, lease: CaseLease, state: str, reason: str
+    runtime: WorkerRuntime, job: CaseJob, lease: CaseLease, state: State, reason: str
 ) -> CaseResult | None:
     """Write the result (fenced) and send its event; the result it already had, if it had one."""
     store = runtime.store.tuning(job.tuning).case(job.case, job.rev)
@@ -119,7 +121,12 @@ async def _end_unreadable(
         log.error("case_result_unwritable", error=str(unwritable), reason=reason)
     try:
         await runtime.sink.emit(
-            f"case_{state}", job.tuning, case=job.case, rev=job.rev, detail=reason, running=(job.job_id, None)
+            CASE_ENDS[state],
+            job.tuning,
+            case=job.case,
+            rev=job.rev,
+            detail=reason,
+            running=(job.job_id, None),
         )
     except OSError as unwritable:  # the tuning's events file: the counters have not moved either
         log.error("case_event_unwritable", error=str(unwritable), reason=reason)
@@ -136,7 +143,7 @@ async def _let_go(cr: CaseRun) -> None:
     """The worker is stopping: give the case back to the queue so another worker resumes it."""
     if await quietly(cr.lease.requeue()):
         cr.at(None)
-        await quietly(cr.emit("case_requeued", detail="the worker stopped"))
+        await quietly(cr.emit(EventKind.CASE_REQUEUED, detail="the worker stopped"))
 
 
 async def _hand_back(cr: CaseRun, reason: str, defer_s: float) -> None:
@@ -144,4 +151,4 @@ async def _hand_back(cr: CaseRun, reason: str, defer_s: float) -> None:
     spending no try (the step runs again from its start when the case is taken again)."""
     if await quietly(cr.lease.requeue(defer_s)):
         cr.at(None)
-    await quietly(cr.emit("provider_down", detail=reason, data={"retry_in_s": defer_s}))
+    await quietly(cr.emit(EventKind.PROVIDER_DOWN, detail=reason, data={"retry_in_s": defer_s}))

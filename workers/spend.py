@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from service.core import keys
 from service.core.events import COST_SCALE
 from service.core.files import append_line, read_model
+from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, Spend, StepName, Usage
 from service.core.models.status import Hold
 from service.core.models.tuning import Budget
@@ -68,7 +69,7 @@ async def record_spend(
     """`note_spend`, and a `spend_recorded` event, which adds it to the tuning's tokens and cost."""
     if note_spend(cr, phase, attempt, step, usage, why):
         await cr.emit(
-            "spend_recorded",
+            EventKind.SPEND_RECORDED,
             step=step,
             phase=phase,
             attempt=attempt,
@@ -159,5 +160,5 @@ async def tuning_hold(cr: CaseRun) -> Hold | None:
     if reason is None or (waived is not None and waived.decode() == budget.model_dump_json()):
         return None
     if await cr.controls.hold(cr.tuning.name, "budget", reason):
-        await cr.emit("tuning_held", detail=reason, data={"kind": "budget"})
+        await cr.emit(EventKind.TUNING_HELD, detail=reason, data={"kind": "budget"})
     return cr.controls.held(cr.tuning.name)

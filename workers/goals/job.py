@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.errors import ConfigError, TunefleetError
+from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES, GoalSpec
 from service.core.models.goal_state import GoalState, GoalSummary
 from service.core.models.jobs import GoalJob
@@ -108,14 +109,14 @@ async def goal_run(runtime: WorkerRuntime, job: GoalJob, lease: CaseLease) -> Go
         system_dir=system_dir,
     )
     if state is None:
-        gr.event("goal_started", None, None, spec.goal)
+        gr.event(EventKind.GOAL_STARTED, None, None, spec.goal)
     elif state.status not in FINAL_STATUSES or state.status == "failed":
         if state.status == "failed":  # started again: it goes on where it failed, voids counted afresh
             state.status, state.completion = "running", None
             current = state.current()
             if current is not None:
                 current.completion, current.voids_counted = None, dict(current.voids)
-        gr.event("goal_resumed", state.current(), None, f"taken by {runtime.name}")
+        gr.event(EventKind.GOAL_RESUMED, state.current(), None, f"taken by {runtime.name}")
     return gr
 
 

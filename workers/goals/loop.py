@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from service.core.models.events import GOAL_ENDS, EventKind
 from service.core.models.goal import FINAL_STATUSES, GoalStep, Limit
 from service.core.models.goal_state import Completion, GoalState, IterationState
 from workers.goals import steps
@@ -52,7 +53,7 @@ async def pursue(gr: GoalRun) -> GoalState:
             await end(gr, "incomplete", f"the {LIMIT_WORDS[limit]} passed before the {step} step", limit)
             break
         gr.step = step
-        gr.event("step_started", it, step)
+        gr.event(EventKind.STEP_STARTED, it, step)
         await gr.persist()
         gr.step_deadline = asyncio.get_running_loop().time() + max(MIN_STEP_S, budget_s)
         try:
@@ -91,7 +92,7 @@ async def _ends_after(gr: GoalRun, it: IterationState | None) -> bool:
             await end(gr, "completed", f"the review of iteration {it.iteration}: {it.review.review.summary}")
             return True
         gr.event(
-            "review_complete_too_early",
+            EventKind.REVIEW_COMPLETE_TOO_EARLY,
             it,
             "review",
             f"iteration {it.iteration} of at least {limits.min_iterations}: the goal goes on",
@@ -120,7 +121,7 @@ async def _begin_iteration(gr: GoalRun) -> None:
         workspace_base=gr.state.workspace,
     )
     gr.state.iterations.append(it)
-    gr.event("iteration_started", it)
+    gr.event(EventKind.ITERATION_STARTED, it)
     await gr.persist()
 
 
@@ -128,11 +129,11 @@ async def _wait_runnable(gr: GoalRun, it: IterationState, step: GoalStep) -> Non
     """Hold the step's start while the fleet is paused or the sandbox breaker is open."""
     if gr.controls.paused:
         gr.step = step
-        gr.event("step_waits_for_resume", it, step)
+        gr.event(EventKind.STEP_WAITS_FOR_RESUME, it, step)
         await gr.persist()
         await gr.controls.wait_runnable()
     if gr.gate.is_open:
-        gr.event("step_waits_for_sandbox", it, step)
+        gr.event(EventKind.STEP_WAITS_FOR_SANDBOX, it, step)
         await gr.persist()
         await gr.gate.wait_closed()
 
@@ -148,5 +149,5 @@ async def end(gr: GoalRun, status: str, reason: str, limit: Limit | None = None)
     if current is not None:
         current.completion = completion
     gr.step = None
-    gr.event(f"goal_{status}", current, None, reason, limit=limit)
+    gr.event(GOAL_ENDS[completion.status], current, None, reason, limit=limit)
     await gr.persist()

@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 
 from service.core import keys
+from service.core.models.events import EventKind
 from service.core.models.goal import GoalSpec, GoalStep
 from service.core.models.goal_state import GoalState, IterationState, TraceEvent
 from service.core.settings import FleetSettings
@@ -76,7 +77,7 @@ class GoalRun:
 
     def event(
         self,
-        kind: str,
+        kind: EventKind,
         iteration: IterationState | None = None,
         step: GoalStep | None = None,
         detail: str | None = None,

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from service.core.errors import SystemRepoError
 from service.core.files import describe_validation, write_atomic
+from service.core.models.events import EventKind
 from service.core.models.goal import GoalStep
 from service.core.models.goal_state import (
     IterationState,
@@ -151,7 +152,7 @@ async def set_aside(gr: GoalRun, it: IterationState, step: GoalStep, step_dir: P
     await gr.lease.check()
     step_dir.rename(step_dir.with_name(f"{step_dir.name}.void-{count}"))
     it.voids[step] = count
-    gr.event("step_set_aside", it, step, f"void: {why}", voids=count)
+    gr.event(EventKind.STEP_SET_ASIDE, it, step, f"void: {why}", voids=count)
     await gr.persist()
     in_a_row = count - it.voids_counted.get(step, 0)
     if in_a_row >= gr.state.limits.max_voids:
@@ -177,14 +178,14 @@ async def plan(gr: GoalRun, it: IterationState) -> None:
         it.plan = PlanRecord(error=str(exc), duration_ms=_ms(began))
         it.status = "failed"
         it.error = f"invalid TODO: {exc}"
-        gr.event("plan_invalid", it, "plan", it.error)
+        gr.event(EventKind.PLAN_INVALID, it, "plan", it.error)
         await gr.persist()
         return
     await gr.lease.check()
     write_atomic(folder_iteration / TODO_FILE, text.encode())
     it.plan = PlanRecord(tasks=tasks, duration_ms=_ms(began))
     it.status = "working"
-    gr.event("step_finished", it, "plan", f"{len(tasks)} tasks", outcome="planned", tasks=len(tasks))
+    gr.event(EventKind.STEP_FINISHED, it, "plan", f"{len(tasks)} tasks", outcome="planned", tasks=len(tasks))
     await gr.persist()
 
 
@@ -226,7 +227,7 @@ async def work(gr: GoalRun, it: IterationState) -> None:
     )
     gr.state.workspace = after
     it.status = "reviewing"
-    gr.event("step_finished", it, "work", result.summary, outcome=result.status)
+    gr.event(EventKind.STEP_FINISHED, it, "work", result.summary, outcome=result.status)
     await gr.persist()
 
 
@@ -251,7 +252,7 @@ async def review(gr: GoalRun, it: IterationState) -> None:
         why = describe_validation(exc) if isinstance(exc, ValidationError) else str(exc)
         it.status = "failed"
         it.error = f"invalid review: {why}"
-        gr.event("review_invalid", it, "review", it.error)
+        gr.event(EventKind.REVIEW_INVALID, it, "review", it.error)
         await gr.persist()
         return
     await gr.lease.check()
@@ -259,7 +260,7 @@ async def review(gr: GoalRun, it: IterationState) -> None:
     it.review = ReviewRecord(review=verdict, duration_ms=_ms(began))
     it.status = "reviewed"
     gr.event(
-        "step_finished",
+        EventKind.STEP_FINISHED,
         it,
         "review",
         verdict.decision,

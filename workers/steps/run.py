@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.core.files import read_model
+from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Phase, RunOutput, RunRecord, SandboxTrips, new_seal
 from service.core.models.tuning import CommandAdapter
 from workers.adapters.base import RunRequest
@@ -35,7 +36,7 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
     while True:
         if cr.controls.paused:
             cr.at("run", phase, attempt, waiting="resume")
-            await cr.emit("run_waits_for_resume", phase=phase, attempt=attempt)
+            await cr.emit(EventKind.RUN_WAITS_FOR_RESUME, phase=phase, attempt=attempt)
             await cr.controls.wait_runnable()
             told_hold = False
         hold = await tuning_hold(cr)
@@ -44,7 +45,7 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
         if not told_hold:
             cr.at("run", phase, attempt, waiting="hold")
             await cr.emit(
-                "run_waits_for_hold",
+                EventKind.RUN_WAITS_FOR_HOLD,
                 phase=phase,
                 attempt=attempt,
                 detail=hold.reason,
@@ -54,7 +55,7 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
         await cr.controls.wait_released(cr.tuning.name)
     if cr.gate.is_open:
         cr.at("run", phase, attempt, waiting="sandbox")
-        await cr.emit("run_waits_for_sandbox", phase=phase, attempt=attempt)
+        await cr.emit(EventKind.RUN_WAITS_FOR_SANDBOX, phase=phase, attempt=attempt)
         await cr.gate.wait_closed()
     if not cr.settings.wait_for_apply:
         return 0
@@ -62,7 +63,7 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
     if not pending:
         return 0
     cr.at("run", phase, attempt, waiting="apply")
-    await cr.emit("run_waits_for_apply", phase=phase, attempt=attempt, data={"applies": len(pending)})
+    await cr.emit(EventKind.RUN_WAITS_FOR_APPLY, phase=phase, attempt=attempt, data={"applies": len(pending)})
     waited_s = await cr.tuning.lock.wait_idle(cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s)
     return int(waited_s * 1000)
 
@@ -115,7 +116,7 @@ async def count_sandbox_trip(cr: CaseRun) -> None:
 async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
     usage = record.output.usage
     await cr.emit(
-        "step_finished",
+        EventKind.STEP_FINISHED,
         step="run",
         phase=phase,
         attempt=attempt,
@@ -158,7 +159,7 @@ async def _run_once(
     )
     cr.at("run", phase, attempt)
     await cr.emit(
-        "step_started",
+        EventKind.STEP_STARTED,
         step="run",
         phase=phase,
         attempt=attempt,
@@ -172,7 +173,7 @@ async def _run_once(
     if outcome.key_refused is not None:
         raise KeyRefused(f"the runner's {outcome.key_refused}")
     if outcome.sandbox_down is not None:
-        await cr.emit("run_sandbox_down", phase=phase, attempt=attempt, detail=outcome.sandbox_down)
+        await cr.emit(EventKind.RUN_SANDBOX_DOWN, phase=phase, attempt=attempt, detail=outcome.sandbox_down)
         await cr.gate.report_down(cr.tuning.name, outcome.sandbox_down)
         return None
     output = outcome.output

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.core.models.events import EventKind
 from service.core.models.goal import GoalLimits, GoalStatus, GoalStep, Limit
 from service.core.models.records import Usage
 
@@ -143,7 +144,7 @@ class TraceEvent(BaseModel):
 
     seq: int = Field(ge=1)
     at: datetime
-    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: EventKind
     iteration: int | None = None
     step: GoalStep | None = None
     detail: str | None = None
