@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import structlog
 
 from service.core.models.case import Case
+from service.core.models.events import EventKind
 from service.core.models.records import Phase, StepName, Usage
 from service.core.models.status import RunningCase, WaitCause
 from service.core.store import CaseStore
@@ -24,6 +25,7 @@ class CaseRun(JobRun):
     """One case being run by this worker under one lease."""
 
     noun: ClassVar[str] = "case"
+    requeued: ClassVar[EventKind] = EventKind.CASE_REQUEUED
 
     def __init__(
         self, runtime: WorkerRuntime, lease: CaseLease, tuning: TuningRuntime, case: Case, store: CaseStore
@@ -51,13 +53,13 @@ class CaseRun(JobRun):
             "demo": self.case.demo,
         }
 
-    async def emit(self, kind: str, **fields: Any) -> None:
+    async def emit(self, kind: EventKind, **fields: Any) -> None:
         where, self._where = self._where, None
         await self.sink.emit(
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, running=where, **fields
         )
 
-    async def let_go(self, kind: str, detail: str, data: dict[str, Any] | None = None) -> None:
+    async def let_go(self, kind: EventKind, detail: str, data: dict[str, Any] | None = None) -> None:
         self.at(None)  # leaves the running hash with the event
         await super().let_go(kind, detail, data)
 

@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 
 from service.core.errors import CaseFileError, StoreError, TunefleetError
+from service.core.models.events import CASE_ENDS, EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob, JobResult
 from service.core.models.records import CaseResult, Note
 from workers.case import CaseRun
@@ -59,7 +60,7 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
             "suspect": grant.level or None,
             "try": job_try,
         }
-        await cr.emit("case_started", data=data)
+        await cr.emit(EventKind.CASE_STARTED, data=data)
         return cr
 
     async def unloadable(
@@ -85,7 +86,7 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
             log.error("case_result_unwritable", error=str(unwritable), reason=reason)
         try:
             await runtime.sink.emit(
-                f"case_{state}",
+                CASE_ENDS[state],
                 job.tuning,
                 case=job.case,
                 rev=job.rev,

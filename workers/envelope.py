@@ -34,6 +34,7 @@ from arq.typing import WorkerCoroutine
 from redis.exceptions import RedisError
 
 from service.core.errors import TunefleetError
+from service.core.models.events import EventKind
 from service.core.models.jobs import JobResult, LeasedJob
 from workers.errors import JobFault, KeyRefused, LeaseLost, ProviderDown
 from workers.job_run import JobRun
@@ -147,7 +148,7 @@ async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
             return await kind.pursue(run)
     except LeaseLost as exc:
         await quietly(run.settle_spend())
-        await quietly(run.emit("lease_lost", detail=str(exc)))
+        await quietly(run.emit(EventKind.LEASE_LOST, detail=str(exc)))
         raise
     except KeyRefused as exc:
         log.error("provider_key_refused", error=str(exc))
@@ -192,7 +193,7 @@ async def _let_go(run: JobRun) -> None:
     """The worker is stopping: record what was spent, give the job back to the queue at once."""
     await quietly(run.settle_spend())
     if await quietly(run.lease.requeue()):
-        await quietly(run.let_go(f"{run.noun}_requeued", "the worker stopped"))
+        await quietly(run.let_go(run.requeued, "the worker stopped"))
 
 
 async def _hand_back(run: JobRun, reason: str) -> NoReturn:
@@ -200,5 +201,5 @@ async def _hand_back(run: JobRun, reason: str) -> NoReturn:
     `provider_retry_s`, marking nothing and spending no try (the step runs again from its start)."""
     defer_s = run.settings.provider_retry_s
     if await quietly(run.lease.requeue(defer_s)):
-        await quietly(run.let_go("provider_down", reason, {"retry_in_s": defer_s}))
+        await quietly(run.let_go(EventKind.PROVIDER_DOWN, reason, {"retry_in_s": defer_s}))
     raise Retry(defer=defer_s) from None

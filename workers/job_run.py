@@ -16,6 +16,7 @@ import structlog
 from pydantic import BaseModel
 
 from service.core.files import write_atomic, write_model
+from service.core.models.events import EventKind
 from service.core.models.records import Usage
 from service.core.models.status import Hold, WaitCause
 from workers.lease import CaseLease
@@ -32,7 +33,9 @@ class JobRun(ABC):
     """One job this worker runs under one lease."""
 
     noun: ClassVar[str]
-    """The kind's word in events, logs and reasons: `case`, `goal`."""
+    """The kind's word in logs and reasons: `case`, `goal`."""
+    requeued: ClassVar[EventKind]
+    """Its event when a stopping worker gives it back to the queue."""
 
     def __init__(
         self, runtime: WorkerRuntime, lease: CaseLease, tuning: TuningRuntime | None, context: dict[str, Any]
@@ -76,10 +79,10 @@ class JobRun(ABC):
         write_model(path, model)
 
     @abstractmethod
-    async def emit(self, kind: str, **fields: Any) -> None:
+    async def emit(self, kind: EventKind, **fields: Any) -> None:
         """Send an event about this job through the fleet's sink."""
 
-    async def let_go(self, kind: str, detail: str, data: dict[str, Any] | None = None) -> None:
+    async def let_go(self, kind: EventKind, detail: str, data: dict[str, Any] | None = None) -> None:
         """The job went back to the queue (its lease is given up): say so, with `kind`'s event."""
         await self.emit(kind, detail=detail, data=data or {})
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.core.files import write_json
+from service.core.models.events import CASE_ENDS, EventKind
 from service.core.models.records import CaseResult, Feedback, Note, Phase, RunRecord
 from workers.case import CaseRun
 from workers.errors import OverBudget, VoidsExhausted
@@ -59,7 +60,7 @@ async def run_loop(cr: CaseRun) -> CaseResult:
             return await finish(cr, "difficult", mem.phase, mem.reason)
         await cr.lease.check()
         kept = cr.tuning.store.submit_memory(cr.case.id, cr.case.rev, mem.memory)
-        await cr.emit("memory_submitted", phase="mem", attempt=mem.attempt, detail=str(kept))
+        await cr.emit(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=mem.attempt, detail=str(kept))
         return await finish(cr, "completed", "mem", None)
     except OverBudget as over:  # checked before each step starts (workers.spend)
         return await finish(cr, "difficult", phase, over.reason)
@@ -97,7 +98,7 @@ async def try_once(
         await cr.lease.check()
         aside = cr.store.set_aside(phase, attempt)
         await cr.emit(
-            "attempt_set_aside",
+            EventKind.ATTEMPT_SET_ASIDE,
             phase=phase,
             attempt=attempt,
             detail=f"void: {feedback.infra}",
@@ -159,6 +160,6 @@ async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | Non
             )
         )
     await cr.emit(
-        f"case_{state}", phase=phase, detail=reason, data={"steps": steps}, tokens=None, cost_usd=None
+        CASE_ENDS[result.state], phase=phase, detail=reason, data={"steps": steps}, tokens=None, cost_usd=None
     )
     return result

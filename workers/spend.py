@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from service.core import keys
 from service.core.events import COST_SCALE
 from service.core.files import append_line, read_model
+from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, Spend, StepName, Usage
 from service.core.models.status import Hold
 from service.core.models.tuning import Budget
@@ -72,7 +73,7 @@ async def announce_spend(
 ) -> None:
     """The `spend_recorded` event of a ledger line, which adds it to the tuning's tokens and cost."""
     await cr.emit(
-        "spend_recorded",
+        EventKind.SPEND_RECORDED,
         step=step,
         phase=phase,
         attempt=attempt,
@@ -163,5 +164,5 @@ async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:
     if reason is None or (waived is not None and waived.decode() == budget.model_dump_json()):
         return None
     if await run.controls.hold(tuning.name, "budget", reason):
-        await run.emit("tuning_held", detail=reason, data={"kind": "budget"})
+        await run.emit(EventKind.TUNING_HELD, detail=reason, data={"kind": "budget"})
     return run.controls.held(tuning.name)

@@ -14,6 +14,7 @@ from arq.connections import ArqRedis
 from service.core import keys
 from service.core.errors import ConfigError, TunefleetError, UnknownTuningError
 from service.core.events import EventSink
+from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES, GoalLimitsSpec, GoalSpec
 from service.core.models.goal_state import CancelRequest, Completion, GoalState, GoalSummary
 from service.core.models.jobs import GOAL_FUNCTION, GoalJob
@@ -159,7 +160,7 @@ class Goals(GoalFiles):
                 pipe.hset(keys.goals(), goal_id, summary_of(state).model_dump_json())
                 await pipe.execute()
             reason = state.completion.reason if state.completion else None
-            await self._sink.emit("goal_cancelled", state.tuning, goal=goal_id, detail=reason)
+            await self._sink.emit(EventKind.GOAL_CANCELLED, state.tuning, goal=goal_id, detail=reason)
             log.info("goal_cancelled", goal=goal_id, detail=reason)
         return True
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.core import keys
+from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES
 from service.core.models.goal_state import GoalState, GoalSummary
 from service.core.models.jobs import GOAL_FUNCTION, GoalJob, JobResult
@@ -77,14 +78,14 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
             system_dir=system_dir,
         )
         if first:
-            gr.event("goal_started", None, None, spec.goal)
+            gr.event(EventKind.GOAL_STARTED, None, None, spec.goal)
         elif state.status not in FINAL_STATUSES or state.status == "failed":
             if state.status == "failed":  # started again: it goes on where it failed, voids counted afresh
                 state.status, state.completion = "running", None
                 current = state.current()
                 if current is not None:
                     current.completion, current.voids_counted = None, dict(current.voids)
-            gr.event("goal_resumed", state.current(), None, f"taken by {runtime.name}")
+            gr.event(EventKind.GOAL_RESUMED, state.current(), None, f"taken by {runtime.name}")
         else:
             return gr  # ended (a cancel before any worker took it): nothing to write
         await gr.persist()

@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES, GoalStep, Limit
 from service.core.models.goal_state import Completion, GoalState, IterationState
 from service.core.models.records import Usage
@@ -42,6 +43,11 @@ LIMIT_WORDS: dict[str, str] = {
     "reviewer_timeout": "reviewer timeout",
 }
 MIN_STEP_S = 1.0
+STEP_WAITS: dict[WaitCause, EventKind] = {
+    "resume": EventKind.STEP_WAITS_FOR_RESUME,
+    "hold": EventKind.STEP_WAITS_FOR_HOLD,
+    "sandbox": EventKind.STEP_WAITS_FOR_SANDBOX,
+}
 
 
 async def pursue(gr: GoalRun) -> GoalState:
@@ -68,7 +74,7 @@ async def pursue(gr: GoalRun) -> GoalState:
             await end(gr, "incomplete", f"the {LIMIT_WORDS[limit]} passed before the {step} step", limit)
             break
         gr.step, gr.step_spent = step, Usage()
-        gr.event("step_started", it, step)
+        gr.event(EventKind.STEP_STARTED, it, step)
         await gr.persist()
         gr.step_deadline = asyncio.get_running_loop().time() + max(MIN_STEP_S, budget_s)
         try:
@@ -107,7 +113,7 @@ async def _ends_after(gr: GoalRun, it: IterationState | None) -> bool:
             await end(gr, "completed", f"the review of iteration {it.iteration}: {it.review.review.summary}")
             return True
         gr.event(
-            "review_complete_too_early",
+            EventKind.REVIEW_COMPLETE_TOO_EARLY,
             it,
             "review",
             f"iteration {it.iteration} of at least {limits.min_iterations}: the goal goes on",
@@ -136,7 +142,7 @@ async def _begin_iteration(gr: GoalRun) -> None:
         workspace_base=gr.state.workspace,
     )
     gr.state.iterations.append(it)
-    gr.event("iteration_started", it)
+    gr.event(EventKind.ITERATION_STARTED, it)
     await gr.persist()
 
 
@@ -146,7 +152,7 @@ async def _wait_runnable(gr: GoalRun, it: IterationState, step: GoalStep) -> Non
     async def announce(cause: WaitCause, hold: Hold | None) -> None:
         gr.step = step  # shown as the goal's step while it waits
         data = {"kind": hold.kind} if hold is not None else {}
-        gr.event(f"step_waits_for_{cause}", it, step, hold.reason if hold else None, data=data)
+        gr.event(STEP_WAITS[cause], it, step, hold.reason if hold else None, data=data)
         await gr.persist()
 
     await gr.wait_runnable(announce)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from service.core import keys
+from service.core.models.events import EventKind
 from service.core.models.goal import GoalSpec, GoalStep
 from service.core.models.goal_state import GoalSpend, GoalState, IterationState, TraceEvent
 from service.core.models.records import Usage
@@ -26,6 +27,7 @@ class GoalRun(JobRun):
     """One goal being pursued by this worker under one lease."""
 
     noun: ClassVar[str] = "goal"
+    requeued: ClassVar[EventKind] = EventKind.GOAL_REQUEUED
 
     def __init__(
         self,
@@ -78,7 +80,7 @@ class GoalRun(JobRun):
 
     def event(
         self,
-        kind: str,
+        kind: EventKind,
         iteration: IterationState | None = None,
         step: GoalStep | None = None,
         detail: str | None = None,
@@ -114,19 +116,21 @@ class GoalRun(JobRun):
             event.kind,
             self.state.tuning,
             goal=self.spec.id,
+            iteration=event.iteration,
+            step=event.step,
             detail=event.detail,
             duration_ms=event.duration_ms,
             tokens=spent.tokens or None,
             unmeasured_tokens=spent.unmeasured_tokens or None,
             cost_usd=spent.cost_usd or None,
-            data={"iteration": event.iteration, "step": event.step, **event.data},
+            data=event.data,
         )
 
-    async def emit(self, kind: str, **fields: Any) -> None:
+    async def emit(self, kind: EventKind, **fields: Any) -> None:
         """An event of the fleet's (a hand-back, a lost lease) that is no change of the goal's state."""
         await self.sink.emit(kind, self.state.tuning, goal=self.spec.id, **fields)
 
-    async def let_go(self, kind: str, detail: str, data: dict[str, Any] | None = None) -> None:
+    async def let_go(self, kind: EventKind, detail: str, data: dict[str, Any] | None = None) -> None:
         await self._show(None)
         await super().let_go(kind, detail, data)
 
@@ -149,6 +153,6 @@ class GoalRun(JobRun):
                     it.spent = it.spent + spend.usage
             detail = f"the {spend.step} step was cut short"
             self.state.record(
-                "spend_recorded", self.worker, spend.iteration, spend.step, detail, spent=spend.usage
+                EventKind.SPEND_RECORDED, self.worker, spend.iteration, spend.step, detail, spent=spend.usage
             )
         self.state.spent_lines = lines

@@ -20,6 +20,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from service.core.files import describe_validation, write_atomic
+from service.core.models.events import EventKind
 from service.core.models.goal import GoalStep
 from service.core.models.goal_state import IterationState, PlanRecord, Review, ReviewRecord
 from service.goals.store import CHANGES_FILE, PROGRESS_FILE, REVIEW_FILE, TODO_FILE, WORKER_RESULT_FILE
@@ -142,7 +143,9 @@ async def call_agent(
         if stopped is None:
             gr.step_spent = gr.step_spent + exit_.spent  # with the step's `step_finished`
         else:
-            gr.event("spend_recorded", it, step, f"the {step} step stopped: {stopped}", spent=exit_.spent)
+            gr.event(
+                EventKind.SPEND_RECORDED, it, step, f"the {step} step stopped: {stopped}", spent=exit_.spent
+            )
     if exit_.provider_down is not None:
         raise ProviderDown(f"the goal {step} agent's {exit_.provider_down}")
     if exit_.key_refused is not None:
@@ -163,7 +166,7 @@ async def set_aside(gr: GoalRun, it: IterationState, step: GoalStep, step_dir: P
     await gr.lease.check()
     step_dir.rename(step_dir.with_name(f"{step_dir.name}.void-{count}"))
     it.voids[step] = count
-    gr.event("step_set_aside", it, step, f"void: {why}", data={"voids": count})
+    gr.event(EventKind.STEP_SET_ASIDE, it, step, f"void: {why}", data={"voids": count})
     await gr.persist()
     in_a_row = count - it.voids_counted.get(step, 0)
     if in_a_row >= gr.state.limits.max_voids:
@@ -181,7 +184,7 @@ def finished(
     calls spent; the duration in ms."""
     duration_ms = ms(began)
     spent = gr.step_spent if gr.step_spent.tokens or gr.step_spent.cost_usd else None
-    gr.event("step_finished", it, step, detail, duration_ms=duration_ms, spent=spent, data=data)
+    gr.event(EventKind.STEP_FINISHED, it, step, detail, duration_ms=duration_ms, spent=spent, data=data)
     return duration_ms
 
 
@@ -205,7 +208,7 @@ async def plan(gr: GoalRun, it: IterationState) -> None:
         it.plan = PlanRecord(error=str(exc), duration_ms=ms(began))
         it.status = "failed"
         it.error = f"invalid TODO: {exc}"
-        gr.event("plan_invalid", it, "plan", it.error)
+        gr.event(EventKind.PLAN_INVALID, it, "plan", it.error)
         await gr.persist()
         return
     await gr.lease.check()
@@ -251,7 +254,7 @@ async def review(gr: GoalRun, it: IterationState) -> None:
         why = describe_validation(exc) if isinstance(exc, ValidationError) else str(exc)
         it.status = "failed"
         it.error = f"invalid review: {why}"
-        gr.event("review_invalid", it, "review", it.error)
+        gr.event(EventKind.REVIEW_INVALID, it, "review", it.error)
         await gr.persist()
         return
     await gr.lease.check()

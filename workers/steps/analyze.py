@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from service.core.files import describe_validation, read_model
 from service.core.models.case import Case
+from service.core.models.events import EventKind
 from service.core.models.records import Feedback, Note, Phase, RunRecord, new_seal
 from service.core.system import tree_digest
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
@@ -118,13 +119,13 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     )
     await cr.controls.wait_key_accepted(cr.tuning.name)
     cr.at("analyze", phase, attempt)
-    await cr.emit("step_started", step="analyze", phase=phase, attempt=attempt)
+    await cr.emit(EventKind.STEP_STARTED, step="analyze", phase=phase, attempt=attempt)
     began = datetime.now(UTC)
     feedback, report, dropped, source = await _analyze(cr, request)
     feedback = feedback.model_copy(update={"run_seal": run.seal, "seal": new_seal()})
     if before is not None and tree_digest(system) != before:
         await cr.emit(
-            "analysis_edited_system",
+            EventKind.ANALYSIS_EDITED_SYSTEM,
             phase=phase,
             attempt=attempt,
             detail="the analyzer edited its copy of the system; the edit was discarded",
@@ -151,7 +152,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         )
     )
     await cr.emit(
-        "step_finished",
+        EventKind.STEP_FINISHED,
         step="analyze",
         phase=phase,
         attempt=attempt,

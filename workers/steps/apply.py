@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from service.core.errors import SystemRepoError
 from service.core.files import describe_validation, read_model
+from service.core.models.events import EventKind
 from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
@@ -45,13 +46,13 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
         check_case_budget(cr)
         await cr.controls.wait_key_accepted(cr.tuning.name)
         cr.at("apply", phase, attempt, waiting="lock")
-        await cr.emit("apply_waits_for_lock", phase=phase, attempt=attempt)
+        await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
         try:
             async with cr.tuning.lock.held(cr.job_id) as hold:
                 cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
                 record = await _apply_holding(cr, phase, attempt, feedback, hold)
         except LockLost as exc:
-            await cr.emit("apply_abandoned", phase=phase, attempt=attempt, detail=str(exc))
+            await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
             continue
         await cr.write(paths.apply, record)
         await _finished(cr, phase, attempt, record)
@@ -62,7 +63,7 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord
     output = record.output
     outcome = "structural" if output.structural else "published" if record.version else "unchanged"
     await cr.emit(
-        "step_finished",
+        EventKind.STEP_FINISHED,
         step="apply",
         phase=phase,
         attempt=attempt,
@@ -88,7 +89,7 @@ async def _apply_holding(
     published = await cr.tuning.repo.find_published(tag, current) if started_before else None
     if published is not None:
         output = await _output_of(cr, published)
-        await cr.emit("apply_recovered", phase=phase, attempt=attempt, detail=published[:12])
+        await cr.emit(EventKind.APPLY_RECOVERED, phase=phase, attempt=attempt, detail=published[:12])
         return ApplyRecord(
             base_version=current,
             version=published,
@@ -102,7 +103,7 @@ async def _apply_holding(
     work: Path = where["step_dir"]
     work.mkdir(parents=True, exist_ok=True)
     await cr.emit(
-        "step_started",
+        EventKind.STEP_STARTED,
         step="apply",
         phase=phase,
         attempt=attempt,

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.core.files import read_model
+from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Phase, RunOutput, RunRecord, SandboxTrips, new_seal
 from service.core.models.status import Hold, WaitCause
 from service.core.models.tuning import CommandAdapter
@@ -16,6 +17,11 @@ from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, ProviderDown
 from workers.spend import check_case_budget
 
+RUN_WAITS: dict[WaitCause, EventKind] = {
+    "resume": EventKind.RUN_WAITS_FOR_RESUME,
+    "hold": EventKind.RUN_WAITS_FOR_HOLD,
+    "sandbox": EventKind.RUN_WAITS_FOR_SANDBOX,
+}
 SANDBOX_TRIPS_FILE = "sandbox-trips.json"
 """In the case's folder: how often its runner reported the sandbox down with no sandbox to probe."""
 
@@ -37,10 +43,10 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
     async def announce(cause: WaitCause, hold: Hold | None) -> None:
         cr.at("run", phase, attempt, waiting=cause)
         if hold is None:
-            await cr.emit(f"run_waits_for_{cause}", phase=phase, attempt=attempt)
+            await cr.emit(RUN_WAITS[cause], phase=phase, attempt=attempt)
         else:
             data = {"kind": hold.kind}
-            await cr.emit("run_waits_for_hold", phase=phase, attempt=attempt, detail=hold.reason, data=data)
+            await cr.emit(RUN_WAITS[cause], phase=phase, attempt=attempt, detail=hold.reason, data=data)
 
     await cr.wait_runnable(announce)
     if not cr.settings.wait_for_apply:
@@ -49,7 +55,7 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
     if not pending:
         return 0
     cr.at("run", phase, attempt, waiting="apply")
-    await cr.emit("run_waits_for_apply", phase=phase, attempt=attempt, data={"applies": len(pending)})
+    await cr.emit(EventKind.RUN_WAITS_FOR_APPLY, phase=phase, attempt=attempt, data={"applies": len(pending)})
     waited_s = await cr.tuning.lock.wait_idle(cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s)
     return int(waited_s * 1000)
 
@@ -102,7 +108,7 @@ async def count_sandbox_trip(cr: CaseRun) -> None:
 async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
     usage = record.output.usage
     await cr.emit(
-        "step_finished",
+        EventKind.STEP_FINISHED,
         step="run",
         phase=phase,
         attempt=attempt,
@@ -145,7 +151,7 @@ async def _run_once(
     )
     cr.at("run", phase, attempt)
     await cr.emit(
-        "step_started",
+        EventKind.STEP_STARTED,
         step="run",
         phase=phase,
         attempt=attempt,
@@ -160,7 +166,7 @@ async def _run_once(
     if outcome.key_refused is not None:
         raise KeyRefused(f"the runner's {outcome.key_refused}")
     if outcome.sandbox_down is not None:
-        await cr.emit("run_sandbox_down", phase=phase, attempt=attempt, detail=outcome.sandbox_down)
+        await cr.emit(EventKind.RUN_SANDBOX_DOWN, phase=phase, attempt=attempt, detail=outcome.sandbox_down)
         await cr.gate.report_down(cr.tuning.name, outcome.sandbox_down)
         return None
     output = outcome.output

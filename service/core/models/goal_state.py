@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.core.models.events import GOAL_ENDS, EventKind
 from service.core.models.goal import GoalLimits, GoalStatus, GoalStep, Limit
 from service.core.models.records import Usage
 
@@ -151,7 +152,7 @@ class TraceEvent(BaseModel):
 
     seq: int = Field(ge=1)
     at: datetime
-    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: EventKind
     iteration: int | None = None
     step: GoalStep | None = None
     detail: str | None = None
@@ -210,7 +211,7 @@ class GoalState(BaseModel):
 
     def record(
         self,
-        kind: str,
+        kind: EventKind,
         worker: str | None,
         iteration: int | None = None,
         step: GoalStep | None = None,
@@ -241,7 +242,7 @@ class GoalState(BaseModel):
             current.completion = completion
         iteration = current.iteration if current else None
         data = {"limit": completion.limit}
-        self.record(f"goal_{completion.status}", worker, iteration, None, completion.reason, data=data)
+        self.record(GOAL_ENDS[completion.status], worker, iteration, None, completion.reason, data=data)
 
 
 class GoalSummary(BaseModel):
