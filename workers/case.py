@@ -9,13 +9,13 @@ import structlog
 
 from service.core.models.case import Case
 from service.core.models.events import EventKind
-from service.core.models.records import Phase, StepName, Usage
+from service.core.models.records import Phase, Spend, StepName, Usage
 from service.core.models.status import RunningCase, WaitCause
 from service.core.store import CaseStore
 from workers.job_run import JobRun
 from workers.lease import CaseLease
 from workers.runtime import WorkerRuntime
-from workers.spend import announce_spend, note_spend
+from workers.spend import check_case_budget, note_spend
 from workers.tuning import TuningRuntime
 
 UNFINISHED = "the step was cut short"
@@ -24,7 +24,6 @@ UNFINISHED = "the step was cut short"
 class CaseRun(JobRun):
     """One case being run by this worker under one lease."""
 
-    noun: ClassVar[str] = "case"
     requeued: ClassVar[EventKind] = EventKind.CASE_REQUEUED
 
     def __init__(
@@ -63,16 +62,44 @@ class CaseRun(JobRun):
         self.at(None)  # leaves the running hash with the event
         await super().let_go(kind, detail, data)
 
+    def check_budget(self) -> None:
+        """OverBudget when the case has spent its budget (workers.spend)."""
+        check_case_budget(self.store, self.tuning.config.budget)
+
+    def note_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> bool:
+        """Usage that no record will keep, into the case's ledger at once (no await); False if none."""
+        spend = Spend(at=datetime.now(UTC), phase=phase, attempt=attempt, step=step, usage=usage, why=why)
+        return note_spend(self.store.root, spend)
+
+    async def record_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> None:
+        """`note_spend`, and its `spend_recorded` event, which adds it to the tuning's tokens and cost."""
+        if self.note_spend(phase, attempt, step, usage, why):
+            await self._announce_spend(phase, attempt, step, usage, why)
+
+    async def _announce_spend(
+        self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str
+    ) -> None:
+        await self.emit(
+            EventKind.SPEND_RECORDED,
+            step=step,
+            phase=phase,
+            attempt=attempt,
+            tokens=usage.tokens,
+            cost_usd=usage.cost_usd,
+            unmeasured_tokens=usage.unmeasured_tokens,
+            detail=why,
+        )
+
     def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
-        """Into the case's ledger at once (workers.spend): it counts in the case's spend from now on."""
-        if note_spend(self, where["phase"], where["attempt"], where["step"], spent, UNFINISHED):
+        """Into the case's ledger at once: it counts in the case's spend from now on."""
+        if self.note_spend(where["phase"], where["attempt"], where["step"], spent, UNFINISHED):
             self._unsettled.append((where, spent))
 
     async def settle_spend(self) -> None:
         """The `spend_recorded` events of the ledger lines noted since, which move the tuning's totals."""
         while self._unsettled:
             where, spent = self._unsettled.pop()
-            await announce_spend(self, where["phase"], where["attempt"], where["step"], spent, UNFINISHED)
+            await self._announce_spend(where["phase"], where["attempt"], where["step"], spent, UNFINISHED)
 
     def at(
         self,

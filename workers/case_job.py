@@ -4,7 +4,6 @@ workers.loop) and ended."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import structlog
 
@@ -29,14 +28,7 @@ def result_of(result: CaseResult) -> JobResult:
 class CaseKind(JobKind[CaseJob, CaseRun]):
     """One case of a tuning, from its first missing step to its result."""
 
-    function = CASE_FUNCTION
-    noun = "case"
-
-    def job(self, payload: dict[str, Any]) -> CaseJob:
-        return CaseJob.model_validate(payload)
-
-    def scope(self, job: CaseJob) -> str:
-        return job.tuning
+    function, noun, payload = CASE_FUNCTION, "case", CaseJob
 
     async def load(
         self, runtime: WorkerRuntime, job: CaseJob, lease: CaseLease, grant: Grant, job_try: int

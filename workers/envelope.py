@@ -57,14 +57,8 @@ class JobKind(ABC, Generic[J, R]):
     """arq's name of the job function (service.core.models.jobs)."""
     noun: str
     """The kind's word in reasons and logs."""
-
-    @abstractmethod
-    def job(self, payload: dict[str, Any]) -> J:
-        """The payload, validated."""
-
-    @abstractmethod
-    def scope(self, job: J) -> str:
-        """Where the job's cancel is set (`tf:cancelled:<scope>`): its tuning, or the kind's own scope."""
+    payload: type[J]
+    """The job's payload model."""
 
     @abstractmethod
     async def load(self, runtime: WorkerRuntime, job: J, lease: CaseLease, grant: Grant, job_try: int) -> R:
@@ -100,8 +94,8 @@ async def run_job(
     kind: JobKind[J, R], runtime: WorkerRuntime, payload: dict[str, Any], job_try: int
 ) -> JobResult:
     """One job, under a lease, to its end or until the worker lets it go."""
-    job = kind.job(payload)
-    lease, grant = await runtime.acquire(job.job_id, kind.scope(job))
+    job = kind.payload.model_validate(payload)
+    lease, grant = await runtime.acquire(job.job_id, job.scope)
     structlog.contextvars.bind_contextvars(**job.model_dump(), worker=runtime.name)
     try:
         return await _outcome(runtime, lease, _start(kind, runtime, job, lease, grant, job_try))

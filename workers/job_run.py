@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import structlog
 from pydantic import BaseModel
 
+from service.core import keys
+from service.core.events import COST_SCALE
 from service.core.files import write_atomic, write_model
 from service.core.models.events import EventKind
 from service.core.models.records import Usage
@@ -22,7 +24,6 @@ from service.core.models.status import Hold, WaitCause
 from workers.lease import CaseLease
 from workers.meter import CURRENT, StepMeter
 from workers.runtime import WorkerRuntime
-from workers.spend import tuning_hold
 from workers.tuning import TuningRuntime
 
 Announce = Callable[[WaitCause, Hold | None], Awaitable[None]]
@@ -32,8 +33,6 @@ Announce = Callable[[WaitCause, Hold | None], Awaitable[None]]
 class JobRun(ABC):
     """One job this worker runs under one lease."""
 
-    noun: ClassVar[str]
-    """The kind's word in logs and reasons: `case`, `goal`."""
     requeued: ClassVar[EventKind]
     """Its event when a stopping worker gives it back to the queue."""
 
@@ -130,3 +129,27 @@ class JobRun(ABC):
         if self.gate.is_open:
             await announce("sandbox", None)
             await self.gate.wait_closed()
+
+
+async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:
+    """The hold of the tuning a job runs on, set here first if its spend (the live counters) is at or
+    past its budget and `tunefleet resume TUNING` did not waive that budget."""
+    held = run.controls.held(tuning.name)
+    if held is not None:
+        return held
+    cached = tuning.config.budget
+    if cached.tuning_max_tokens is None and cached.tuning_max_usd is None:
+        return None  # a tuning registered without one: no stat of its config at every step start
+    budget = tuning.current_budget()
+    if budget.tuning_max_tokens is None and budget.tuning_max_usd is None:
+        return None
+    async with run.sink.redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.stats(tuning.name), ["tokens", "cost_usd_micros"])
+        pipe.hget(keys.budget_waived(), tuning.name)
+        (tokens, micros), waived = await pipe.execute()
+    reason = budget.tuning_over(int(tokens or 0), int(micros or 0) / COST_SCALE)
+    if reason is None or (waived is not None and waived.decode() == budget.model_dump_json()):
+        return None
+    if await run.controls.hold(tuning.name, "budget", reason):
+        await run.emit(EventKind.TUNING_HELD, detail=reason, data={"kind": "budget"})
+    return run.controls.held(tuning.name)

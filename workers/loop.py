@@ -132,7 +132,7 @@ async def mark_voids_seen(cr: CaseRun, phase: Phase, attempt: int) -> None:
 
 
 async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | None) -> CaseResult:
-    usage, steps = case_usage(cr)
+    usage, steps = case_usage(cr.store)
     result = CaseResult.model_validate(
         {
             "case": cr.case.id,

@@ -4,7 +4,6 @@ workers.goals.loop) and ended."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from service.core import keys
 from service.core.models.events import EventKind
@@ -31,14 +30,7 @@ def result_of(state: GoalState) -> JobResult:
 class GoalKind(JobKind[GoalJob, GoalRun]):
     """One goal, from its first missing step to its completion."""
 
-    function = GOAL_FUNCTION
-    noun = "goal"
-
-    def job(self, payload: dict[str, Any]) -> GoalJob:
-        return GoalJob.model_validate(payload)
-
-    def scope(self, job: GoalJob) -> str:
-        return keys.GOALS_SCOPE
+    function, noun, payload = GOAL_FUNCTION, "goal", GoalJob
 
     async def load(
         self, runtime: WorkerRuntime, job: GoalJob, lease: CaseLease, grant: Grant, job_try: int

@@ -29,7 +29,6 @@ from workers.errors import OverBudget
 from workers.goals import steps
 from workers.goals.run import GoalRun
 from workers.goals.work import work
-from workers.spend import budget_of
 
 STEP_OF: dict[str, GoalStep] = {"planning": "plan", "working": "work", "reviewing": "review"}
 STEPS: dict[GoalStep, Callable[[GoalRun, IterationState], Awaitable[None]]] = {
@@ -163,7 +162,7 @@ def check_budget(gr: GoalRun) -> None:
     budget)."""
     if gr.tuning is None:
         return
-    budget = budget_of(gr.tuning)
+    budget = gr.tuning.current_budget()
     reason = budget.case_over(gr.state.spent.tokens, gr.state.spent.cost_usd)
     if reason is not None:
         raise OverBudget(reason)

@@ -26,7 +26,6 @@ from workers.tuning import TuningRuntime
 class GoalRun(JobRun):
     """One goal being pursued by this worker under one lease."""
 
-    noun: ClassVar[str] = "goal"
     requeued: ClassVar[EventKind] = EventKind.GOAL_REQUEUED
 
     def __init__(

@@ -23,7 +23,7 @@ from service.core.system import tree_digest
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, ProviderDown
-from workers.spend import check_case_budget, record_spend, refused_usage
+from workers.spend import refused_usage
 
 ANALYZER_ROUNDS = 2
 
@@ -91,7 +91,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     recorded = _recorded(cr, paths.feedback, run)
     if recorded is not None:
         return recorded
-    check_case_budget(cr)
+    cr.check_budget()
     where = cr.where(phase, attempt, "analyze")
     work: Path = where["step_dir"]
     run_work = paths.root / run.work
@@ -203,7 +203,7 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
         stopped = outcome.exit.infra or outcome.exit.key_refused
         if stopped is not None and outcome.exit.spent is not None:  # paid for before the provider stopped
             why = f"analysis stopped: {stopped}"
-            await record_spend(cr, request.phase, request.attempt, "analyze", outcome.exit.spent, why)
+            await cr.record_spend(request.phase, request.attempt, "analyze", outcome.exit.spent, why)
         if outcome.exit.infra is not None:  # the provider is down: not this case's fault, no try spent
             raise ProviderDown(f"the analyzer's {outcome.exit.infra}")
         if outcome.exit.key_refused is not None:
@@ -213,8 +213,8 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
         except FeedbackInvalid as exc:
             problem = f"{exc} (the analyzer {_how_it_ended(outcome.exit)})"
             spent = outcome.exit.spent or refused_usage(outcome.feedback)
-            await record_spend(
-                cr, request.phase, request.attempt, "analyze", spent, f"feedback refused: {exc}"
+            await cr.record_spend(
+                request.phase, request.attempt, "analyze", spent, f"feedback refused: {exc}"
             )
             cr.log.warning("feedback_invalid", problem=problem, exit_code=outcome.exit.exit_code)
             if outcome.exit.error is not None or outcome.exit.exit_code != 0:

@@ -24,7 +24,6 @@ from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, LockLost, ProviderDown
 from workers.lock import LockHold
-from workers.spend import check_case_budget, note_spend, record_spend
 
 TRAILER = "Tunefleet-Attempt"
 OUTPUT_TRAILER = "Tunefleet-Output"
@@ -43,7 +42,7 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
             return recorded
         if recorded is not None:
             cr.log.warning("apply_unsealed_ignored", file=str(paths.apply), feedback_seal=feedback.seal)
-        check_case_budget(cr)
+        cr.check_budget()
         await cr.controls.wait_key_accepted(cr.tuning.name)
         cr.at("apply", phase, attempt, waiting="lock")
         await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
@@ -117,16 +116,16 @@ async def _apply_holding(
             outcome = await cr.tuning.applier.apply(request)
         if outcome.output is None and outcome.exit.spent is not None:  # paid for, and nothing to keep
             why = f"apply produced nothing: {outcome.exit.error or 'no output'}"
-            await record_spend(cr, phase, attempt, "apply", outcome.exit.spent, why)
+            await cr.record_spend(phase, attempt, "apply", outcome.exit.spent, why)
         output = _read_output(outcome)
         try:  # until published, the applier's usage is in no record: an apply that ends here counts it
             version = await _publish(cr, phase, attempt, output, tree, current, hold)
         except asyncio.CancelledError:  # stopped, or its lock lost (the watchdog cancels): no await
-            note_spend(cr, phase, attempt, "apply", output.usage, "apply stopped before it was published")
+            cr.note_spend(phase, attempt, "apply", output.usage, "apply stopped before it was published")
             raise
         except Exception as exc:
             why = "apply abandoned: lock lost" if isinstance(exc, LockLost) else f"apply failed: {exc}"
-            await record_spend(cr, phase, attempt, "apply", output.usage, why)
+            await cr.record_spend(phase, attempt, "apply", output.usage, why)
             raise
         if version is not None:
             await cr.tuning.repo.update_main(version, base=current)

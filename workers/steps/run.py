@@ -15,7 +15,6 @@ from service.core.models.tuning import CommandAdapter
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, ProviderDown
-from workers.spend import check_case_budget
 
 RUN_WAITS: dict[WaitCause, EventKind] = {
     "resume": EventKind.RUN_WAITS_FOR_RESUME,
@@ -72,7 +71,7 @@ async def run_step(
     if recorded is not None:
         cr.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
     while True:  # not read again: only a run that ended writes the record (over anything left there)
-        check_case_budget(cr)
+        cr.check_budget()
         apply_wait_ms = await wait_until_runnable(cr, phase, attempt)
         record = await _run_once(cr, phase, attempt, memory_from, apply_wait_ms, after)
         if record is not None:

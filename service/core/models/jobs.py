@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.core import keys
 from service.core.models.case import Slug
 
 CASE_FUNCTION = "run_case"
@@ -24,6 +25,11 @@ class LeasedJob(BaseModel, ABC):
     def job_id(self) -> str:
         """The queue's id of the job: one per job, so that duplicates collapse."""
 
+    @property
+    @abstractmethod
+    def scope(self) -> str:
+        """Where the job's cancel is set (`tf:cancelled:<scope>`): its tuning, or its kind's own scope."""
+
 
 class CaseJob(LeasedJob):
     """Run one case of a tuning to its end."""
@@ -36,6 +42,10 @@ class CaseJob(LeasedJob):
     def job_id(self) -> str:
         return job_id_for(self.tuning, self.case, self.rev)
 
+    @property
+    def scope(self) -> str:
+        return self.tuning
+
 
 class GoalJob(LeasedJob):
     """Pursue one goal (service.core.models.goal) to its end."""
@@ -45,6 +55,10 @@ class GoalJob(LeasedJob):
     @property
     def job_id(self) -> str:
         return f"goal:{self.goal}"
+
+    @property
+    def scope(self) -> str:
+        return keys.GOALS_SCOPE
 
 
 JobState = Literal["completed", "difficult", "incomplete", "failed", "cancelled"]
