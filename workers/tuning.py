@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.core import keys
 from service.core.batch import RedisBatch
-from service.core.models.tuning import TuningConfig
+from service.core.models.tuning import Budget, TuningConfig
 from service.core.store import TuningStore
 from service.core.system import SystemRepo
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
@@ -39,6 +39,10 @@ class TuningRuntime:
 
     def is_stale(self) -> bool:
         return self.store.config_file.stat().st_mtime_ns != self.config_mtime_ns
+
+    def current_budget(self) -> Budget:
+        """The tuning's budget as registered now (raised budgets count before the worker rebuilds)."""
+        return self.store.config().budget if self.is_stale() else self.config.budget
 
     async def current_version(self) -> str:
         """The current system version: Redis's fenced pointer, else the repository's main."""

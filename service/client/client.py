@@ -28,6 +28,7 @@ from service.core.connection import JOB_EXPIRY_MS, connect
 from service.core.errors import CaseFileError, TunefleetError, UnknownTuningError
 from service.core.events import COST_SCALE, EventSink
 from service.core.models.case import Case
+from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.core.models.records import CaseResult
 from service.core.models.status import CaseDetail, FleetStatus, Hold, Refusal, ResultRow, SubmitReport
@@ -130,7 +131,7 @@ class TunefleetClient:
         enqueued = await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id)
         if enqueued is None:
             return False
-        await self._sink().emit("case_queued", tuning, case=case.id, rev=case.rev)
+        await self._sink().emit(EventKind.CASE_QUEUED, tuning, case=case.id, rev=case.rev)
         return True
 
     async def _run_again(self, tuning: str, case_store: CaseStore) -> bool:
@@ -145,7 +146,11 @@ class TunefleetClient:
         if not await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
             return False
         await self._sink().emit(
-            "case_requeued", tuning, case=job.case, rev=job.rev, detail=f"failed before: {result.reason}"
+            EventKind.CASE_REQUEUED,
+            tuning,
+            case=job.case,
+            rev=job.rev,
+            detail=f"failed before: {result.reason}",
         )
         return True
 
@@ -229,7 +234,7 @@ class TunefleetClient:
             for case, result, ok in zip(cases, done, enqueued, strict=True)
             if ok and result is None
         ]
-        await self._sink().emit_many("case_queued", tuning, queued)
+        await self._sink().emit_many(EventKind.CASE_QUEUED, tuning, queued)
 
     async def submit_path(self, tuning: str, path: Path, rerun_failed: bool = True) -> SubmitReport:
         """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest
@@ -301,7 +306,11 @@ class TunefleetClient:
             await self.redis.zrem(self.settings.queue, job.job_id)
             await self.redis.delete(keys.arq_job(job.job_id))
             await self._sink().emit(
-                "case_cancelled", tuning, case=job.case, rev=job.rev, detail="cancelled before it started"
+                EventKind.CASE_CANCELLED,
+                tuning,
+                case=job.case,
+                rev=job.rev,
+                detail="cancelled before it started",
             )
         return [j.job_id for j in jobs]
 
@@ -328,7 +337,7 @@ class TunefleetClient:
     async def _release(self, tuning: str, why: str) -> bool:
         if not await self.redis.hdel(keys.held(), tuning):  # type: ignore[misc]
             return False
-        await self._sink().emit("tuning_released", tuning, detail=why)
+        await self._sink().emit(EventKind.TUNING_RELEASED, tuning, detail=why)
         return True
 
     async def running(self, tuning: str) -> dict[str, dict[str, object]]:

@@ -24,6 +24,7 @@ from service.client.client import TunefleetClient
 from service.client.queries import stored_runs
 from service.core import keys
 from service.core.events import COST_SCALE
+from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
 from service.core.models.status import SubmitReport
 from service.core.settings import FleetSettings
@@ -119,7 +120,7 @@ class Daemon:
             if await redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
                 enqueued += 1
                 await self.client._sink().emit(
-                    "case_requeued",
+                    EventKind.CASE_REQUEUED,
                     tuning.name,
                     case=job.case,
                     rev=job.rev,

@@ -206,7 +206,7 @@ async function pollEvents() {
     const where = event.goal ? el("a", { href: goalHref(event.goal) }, `goal ${event.goal}`)
       : event.case ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
       : event.tuning;
-    const step = event.goal ? goalStep(event.data)
+    const step = event.goal ? goalStep(event)
       : event.step ? `${event.phase || ""}/${event.attempt || ""} ${event.step}` : "";
     return el("tr", { "data-id": id, class: `kind-${event.kind}` },
       el("td", { class: "mono" }, time), el("td", {}, event.kind), el("td", {}, where),

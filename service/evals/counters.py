@@ -10,12 +10,12 @@ progress in the round trip that reads its tuning's:
 
 from __future__ import annotations
 
-from service.core.models.events import Event
+from service.core.models.events import Event, EventKind
 
-EVAL_CREATED = "eval_created"
-ITEM_STARTED = "eval_item_started"
-ITEM_SET_ASIDE = "eval_item_set_aside"
-ITEM_ENDED = "eval_item_ended"
+EVAL_CREATED = EventKind.EVAL_CREATED
+ITEM_STARTED = EventKind.EVAL_ITEM_STARTED
+ITEM_SET_ASIDE = EventKind.EVAL_ITEM_SET_ASIDE
+ITEM_ENDED = EventKind.EVAL_ITEM_ENDED
 """One per item outcome; `data.outcome`: pass, fail, failed or cancelled."""
 
 OUTCOMES = ("pass", "fail", "failed", "cancelled")
@@ -27,12 +27,12 @@ def eval_counter_moves(event: Event) -> dict[str, int]:
     eval_id = event.data.get("eval")
     if not isinstance(eval_id, str):
         return {}
-    if event.kind == EVAL_CREATED:
+    if event.kind is EVAL_CREATED:
         return {f"{PREFIX}{eval_id}:items": int(event.data.get("items", 0))}
-    if event.kind == ITEM_SET_ASIDE:
+    if event.kind is ITEM_SET_ASIDE:
         return {f"{PREFIX}{eval_id}:void": 1, "eval_items:void": 1}
     outcome = event.data.get("outcome")
-    if event.kind == ITEM_ENDED and outcome in OUTCOMES:
+    if event.kind is ITEM_ENDED and outcome in OUTCOMES:
         return {f"{PREFIX}{eval_id}:{outcome}": 1, f"eval_items:{outcome}": 1}
     return {}
 
