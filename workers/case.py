@@ -62,6 +62,16 @@ class CaseRun(JobRun):
         self.at(None)  # leaves the running hash with the event
         await super().let_go(kind, detail, data)
 
+    async def run_version(self) -> str:
+        """The version a run of this case works on: the tuning's current one."""
+        return await self.tuning.current_version()
+
+    @property
+    def waits_for_applies(self) -> bool:
+        """Whether a run start waits for the applies pending (`wait_for_apply`): they change the
+        version it runs."""
+        return self.settings.wait_for_apply
+
     def check_budget(self) -> None:
         """OverBudget when the case has spent its budget (workers.spend)."""
         check_case_budget(self.store, self.tuning.config.budget)

@@ -7,6 +7,7 @@ from typing import Any
 
 from workers.case_job import CaseKind
 from workers.envelope import JobKind
+from workers.evals.kind import EvalItemKind
 from workers.goals.job import GoalKind
 
-JOB_KINDS: tuple[JobKind[Any, Any], ...] = (CaseKind(), GoalKind())
+JOB_KINDS: tuple[JobKind[Any, Any], ...] = (CaseKind(), GoalKind(), EvalItemKind())

@@ -65,27 +65,21 @@ def case_usage(store: CaseStore) -> tuple[Usage, int]:
     is added."""
     total = Usage()
     steps = 0
-    for phase in ("nomem", "mem"):
-        folder = store.root / phase
-        if not folder.is_dir():
-            continue
-        for attempt_dir in folder.iterdir():
-            if not attempt_dir.is_dir():
-                continue
-            run = read_model(attempt_dir / "run.json", RunRecord)
-            feedback = read_model(attempt_dir / "feedback.json", Feedback)
-            applied = read_model(attempt_dir / "apply.json", ApplyRecord)
-            graded = feedback is not None and run is not None and feedback.run_seal == run.seal
-            for usage in (
-                run.output.usage if run else None,
-                feedback.usage if feedback and graded and not (run and run.void) else None,
-                applied.output.usage
-                if applied and graded and feedback and applied.feedback_seal == feedback.seal
-                else None,
-            ):
-                if usage is not None:
-                    total += usage
-                    steps += 1
+    for attempt_dir in store.try_folders():
+        run = read_model(attempt_dir / "run.json", RunRecord)
+        feedback = read_model(attempt_dir / "feedback.json", Feedback)
+        applied = read_model(attempt_dir / "apply.json", ApplyRecord)
+        graded = feedback is not None and run is not None and feedback.run_seal == run.seal
+        for usage in (
+            run.output.usage if run else None,
+            feedback.usage if feedback and graded and not (run and run.void) else None,
+            applied.output.usage
+            if applied and graded and feedback and applied.feedback_seal == feedback.seal
+            else None,
+        ):
+            if usage is not None:
+                total += usage
+                steps += 1
     for spend in ledger(store.root):
         total += spend.usage
     return total, steps

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.core.models.case import Slug
+from service.core.models.jobs import LeasedJob
 from service.core.models.records import Usage
 from service.evals.stats import Difference, Rate
 
@@ -88,10 +89,8 @@ class EvalSpec(BaseModel):
         return EvalItemJob(tuning=self.tuning, eval=self.id, case=case, repeat=repeat)
 
 
-class EvalItemJob(BaseModel):
+class EvalItemJob(LeasedJob):
     """The payload of one item's job: run and grade one case once on the evaluation's version."""
-
-    model_config = ConfigDict(extra="forbid")
 
     tuning: Slug
     eval: Slug
@@ -100,8 +99,13 @@ class EvalItemJob(BaseModel):
 
     @property
     def job_id(self) -> str:
-        """Unique per item; its second part is the tuning (workers.control reads it for cancels)."""
+        """Unique per item across the fleet's queue."""
         return f"eval:{self.tuning}:{self.eval}:{self.case}:{self.repeat}"
+
+    @property
+    def scope(self) -> str:
+        """Its tuning: `tunefleet cancel` of the tuning's cancel set, holds and budget reach it too."""
+        return self.tuning
 
 
 class ItemResult(BaseModel):

@@ -53,6 +53,12 @@ class ItemStore(CaseStore):
         if self.paths.run.exists():
             yield "nomem", self.repeat, self.paths
 
+    def try_folders(self) -> Iterator[Path]:
+        """The item's try and its void tries set aside."""
+        if self.root.is_dir():
+            yield self.root
+        yield from self.voids()
+
     def outcome(self) -> ItemResult | None:
         return read_model(self.outcome_file, ItemResult)
 

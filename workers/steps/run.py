@@ -48,7 +48,7 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
             await cr.emit(RUN_WAITS[cause], phase=phase, attempt=attempt, detail=hold.reason, data=data)
 
     await cr.wait_runnable(announce)
-    if not cr.settings.wait_for_apply:
+    if not cr.waits_for_applies:
         return 0
     pending = await cr.tuning.lock.pending()
     if not pending:
@@ -136,7 +136,7 @@ async def _run_once(
         shutil.copytree(memory_from, memory, copy_function=shutil.copyfile)
     else:
         work.mkdir(parents=True)
-    version = await cr.tuning.current_version()
+    version = await cr.run_version()
     expected = expected_skills(cr, phase, attempt)
     request = RunRequest(
         **where,

@@ -61,9 +61,9 @@ class GoalJob(LeasedJob):
         return keys.GOALS_SCOPE
 
 
-JobState = Literal["completed", "difficult", "incomplete", "failed", "cancelled"]
+JobState = Literal["completed", "difficult", "incomplete", "graded", "failed", "cancelled"]
 """How a job ends: a case `completed`, `difficult`, `failed` or `cancelled`; a goal `completed`,
-`incomplete`, `failed` or `cancelled`."""
+`incomplete`, `failed` or `cancelled`; an evaluation item `graded`, `failed` or `cancelled`."""
 
 
 class JobResult(BaseModel):
