@@ -203,10 +203,13 @@ async function pollEvents() {
   state.events = page.events.slice().reverse().concat(state.events).slice(0, EVENTS_MAX);
   const rows = state.events.map(({ id, event }) => {
     const time = new Date(event.at).toLocaleTimeString("en-GB");
+    const item = event.data && event.data.eval;  // an evaluation item's: its evaluation, case and repeat
     const where = event.goal ? el("a", { href: goalHref(event.goal) }, `goal ${event.goal}`)
+      : item ? `${item}/${event.case || ""}${event.data.repeat ? " #" + event.data.repeat : ""}`
       : event.case ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
       : event.tuning;
     const step = event.goal ? goalStep(event)
+      : item ? event.step || ""
       : event.step ? `${event.phase || ""}/${event.attempt || ""} ${event.step}` : "";
     return el("tr", { "data-id": id, class: `kind-${event.kind}` },
       el("td", { class: "mono" }, time), el("td", {}, event.kind), el("td", {}, where),
