@@ -20,6 +20,7 @@ from service.core.models.goal import GoalSpec
 from service.core.models.status import ResultRow
 from service.core.settings import FleetSettings
 from service.daemon.main import Daemon
+from service.evals.fleet import EvalFiles
 from service.evals.render import before_after
 from service.evals.report import REPORT_FILE, build_report
 from service.evals.split import read_split
@@ -168,7 +169,7 @@ def held_out_report_file(client: TunefleetClient, tuning: str) -> Path | None:
 
 def _held_out(console: Console, client: TunefleetClient, tuning: str) -> int:
     """Print the held-out cases before and after tuning; 0 when the final version passed more."""
-    report = build_report(client.tuning_store(tuning), client.evals.folder)
+    report = build_report(client.tuning_store(tuning), EvalFiles(client.store).folder)
     console.print()
     console.print(before_after(report))
     if report.before is None or report.after is None or report.after.rate.rate <= report.before.rate.rate:
