@@ -19,6 +19,8 @@ from pydantic import SecretStr
 from service.api.app import create_app
 from service.client.client import TunefleetClient
 from service.core.files import read_model
+from service.core.models.case import Case
+from service.core.models.jobs import CASE_FUNCTION, CaseJob
 from service.core.models.records import Feedback, RunRecord
 from service.evals.report import REPORT_FILE, final_eval_id, initial_eval_id
 from service.evals.results import read_results
@@ -235,3 +237,45 @@ async def test_the_api_creates_reads_and_compares_evaluations(fleet: Fleet, tmp_
             metrics = (await api.get("/metrics")).text
             assert 'tunefleet_eval_items_total{outcome="pass",tuning="t1"} 6.0' in metrics
             assert 'tunefleet_evals{status="finished"} 2.0' in metrics
+
+
+async def test_a_worker_refuses_to_run_a_held_out_case_queued_past_the_submission(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A held-out case's job put in the queue by hand (past the submission's check) is never run: the
+    worker ends it failed, naming why, with no try in its folder."""
+    tuning_file = write_tuning(tmp_path / "t", SHARED, holdout={"fraction": 0.25, "seed": 3})
+    await fleet.start_tuning(tuning_file)
+    async with fleet.client() as client:
+        held = sorted(held_out_ids(client.tuning_store("t1")))[0]
+        store = client.tuning_store("t1").case(held, 1)
+        store.write_case(Case.model_validate(next(c for c in SHARED if c["id"] == held)))
+        job = CaseJob(tuning="t1", case=held, rev=1)
+        await client.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id)
+    fleet.start_worker(concurrency=4)
+    rows = await fleet.wait_finished(len(SHARED) - 1)
+    assert rows[held].state == "failed" and "is held out of tuning 't1'" in (rows[held].reason or "")
+    assert not (store.root / "nomem").exists()
+    as_a_case = [e for e in fleet.events() if e.get("case") == held and "eval" not in e.get("data", {})]
+    assert [e["kind"] for e in as_a_case if e["kind"] == "step_started"] == []
+
+
+async def test_an_evaluation_runs_the_version_it_asked_for_not_the_current_one(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """After tuning published the rule a case needs, an evaluation of `initial` still runs the imported
+    commit (the case fails there), and one of `main` the published one (it passes)."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("needs-r", rules=["r"])]))
+    fleet.start_worker(concurrency=4)
+    await fleet.wait_finished(1)
+    async with fleet.client() as client:
+        before = await client.evals.create("t1", version="initial", name="before")
+        after = await client.evals.create("t1", version="main", name="after")
+    assert before.version != after.version
+    stores = {name: EvalStore(fleet.settings.store / "evals" / name) for name in ("before", "after")}
+    await wait_until(lambda: all(read_results(s).done == 1 for s in stores.values()), 60, "both to end")
+    for name, spec, verdict in (("before", before, "fail"), ("after", after, "pass")):
+        item = stores[name].item("needs-r", 1, 1)
+        run = read_model(item.paths.run, RunRecord)
+        assert run is not None and run.version == spec.version
+        assert read_results(stores[name]).cases[0].outcome == verdict

@@ -11,6 +11,7 @@ from service.core.errors import CaseFileError, StoreError, TunefleetError
 from service.core.models.events import CASE_ENDS, EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob, JobResult
 from service.core.models.records import CaseResult, Note
+from service.evals.errors import HeldOutError
 from workers.case import CaseRun
 from workers.envelope import Ending, JobKind
 from workers.errors import LeaseLost
@@ -39,6 +40,10 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
             tuning = runtime.tuning(job.tuning)
         except OSError as exc:  # the config vanished or turned unreadable between two reads
             raise StoreError(f"tuning {job.tuning!r}: its config cannot be read: {exc}") from exc
+        if job.case in tuning.held_out:  # enqueued past the submission's check: never tuned on
+            raise HeldOutError(
+                f"case {job.case!r} is held out of tuning {job.tuning!r}: it is only evaluated"
+            )
         store = tuning.store.case(job.case, job.rev)
         case = store.load_case()
         if case is None:

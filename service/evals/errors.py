@@ -5,7 +5,8 @@
         ├── EvalInputError   an evaluation asked for wrongly: an unknown version or commit, an empty
         │                    split, --repeat 0, a tuning with no cases, a held-out split that cannot
         │                    be drawn; nothing was queued
-        └── UnknownEvalError an evaluation id the store does not hold
+        ├── UnknownEvalError an evaluation id the store does not hold
+        └── HeldOutError     a held-out case asked to run as a case (tuned on): refused
 
 Each message is one line naming the thing, the field and what was expected.
 """
@@ -25,3 +26,7 @@ class EvalInputError(EvalError):
 
 class UnknownEvalError(EvalError):
     """An evaluation id that the store does not hold."""
+
+
+class HeldOutError(EvalError):
+    """A held-out case was to run as a case of its tuning: it is never tuned on, only evaluated."""
