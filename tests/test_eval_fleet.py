@@ -279,3 +279,53 @@ async def test_an_evaluation_runs_the_version_it_asked_for_not_the_current_one(
         run = read_model(item.paths.run, RunRecord)
         assert run is not None and run.version == spec.version
         assert read_results(stores[name]).cases[0].outcome == verdict
+
+
+async def test_an_item_void_three_times_fails_for_infrastructure_and_is_left_out(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """An item whose runs are void three times in a row ends `failed`, its three tries set aside; it is
+    listed apart and left out of the pass rate, and a repeat whose first run alone is void is graded."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", []))
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "broken.yaml").write_text(yaml.safe_dump(case("broken", voids={"nomem-1": 5, "nomem-2": 1})))
+    (folder / "fine.yaml").write_text(yaml.safe_dump(case("fine")))
+    async with fleet.client() as client:
+        await client.evals.create("t1", cases=folder, repeats=2, name="e1")
+    store = EvalStore(fleet.settings.store / "evals" / "e1")
+    fleet.start_worker(concurrency=4)
+    await wait_until(lambda: read_results(store).done == 4, 60, "every item to end")
+    results = read_results(store)
+    assert (results.graded, results.passed, results.failed, results.voids) == (3, 3, 1, 4)
+    assert [(f.case, f.repeat) for f in results.infra] == [("broken", 1)]
+    assert "3 void runs in a row" in (results.infra[0].reason or "")
+    assert [p.name for p in store.item("broken", 1, 1).voids()] == ["1.void-1", "1.void-2", "1.void-3"]
+    assert results.rate.rate == 1.0
+    rows = {row.case: (row.graded, row.failed, row.outcome) for row in results.cases}
+    assert rows == {"broken": (1, 1, "pass"), "fine": (2, 0, "pass")}
+
+
+async def test_cancelling_an_evaluation_ends_its_running_and_queued_items(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """`eval cancel` ends the items queued at once and those running within a poll, all `cancelled`,
+    none graded after it; the worker goes on."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [], adapter=demo_adapter(run_ms=3000)))
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"c{i}.yaml").write_text(yaml.safe_dump(case(f"c{i}")))
+    async with fleet.client() as client:
+        await client.evals.create("t1", cases=folder, repeats=3, name="e1")
+    store = EvalStore(fleet.settings.store / "evals" / "e1")
+    worker = fleet.start_worker(concurrency=2)
+    await wait_until(lambda: len(item_events(fleet, "eval_item_started")) >= 2, 60, "items to start")
+    async with fleet.client() as client:
+        assert await client.evals.cancel("e1") == 12
+    await wait_until(lambda: read_results(store).done == 12, 30, "every item to end")
+    results = read_results(store)
+    assert (results.status, results.cancelled, results.graded) == ("cancelled", 12, 0)
+    reasons = {c.reason for c in store.scan().outcomes.values()}
+    assert reasons == {"cancelled before it started", "cancelled by the user"}, reasons
+    assert worker.poll() is None
