@@ -86,7 +86,7 @@ class EvalSpec(BaseModel):
                 yield case, repeat
 
     def job(self, case: str, repeat: int) -> EvalItemJob:
-        return EvalItemJob(tuning=self.tuning, eval=self.id, case=case, repeat=repeat)
+        return EvalItemJob(tuning=self.tuning, eval=self.id, case=case, repeat=repeat, version=self.version)
 
 
 class EvalItemJob(LeasedJob):
@@ -96,6 +96,11 @@ class EvalItemJob(LeasedJob):
     eval: Slug
     case: Slug
     repeat: int = Field(ge=1)
+    version: str = Field(
+        pattern=r"^[0-9a-f]{40}$",
+        description="The evaluation's commit (as its spec holds it): an item reads no spec, whose case list "
+        "grows with the evaluation.",
+    )
 
     @property
     def job_id(self) -> str:

@@ -47,13 +47,12 @@ class EvalItemKind(JobKind[EvalItemJob, ItemRun]):
     async def load(
         self, runtime: WorkerRuntime, job: EvalItemJob, lease: CaseLease, grant: Grant, job_try: int
     ) -> ItemRun:
-        """The item's run: the evaluation's spec, the case as the evaluation keeps it, the tuning's agents;
-        TunefleetError naming the file when one of them cannot be read."""
+        """The item's run: the case as the evaluation keeps it, the tuning's agents; TunefleetError naming
+        the file when one of them cannot be read."""
         found = _eval(runtime, job)
-        spec = found.spec()
         case = found.case(job.case)
         item = found.item(case.id, case.rev, job.repeat)
-        ir = ItemRun(runtime, lease, runtime.tuning(job.tuning), case, item, spec)
+        ir = ItemRun(runtime, lease, runtime.tuning(job.tuning), case, item, job.eval, job.version)
         data = {
             "lease": lease.token,
             "lost_leases": grant.lost,
@@ -83,7 +82,7 @@ class EvalItemKind(JobKind[EvalItemJob, ItemRun]):
                     repeat=job.repeat,
                     state=state,
                     reason=reason,
-                    version="unknown",
+                    version=job.version,
                     at=datetime.now(UTC),
                     worker=runtime.name,
                 )
@@ -154,7 +153,7 @@ async def record(
             "reason": reason,
             "voids": len(ir.item.voids()),
             "usage": usage.model_dump(),
-            "version": ir.spec.version,
+            "version": ir.version,
             "at": datetime.now(UTC),
             "worker": ir.worker,
         }

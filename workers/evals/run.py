@@ -14,7 +14,6 @@ from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.records import Phase, StepName
 from service.core.models.status import WaitCause
-from service.evals.models import EvalSpec
 from service.evals.store import ItemStore
 from workers.case import CaseRun
 from workers.lease import CaseLease
@@ -34,22 +33,25 @@ class ItemRun(CaseRun):
         tuning: TuningRuntime,
         case: Case,
         item: ItemStore,
-        spec: EvalSpec,
+        eval_id: str,
+        version: str,
     ) -> None:
         super().__init__(runtime, lease, tuning, case, item)
         self.item = item
-        self.spec = spec
-        self.log = self.log.bind(eval=spec.id, repeat=item.repeat)
+        self.eval_id = eval_id
+        self.version = version
+        """The evaluation's commit: every run of the item works on it."""
+        self.log = self.log.bind(eval=eval_id, repeat=item.repeat)
 
     async def run_version(self) -> str:
-        return self.spec.version
+        return self.version
 
     @property
     def waits_for_applies(self) -> bool:
         return False  # its version is fixed: no apply changes what it runs
 
     async def emit(self, kind: EventKind, **fields: Any) -> None:
-        data = {**fields.pop("data", {}), "eval": self.spec.id, "repeat": self.item.repeat}
+        data = {**fields.pop("data", {}), "eval": self.eval_id, "repeat": self.item.repeat}
         await self.sink.emit(
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, data=data, **fields
         )
