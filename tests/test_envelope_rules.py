@@ -1,7 +1,7 @@
 """The rules the job envelope (workers/envelope.py) holds for every kind of job, one test per rule, each
-run for a case and for a goal on a real fleet: a refused key holds the tuning, a provider outage hands
-the job back without spending a try, budgets, pause, the breaker, SIGTERM, poison, and the spend of a
-step cut short."""
+run for a case, a goal and an evaluation item on a real fleet: a refused key holds the tuning, a
+provider outage hands the job back without spending a try, budgets, pause, the breaker, SIGTERM,
+poison, and the spend of a step cut short."""
 
 from __future__ import annotations
 
@@ -64,10 +64,13 @@ def events(fleet: Fleet, kind: str) -> list[dict[str, Any]]:
 
 
 def tries(fleet: Fleet, kind: Kind) -> int:
-    """The tries the job spent before it passed: a case's tries without memory, a goal's iterations."""
+    """The tries the job spent before it passed: a case's tries without memory, a goal's iterations, an
+    eval item's tries (its one, and any set aside)."""
     if kind.name == "case":
         nomem = fleet.settings.store / "tunings/t1/cases/c1/r1/nomem"
         return sum(1 for p in nomem.glob("*") if p.name.isdigit())
+    if kind.name == "eval_item":
+        return sum(1 for _ in (fleet.settings.store / "evals/e1/items/c1").glob("1*/run.json"))
     state = goal_state(fleet)
     return len(state.iterations) if state else 0
 
@@ -139,21 +142,24 @@ async def test_a_job_at_its_budget_ends_before_its_next_step(
 ) -> None:
     """A job whose spend reached its tuning's per-job budget (`case_max_tokens`) ends before its next
     step starts (a case `difficult`, a goal `incomplete`), naming what it spent; its totals are that spend."""
-    config = {"budget": {"case_max_tokens": 2500}}
-    # a case: run, analysis (fail), apply; a goal: plan, work, review (not complete): 3000 tokens each
+    # a case: run, analysis (fail), apply; a goal: plan, work, review (not complete): 3000 tokens each;
+    # an eval item (a run and a grade, nothing after): its run's 1000 tokens
+    steps = 1 if kind.name == "eval_item" else 3
+    limit = steps * 1000 - 500
+    config = {"budget": {"case_max_tokens": limit}}
     await kind.start(fleet, tmp_path, tokens=1000, config=config, **_unfinished(kind))
     fleet.start_worker()
     done = await kind.wait_ended(fleet)
-    assert done.state == {"case": "difficult", "goal": "incomplete"}[kind.name]
-    assert done.reason == "budget: spent 3000 tokens, $0.0060 of 2500 tokens"
-    assert done.tokens == 3000
-    assert len(events(fleet, "step_started")) == 3  # the fourth step never started
+    assert done.state == {"case": "difficult", "goal": "incomplete", "eval_item": "failed"}[kind.name]
+    assert done.reason == f"budget: spent {steps}000 tokens, ${steps * 0.002:.4f} of {limit} tokens"
+    assert done.tokens == steps * 1000
+    assert len(events(fleet, "step_started")) == steps  # the next step never started
 
 
 def _unfinished(kind: Kind) -> dict[str, Any]:
     """Knobs that keep the job from ending after three steps: a case needs an apply, a goal's first
     review does not complete it."""
-    return {"rules": ["c1-a"]} if kind.name == "case" else {"complete_at": 9}
+    return {"complete_at": 9} if kind.name == "goal" else {"rules": ["c1-a"]}
 
 
 async def test_a_tuning_at_its_budget_holds_the_job_until_resumed(
@@ -161,6 +167,11 @@ async def test_a_tuning_at_its_budget_holds_the_job_until_resumed(
 ) -> None:
     """A job whose tuning spent its budget (`tuning_max_tokens`, counted from the job's own events) waits at
     its next start, held; `tunefleet resume TUNING` releases it and it completes."""
+    if kind.name == "eval_item":
+        pytest.skip(
+            "an eval item has one run, after which nothing of it starts: its tuning's budget holds the "
+            "items that start after the spend (tests/test_eval_fleet.py, the tuning's budget)"
+        )
     await kind.start(fleet, tmp_path, tokens=1000, config={"budget": {"tuning_max_tokens": 1500}})
     fleet.start_worker()
     held = await wait_held(fleet)
@@ -179,7 +190,7 @@ async def test_a_paused_fleet_holds_the_job_until_resume(fleet: Fleet, tmp_path:
         await client.pause()
     await kind.start(fleet, tmp_path)
     fleet.start_worker()
-    waits = {"case": "run_waits_for_resume", "goal": "step_waits_for_resume"}[kind.name]
+    waits = {"goal": "step_waits_for_resume"}.get(kind.name, "run_waits_for_resume")
     await wait_until(lambda: bool(events(fleet, waits)), 30, "the job to wait for resume")
     assert events(fleet, "step_started") == []
     async with fleet.client() as client:

@@ -329,3 +329,39 @@ async def test_cancelling_an_evaluation_ends_its_running_and_queued_items(
     reasons = {c.reason for c in store.scan().outcomes.values()}
     assert reasons == {"cancelled before it started", "cancelled by the user"}, reasons
     assert worker.poll() is None
+
+
+async def test_a_tuning_at_its_budget_holds_its_evaluation_items_until_resumed(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The tuning's budget counts what its cases and evaluations spent: items queued once it is spent
+    wait at their run start, held, with no step started; `resume TUNING` lets them be graded."""
+    tuning_file = write_tuning(
+        tmp_path / "t", [case("spender", tokens=1000)], budget={"tuning_max_tokens": 1500}
+    )
+    await fleet.start_tuning(tuning_file)
+    fleet.start_worker(concurrency=4)
+    await wait_until(lambda: bool(item_events(fleet, "tuning_held")), 30, "the tuning to be held")
+    async with fleet.client() as client:
+        await client.evals.create("t1", split="all", repeats=2, name="e1")
+    await wait_until(
+        lambda: (
+            len(
+                [
+                    e
+                    for e in fleet.events()
+                    if e["kind"] == "run_waits_for_hold" and "eval" in e.get("data", {})
+                ]
+            )
+            == 2
+        ),
+        30,
+        "both items to wait for the hold",
+    )
+    store = EvalStore(fleet.settings.store / "evals" / "e1")
+    assert read_results(store).done == 0
+    assert not [e for e in fleet.events() if e["kind"] == "step_started" and "eval" in e.get("data", {})]
+    async with fleet.client() as client:
+        assert await client.resume("t1")
+    await wait_until(lambda: read_results(store).done == 2, 30, "both items to end")
+    assert read_results(store).graded == 2
