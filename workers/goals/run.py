@@ -3,7 +3,6 @@ and how it records a change (fenced, in the store, then in Redis)."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,6 +80,7 @@ class GoalRun:
         iteration: IterationState | None = None,
         step: GoalStep | None = None,
         detail: str | None = None,
+        duration_ms: int | None = None,
         **data: Any,
     ) -> None:
         """Add an event to the state's trace (written with the next `persist`)."""
@@ -93,6 +93,7 @@ class GoalRun:
                 step=step,
                 detail=detail,
                 worker=self.worker,
+                duration_ms=duration_ms,
                 data=data,
             )
         )
@@ -114,17 +115,7 @@ class GoalRun:
         async with self.runtime.redis.pipeline(transaction=False) as pipe:
             pipe.hset(keys.goals(), self.spec.id, summary.model_dump_json())
             for event in new:
-                line = json.dumps(
-                    {
-                        "at": event.at.isoformat(),
-                        "kind": event.kind,
-                        "tuning": self.state.tuning or "",
-                        "goal": self.spec.id,
-                        "worker": self.worker,
-                        "detail": event.detail,
-                        "data": {"iteration": event.iteration, "step": event.step, **event.data},
-                    }
-                )
+                line = event.as_event(self.spec.id, self.state.tuning).model_dump_json(exclude_defaults=True)
                 pipe.xadd(keys.events(), {"event": line}, maxlen=self.settings.events_max, approximate=True)
             await pipe.execute()
         self._sent = len(self.state.trace)

@@ -185,7 +185,10 @@ async def plan(gr: GoalRun, it: IterationState) -> None:
     write_atomic(folder_iteration / TODO_FILE, text.encode())
     it.plan = PlanRecord(tasks=tasks, duration_ms=_ms(began))
     it.status = "working"
-    gr.event(EventKind.STEP_FINISHED, it, "plan", f"{len(tasks)} tasks", outcome="planned", tasks=len(tasks))
+    done = f"{len(tasks)} tasks"
+    gr.event(
+        EventKind.STEP_FINISHED, it, "plan", done, it.plan.duration_ms, outcome="planned", tasks=len(tasks)
+    )
     await gr.persist()
 
 
@@ -227,7 +230,7 @@ async def work(gr: GoalRun, it: IterationState) -> None:
     )
     gr.state.workspace = after
     it.status = "reviewing"
-    gr.event(EventKind.STEP_FINISHED, it, "work", result.summary, outcome=result.status)
+    gr.event(EventKind.STEP_FINISHED, it, "work", result.summary, it.work.duration_ms, outcome=result.status)
     await gr.persist()
 
 
@@ -264,6 +267,7 @@ async def review(gr: GoalRun, it: IterationState) -> None:
         it,
         "review",
         verdict.decision,
+        it.review.duration_ms,
         outcome="complete" if verdict.complete else "continue",
     )
     await gr.persist()
