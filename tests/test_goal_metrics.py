@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -130,30 +131,35 @@ async def tailing(settings: FleetSettings) -> AsyncIterator[Starlette]:
 async def test_goal_step_durations_reach_the_step_histogram(
     fleet: Fleet, tailing: Starlette, tmp_path: Path
 ) -> None:
-    """A goal's finished steps land in tunefleet_step_duration_seconds by step (plan, work, review), with
-    the durations its state records, in a scrape that `promtool check metrics` accepts."""
+    """A goal's finished steps reach the stream in the one shape (step, iteration, duration_ms at the top
+    level) and tunefleet_step_duration_seconds by step (plan, work, review), with the durations its state
+    records, in a scrape that `promtool check metrics` accepts."""
     await start_goal(fleet, write_goal(tmp_path / "goals", "timed", demo={"complete_at": 2, "step_ms": 150}))
     fleet.start_worker()
     state = await wait_goal_ended(fleet, "timed")
     assert state.status == "completed" and len(state.iterations) == 2
-    recorded_ms = {
-        "plan": [it.plan.duration_ms for it in state.iterations if it.plan],
-        "work": [it.work.duration_ms for it in state.iterations if it.work],
-        "review": [it.review.duration_ms for it in state.iterations if it.review],
-    }
+    recorded = sorted(
+        (it.iteration, step, record.duration_ms)
+        for it in state.iterations
+        for step, record in (("plan", it.plan), ("work", it.work), ("review", it.review))
+        if record is not None
+    )
+    assert len(recorded) == 6 and min(ms for _, _, ms in recorded) >= 150
+    async with fleet.client() as client:
+        stream = [json.loads(f[b"event"]) for _, f in await client.redis.xrange(keys.events())]
+    finished = [e for e in stream if e.get("goal") == "timed" and e["kind"] == "step_finished"]
+    assert sorted((e["iteration"], e["step"], e["duration_ms"]) for e in finished) == recorded
     registry: CollectorRegistry = tailing.state.api.metrics.registry
     name = "tunefleet_step_duration_seconds"
 
     def counted(step: str) -> float | None:
         return registry.get_sample_value(f"{name}_count", {"tuning": "", "step": step})
 
-    await wait_until(
-        lambda: all(counted(s) == 2 for s in recorded_ms), 10, "the tail to see the goal's steps"
-    )
-    for step, durations_ms in recorded_ms.items():
-        assert min(durations_ms) >= 150
+    steps = ("plan", "work", "review")
+    await wait_until(lambda: all(counted(s) == 2 for s in steps), 10, "the tail to see the goal's steps")
+    for step in steps:
         seconds = registry.get_sample_value(f"{name}_sum", {"tuning": "", "step": step})
-        assert seconds == pytest.approx(sum(durations_ms) / 1000)
+        assert seconds == pytest.approx(sum(ms for _, s, ms in recorded if s == step) / 1000)
     text = await scrape(tailing)
     assert f'{name}_count{{step="work",tuning=""}} 2.0' in text
     promtool = shutil.which("promtool") or "promtool"

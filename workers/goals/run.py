@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 
 from service.core import keys
-from service.core.models.events import EventKind
+from service.core.models.events import Event, EventKind
 from service.core.models.goal import GoalSpec, GoalStep
 from service.core.models.goal_state import GoalState, IterationState, TraceEvent
 from service.core.settings import FleetSettings
@@ -115,7 +115,10 @@ class GoalRun:
         async with self.runtime.redis.pipeline(transaction=False) as pipe:
             pipe.hset(keys.goals(), self.spec.id, summary.model_dump_json())
             for event in new:
-                line = event.as_event(self.spec.id, self.state.tuning).model_dump_json(exclude_defaults=True)
+                fields = event.model_dump(exclude={"seq"})  # the one shape of events, the goal's
+                line = Event(goal=self.spec.id, tuning=self.state.tuning or "", **fields).model_dump_json(
+                    exclude_defaults=True
+                )
                 pipe.xadd(keys.events(), {"event": line}, maxlen=self.settings.events_max, approximate=True)
             await pipe.execute()
         self._sent = len(self.state.trace)

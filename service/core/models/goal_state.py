@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.models.events import Event, EventKind
+from service.core.models.events import EventKind
 from service.core.models.goal import GoalLimits, GoalStatus, GoalStep, Limit
 from service.core.models.records import Usage
 
@@ -151,11 +151,6 @@ class TraceEvent(BaseModel):
     worker: str | None = None
     duration_ms: int | None = Field(default=None, description="A finished step's duration.")
     data: dict[str, Any] = Field(default_factory=dict)
-
-    def as_event(self, goal_id: str, tuning: str | None) -> Event:
-        """This trace event as the fleet's stream carries it: the goal's, in the one shape of events."""
-        fields = self.model_dump(exclude={"seq"})
-        return Event(goal=goal_id, tuning=tuning or "", **fields)
 
 
 class GoalState(BaseModel):
