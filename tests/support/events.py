@@ -1,6 +1,6 @@
-"""Reading the event contract out of the source: the kinds every emit site names, the sites that name a
-kind outside `EventKind`, and kinds matched by string literal (in Python or in the dashboard's
-JavaScript) instead of through the contract."""
+"""Reading the event contract out of the source: the kinds the producers (the core, the client, the
+daemon, the workers) name, the places that name a kind outside `EventKind`, and kinds matched by string
+literal (in Python or in the dashboard's JavaScript) instead of through the contract."""
 
 from __future__ import annotations
 
@@ -8,58 +8,48 @@ import ast
 import re
 from collections.abc import Mapping
 
-from service.core.models import events as contract
-from service.core.models.events import EventKind
+from service.core.models.events import CASE_ENDS, GOAL_ENDS, EventKind
+from tests.support.imports import layer
 
-EMITTERS = frozenset({"emit", "emit_many", "event"})
-"""The methods that write an event: EventSink.emit/emit_many, and the per-job helpers that call them."""
+CONTRACT = "service.core.models.events"
+EMITTERS = frozenset({"emit", "emit_many", "event", "record", "let_go"})
+"""Methods that take a kind first: EventSink.emit/emit_many and the per-job helpers that call them."""
 END_MAPS: dict[str, list[EventKind]] = {
-    "CASE_ENDS": list(contract.CASE_ENDS.values()),
-    "GOAL_ENDS": list(contract.GOAL_ENDS.values()),
+    "CASE_ENDS": list(CASE_ENDS.values()),
+    "GOAL_ENDS": list(GOAL_ENDS.values()),
 }
 KIND_VALUES = frozenset(kind.value for kind in EventKind)
 
 
-def _kind_params(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """The function's parameters typed `EventKind` (a kind passed through, checked by mypy)."""
-    params = [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
-    return {p.arg for p in params if p.annotation is not None and ast.unparse(p.annotation) == "EventKind"}
-
-
-def _kinds_named(node: ast.expr, passed: set[str]) -> set[str] | None:
-    """The kinds an emit site's first argument can be; None if it names one outside the contract."""
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "EventKind":
-        return {EventKind[node.attr].value} if node.attr in EventKind.__members__ else None
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in END_MAPS:
-        return {kind.value for kind in END_MAPS[node.value.id]}
-    if isinstance(node, ast.Name) and node.id in passed:
-        return set()
-    return None
+def _by_text(node: ast.expr) -> bool:
+    """A kind made of text: a string, an f-string, or text put together."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    return isinstance(node, ast.JoinedStr | ast.BinOp)
 
 
 def emit_sites(sources: Mapping[str, str]) -> tuple[set[str], list[str]]:
-    """Every kind the emit sites of `sources` (module name to text) name, and the sites (`module:line:
-    argument`) whose kind is not a member of EventKind (a string, an f-string, an unknown member)."""
+    """The kinds that the producers in `sources` (module name to text) name, through an `EventKind`
+    member or a case's or goal's end; and the places (`module:line: expression`) that name a kind
+    outside the contract: a member the enum lacks, or an emit call given text for its kind."""
     named: set[str] = set()
     outside: list[str] = []
-
-    def visit(node: ast.AST, module: str, passed: set[str]) -> None:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            passed = passed | _kind_params(node)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in EMITTERS:
-            keyword = next((k.value for k in node.keywords if k.arg == "kind"), None)
-            given = node.args[0] if node.args else keyword
-            if given is not None:
-                kinds = _kinds_named(given, passed)
-                if kinds is None:
-                    outside.append(f"{module}:{node.lineno}: {ast.unparse(given)}")
-                else:
-                    named.update(kinds)
-        for child in ast.iter_child_nodes(node):
-            visit(child, module, passed)
-
     for module, text in sorted(sources.items()):
-        visit(ast.parse(text), module, set())
+        producer = module != CONTRACT and layer(module) != "front"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id == "EventKind":
+                    if node.attr not in EventKind.__members__:
+                        outside.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+                    elif producer:
+                        named.add(EventKind[node.attr].value)
+            elif isinstance(node, ast.Name) and node.id in END_MAPS and producer:
+                named |= {kind.value for kind in END_MAPS[node.id]}
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                keyword = next((k.value for k in node.keywords if k.arg == "kind"), None)
+                given = node.args[0] if node.args else keyword
+                if node.func.attr in EMITTERS and given is not None and _by_text(given):
+                    outside.append(f"{module}:{node.lineno}: {ast.unparse(given)}")
     return named, outside
 
 
