@@ -100,8 +100,9 @@ class GoalRun(JobRun):
             current.updated_at = now
         await self.lease.check(clears=self.step_ran)
         self.store.save(self.state)
-        new, self._sent = self.state.trace[self._sent :], len(self.state.trace)
+        new = self.state.trace[self._sent :]
         await asyncio.gather(self._show(self.step), *(self._send(event) for event in new))  # one round trip
+        self._sent += len(new)
 
     async def _show(self, step: GoalStep | None) -> None:
         summary = summary_of(self.state).model_copy(

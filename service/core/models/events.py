@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.core.models.case import State
 from service.core.models.goal import GoalStatus, GoalStep
@@ -119,3 +119,9 @@ class Event(BaseModel):
     )
     cost_usd: float | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _a_finished_step_has_one_shape(self) -> Self:
+        if self.kind is EventKind.STEP_FINISHED and (self.step is None or self.duration_ms is None):
+            raise ValueError("a step_finished event names its step and its duration_ms (top level)")
+        return self
