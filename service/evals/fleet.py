@@ -15,34 +15,30 @@ from pathlib import Path
 
 import structlog
 from arq.connections import ArqRedis
-from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.errors import UnknownTuningError
-from service.core.events import COST_SCALE, EventSink
+from service.core.events import EventSink
 from service.core.models.case import SLUG_RE, Case
 from service.core.settings import FleetSettings
 from service.core.store import Store, TuningStore
 from service.evals.compare import compare
-from service.evals.counters import EVAL_CREATED, ITEM_ENDED, eval_progress_fields
+from service.evals.counters import EVAL_CREATED, ITEM_ENDED
 from service.evals.errors import EvalInputError, UnknownEvalError
 from service.evals.models import (
     EVAL_FUNCTION,
-    CasesSource,
     Comparison,
     EvalCaseRef,
     EvalHead,
     EvalProgress,
     EvalResults,
     EvalSpec,
-    EvalStatus,
     ItemResult,
     Purpose,
 )
+from service.evals.progress import eval_progress, stored_counters
 from service.evals.results import read_results
-from service.evals.split import Part, load_cases, part_cases, read_split
-from service.evals.stats import wilson
+from service.evals.split import Part, eval_cases
 from service.evals.store import EvalsStore, EvalStore
 from service.evals.versions import resolve_version
 
@@ -125,7 +121,7 @@ class Evals(EvalFiles):
                 f"--name {name!r}: expected a safe slug "
                 "(lower-case letters, digits, '.', '_', '-'; at most 128)"
             )
-        source, folder, chosen = self._cases(tuning_store, cases, split)
+        source, folder, chosen = eval_cases(tuning_store, cases, split)
         commit = await resolve_version(self._redis, tuning_store, version, self._settings.git_timeout_s)
         spec = EvalSpec(
             id=name or _new_id(tuning),
@@ -170,33 +166,6 @@ class Evals(EvalFiles):
             known = ", ".join(self._store.tuning_names()) or "none"
             raise UnknownTuningError(f"tuning {tuning!r} is not registered (known: {known})")
         return found
-
-    def _cases(
-        self, tuning: TuningStore, folder: Path | None, split: Part | None
-    ) -> tuple[CasesSource, Path | None, list[Case]]:
-        """Where the cases come from and the cases, checked: not empty, no id twice."""
-        config = tuning.config()
-        if folder is not None:
-            folder = folder.resolve()
-            if not folder.is_dir():
-                raise EvalInputError(f"--cases {folder}: expected a folder of case files; there is none")
-            chosen = load_cases(folder)
-            if not chosen:
-                raise EvalInputError(
-                    f"--cases {folder}: the folder has no case files (*.yaml, *.yml, *.json); "
-                    "nothing to evaluate"
-                )
-            source: CasesSource = "folder"
-        else:
-            part: Part = split or ("holdout" if read_split(tuning) is not None else "all")
-            chosen = part_cases(config, tuning, part)
-            source = part
-        seen: set[str] = set()
-        for case in chosen:
-            if case.id in seen:
-                raise EvalInputError(f"case id {case.id!r} is given twice in the cases to evaluate")
-            seen.add(case.id)
-        return source, folder, chosen
 
     def _keep(self, target: EvalStore, spec: EvalSpec, chosen: list[Case]) -> None:
         """The cases, then the spec (the spec makes the evaluation: without it nothing was)."""
@@ -269,31 +238,8 @@ class Evals(EvalFiles):
         return await eval_progress(self._redis)
 
     def stored_counters(self, tuning: str) -> dict[str, int]:
-        """The live counters (service.evals.counters) of a tuning's evaluations as the store gives them,
-        with the tokens and cost they spent, for a Redis that lost them."""
-        counts: dict[str, int] = {}
-
-        def add(field: str, amount: int) -> None:
-            if amount:
-                counts[field] = counts.get(field, 0) + amount
-
-        for spec in self.specs(tuning):
-            results = read_results(self.folder.eval(spec.id))
-            add(f"eval:{spec.id}:items", results.items)
-            moved = {
-                "pass": results.passed,
-                "fail": results.graded - results.passed,
-                "failed": results.failed,
-                "cancelled": results.cancelled,
-                "void": results.voids,
-            }
-            for outcome, n in moved.items():
-                add(f"eval:{spec.id}:{outcome}", n)
-                add(f"eval_items:{outcome}", n)
-            add("tokens", results.usage.tokens)
-            add("tokens_unmeasured", results.usage.unmeasured_tokens)
-            add("cost_usd_micros", round(results.usage.cost_usd * COST_SCALE))
-        return counts
+        """The live counters of a tuning's evaluations as the store gives them (service.evals.progress)."""
+        return stored_counters([read_results(self.folder.eval(spec.id)) for spec in self.specs(tuning)])
 
     async def reconcile(self) -> int:
         """Enqueue every unfinished item with no queue entry and no lease (Redis lost it, say), and put
@@ -335,48 +281,6 @@ class Evals(EvalFiles):
                 detail="reconciled: no queue entry and no lease",
             )
         return enqueued
-
-
-async def eval_progress(redis: Redis) -> list[EvalProgress]:
-    """Every evaluation in `tf:evals` with its live counters (two round trips), oldest first; an entry
-    that does not parse is left out."""
-    raw = await redis.hgetall(keys.evals())  # type: ignore[misc]
-    heads = []
-    for value in raw.values():
-        try:
-            heads.append(EvalHead.model_validate_json(value))
-        except ValidationError:
-            continue
-    heads.sort(key=lambda h: (h.created_at, h.id))
-    tunings = sorted({head.tuning for head in heads})
-    async with redis.pipeline(transaction=False) as pipe:
-        for tuning in tunings:
-            pipe.hgetall(keys.stats(tuning))
-        replies = await pipe.execute()
-    counters: dict[str, dict[str, dict[str, int]]] = {}
-    for tuning, stats in zip(tunings, replies, strict=True):
-        counters[tuning] = eval_progress_fields({k.decode(): int(v) for k, v in stats.items()})
-    return [progress_of(head, counters.get(head.tuning, {}).get(head.id, {})) for head in heads]
-
-
-def progress_of(head: EvalHead, counts: dict[str, int]) -> EvalProgress:
-    """An evaluation's progress from its counters."""
-    passed, graded_fail = counts.get("pass", 0), counts.get("fail", 0)
-    failed, cancelled = counts.get("failed", 0), counts.get("cancelled", 0)
-    done = passed + graded_fail + failed + cancelled
-    status: EvalStatus = "queued" if done == 0 else "running"
-    if done >= head.items:
-        status = "cancelled" if cancelled else "finished"
-    return EvalProgress(
-        head=head,
-        passed=passed,
-        failed_grade=graded_fail,
-        failed=failed,
-        cancelled=cancelled,
-        voids=counts.get("void", 0),
-        rate=wilson(passed, passed + graded_fail),
-        status=status,
-    )
 
 
 def _new_id(tuning: str) -> str:

@@ -22,8 +22,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.evals.counters import OUTCOMES
-from service.evals.fleet import eval_progress
 from service.evals.models import EvalProgress, EvalStatus
+from service.evals.progress import eval_progress
 
 log = structlog.get_logger()
 

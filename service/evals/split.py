@@ -22,6 +22,7 @@ from service.core.models.holdout import HeldOut, HoldoutConfig
 from service.core.models.tuning import TuningConfig
 from service.core.store import TuningStore
 from service.evals.errors import EvalInputError
+from service.evals.models import CasesSource
 
 HOLDOUT_FILE = "holdout.json"
 
@@ -146,3 +147,31 @@ def part_cases(config: TuningConfig, tuning: TuningStore, part: Part) -> list[Ca
         what = "has no cases" if part == "all" else f"has an empty {part} split"
         raise EvalInputError(f"tuning {config.name}: --split {part}: the tuning {what}; nothing to evaluate")
     return chosen
+
+
+def eval_cases(
+    tuning: TuningStore, folder: Path | None, split: Part | None
+) -> tuple[CasesSource, Path | None, list[Case]]:
+    """Where an evaluation's cases come from (a folder, else a part of the split: the held-out cases
+    when the tuning has a split, all its cases when not) and the cases, checked: not empty, no id twice."""
+    config = tuning.config()
+    if folder is not None:
+        folder = folder.resolve()
+        if not folder.is_dir():
+            raise EvalInputError(f"--cases {folder}: expected a folder of case files; there is none")
+        chosen = load_cases(folder)
+        if not chosen:
+            raise EvalInputError(
+                f"--cases {folder}: the folder has no case files (*.yaml, *.yml, *.json); nothing to evaluate"
+            )
+        source: CasesSource = "folder"
+    else:
+        part: Part = split or ("holdout" if read_split(tuning) is not None else "all")
+        chosen = part_cases(config, tuning, part)
+        source = part
+    seen: set[str] = set()
+    for case in chosen:
+        if case.id in seen:
+            raise EvalInputError(f"case id {case.id!r} is given twice in the cases to evaluate")
+        seen.add(case.id)
+    return source, folder, chosen
