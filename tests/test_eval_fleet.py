@@ -22,6 +22,7 @@ from service.core.files import read_model
 from service.core.models.case import Case
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
 from service.core.models.records import Feedback, RunRecord
+from service.daemon.main import Daemon
 from service.evals.report import REPORT_FILE, final_eval_id, initial_eval_id
 from service.evals.results import read_results
 from service.evals.split import held_out_ids
@@ -365,3 +366,32 @@ async def test_a_tuning_at_its_budget_holds_its_evaluation_items_until_resumed(
         assert await client.resume("t1")
     await wait_until(lambda: read_results(store).done == 2, 30, "both items to end")
     assert read_results(store).graded == 2
+
+
+async def test_after_redis_lost_everything_the_daemon_puts_evaluations_back(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """With Redis emptied (FLUSHALL), the daemon's restore gives back each evaluation's head and counters
+    from the store, and enqueues its unfinished items again: status shows the same progress, and the
+    evaluation ends."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("a"), case("b", rules=["never"])]))
+    async with fleet.client() as client:
+        await client.evals.create("t1", split="all", repeats=2, name="done")
+        await client.evals.create("t1", split="all", repeats=2, name="later")
+        await client.evals.cancel("later")  # its items end here: nothing of it needs a worker
+        await client.evals.create("t1", split="all", repeats=2, name="pending")
+    store = fleet.settings.store / "evals"
+    worker = fleet.start_worker(concurrency=4)
+    await wait_until(lambda: read_results(EvalStore(store / "done")).done == 4, 30, "the first to end")
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    async with fleet.client() as client:
+        before = {p.head.id: (p.passed, p.failed_grade, p.cancelled) for p in await client.evals.progress()}
+        await client.redis.flushall()
+        assert await client.evals.progress() == []
+        assert await Daemon(client).recover_if_lost()
+        after = {p.head.id: (p.passed, p.failed_grade, p.cancelled) for p in await client.evals.progress()}
+    assert after["done"] == before["done"] == (2, 2, 0)
+    assert after["later"] == before["later"] == (0, 0, 4)
+    fleet.start_worker(concurrency=4)
+    await wait_until(lambda: read_results(EvalStore(store / "pending")).done == 4, 30, "the last to end")

@@ -146,6 +146,7 @@ class Evals(EvalFiles):
                     f"--name {spec.id}: another evaluation has this id (of tuning {known.tuning}, version "
                     f"{known.version[:12]}); choose another name"
                 )
+            await self._redis.hsetnx(keys.evals(), known.id, EvalHead.of(known).model_dump_json())  # type: ignore[misc]
             await self.reconcile_one(existing)
             return known
         self._keep(existing, spec, chosen)
@@ -244,18 +245,22 @@ class Evals(EvalFiles):
     async def reconcile(self) -> int:
         """Enqueue every unfinished item with no queue entry and no lease (Redis lost it, say), and put
         back each evaluation's head Redis lost; how many items were enqueued."""
+        known = {name.decode() for name in await self._redis.hkeys(keys.evals())}  # type: ignore[misc]
         enqueued = 0
         for found in list(self.folder.all()):
+            if found.eval_id not in known:
+                head = EvalHead.of(found.spec()).model_dump_json()
+                await self._redis.hset(keys.evals(), found.eval_id, head)  # type: ignore[misc]
             enqueued += await self.reconcile_one(found)
         return enqueued
 
     async def reconcile_one(self, found: EvalStore) -> int:
+        """Enqueue the evaluation's unfinished items that are neither queued nor leased; how many."""
         if found.results_file.exists():
             return 0  # ended: nothing to enqueue
         spec = found.spec()
         outcomes = found.scan().outcomes
         missing = [(case.id, k) for case, k in spec.items() if (case.id, k) not in outcomes]
-        await self._redis.hsetnx(keys.evals(), spec.id, EvalHead.of(spec).model_dump_json())  # type: ignore[misc]
         if not missing:
             read_results(found)  # keeps RESULTS.json: the next rounds need not walk it again
             return 0
