@@ -57,7 +57,7 @@ class Daemon:
         self.client = client
         self.settings = client.settings
         self.stopping = asyncio.Event()
-        self.held_out = HeldOutRuns(client.evals, client.store)
+        self.held_out = HeldOutRuns(client.evals, client.store, self.settings.reconcile_interval_s)
 
     async def start(self, tuning_files: list[Path]) -> dict[str, SubmitReport]:
         """Register the tunings, enqueue their cases, and give failed cases another go."""

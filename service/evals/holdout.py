@@ -7,11 +7,14 @@ items of the first evaluation are queued first, and they run on the imported com
 tuning publishes meanwhile (an evaluation's version is fixed when it is created). `advance` runs at
 every tick of the daemon; it is idempotent (the evaluations' ids are fixed per tuning, and creating
 one that exists is a no-op), so a daemon that restarts carries on where the last one stopped. Each
-tick costs one Redis read per tuning until its train cases' counters say they all ended; only then
-is the store read.
+tick costs one Redis read per tuning: the store is read when the live counters say the train cases
+(then the evaluations' items) all ended, and the evaluations' folders at most every `walk_every_s`
+besides (the daemon's reconcile interval), in case a counter missed an outcome.
 """
 
 from __future__ import annotations
+
+import time
 
 import structlog
 
@@ -19,6 +22,7 @@ from service.core import keys
 from service.core.errors import TunefleetError
 from service.core.files import write_atomic
 from service.core.store import Store, TuningStore
+from service.evals.counters import OUTCOMES, eval_progress_fields
 from service.evals.fleet import Evals
 from service.evals.report import REPORT_FILE, build_report, final_eval_id, initial_eval_id, render_report
 from service.evals.results import read_results
@@ -32,11 +36,14 @@ FINAL_STATES = ("completed", "difficult", "failed", "cancelled")
 class HeldOutRuns:
     """The held-out evaluations of every tuning the daemon serves."""
 
-    def __init__(self, evals: Evals, store: Store) -> None:
+    def __init__(self, evals: Evals, store: Store, walk_every_s: float) -> None:
         self._evals = evals
         self._store = store
+        self._walk_every_s = walk_every_s
         self._told: dict[str, str] = {}
         """Tuning -> the last error its step logged."""
+        self._walked: dict[str, float] = {}
+        """Tuning -> when its evaluations' folders were last read (monotonic seconds)."""
 
     async def before_tuning(self, tuning: str) -> bool:
         """Queue the evaluation of the imported version (once); True when the tuning has a split."""
@@ -72,10 +79,14 @@ class HeldOutRuns:
         if report_file.exists():
             return False
         split = read_split(tuning)
-        if split is None or not await self._train_ended(tuning):
+        if split is None:
             return False
+        raw = await self._evals.redis.hgetall(keys.stats(tuning.name))  # type: ignore[misc]
+        stats = {k.decode(): int(v) for k, v in raw.items()}
         final = self._evals.folder.eval(final_eval_id(tuning.name))
         if not final.exists():
+            if not self._train_ended(tuning, stats):
+                return False
             spec = await self._evals.create(
                 tuning.name,
                 version="main",
@@ -87,22 +98,35 @@ class HeldOutRuns:
             log.info("holdout_final_queued", tuning=tuning.name, eval=spec.id, version=spec.version)
             return False
         initial = self._evals.folder.eval(initial_eval_id(tuning.name))
-        ended = ("finished", "cancelled")
-        if not initial.exists() or read_results(final).status not in ended:
+        if not initial.exists() or not self._worth_a_walk(tuning.name, stats):
             return False
-        if read_results(initial).status not in ended:
+        ended = ("finished", "cancelled")
+        if read_results(final).status not in ended or read_results(initial).status not in ended:
             return False
         report = build_report(tuning, self._evals.folder)
         write_atomic(report_file, render_report(report).encode())
         log.info("tuning_report_written", tuning=tuning.name, file=str(report_file))
         return True
 
-    async def _train_ended(self, tuning: TuningStore) -> bool:
+    def _train_ended(self, tuning: TuningStore, stats: dict[str, int]) -> bool:
         """Whether every train case has its outcome: first by the live counters, then by the store."""
-        counts = await self._evals.redis.hgetall(keys.stats(tuning.name))  # type: ignore[misc]
-        stats = {k.decode(): int(v) for k, v in counts.items()}
         finished = sum(stats.get(f"state:{state}", 0) for state in FINAL_STATES)
         if finished < stats.get("queued", 0):
             return False
         cases = list(tuning.latest_revs())
         return bool(cases) and all(case.result_file.exists() for case in cases)
+
+    def _worth_a_walk(self, tuning: str, stats: dict[str, int]) -> bool:
+        """Whether to read both evaluations' folders now: when their counters say every item ended, or
+        once every `walk_every_s` (an outcome whose event was lost, with its worker, moves no counter)."""
+        progress = eval_progress_fields(stats)
+        ended = all(
+            sum(progress.get(eval_id, {}).get(outcome, 0) for outcome in OUTCOMES)
+            >= progress.get(eval_id, {}).get("items", 1)
+            for eval_id in (initial_eval_id(tuning), final_eval_id(tuning))
+        )
+        now = time.monotonic()
+        if ended or now - self._walked.get(tuning, 0.0) >= self._walk_every_s:
+            self._walked[tuning] = now
+            return True
+        return False
