@@ -61,9 +61,6 @@ class EvalFiles:
             raise UnknownEvalError(f"no evaluation {eval_id!r} in the store {self._store.root}")
         return found
 
-    def spec(self, eval_id: str) -> EvalSpec:
-        return self.known(eval_id).spec()
-
     def results(self, eval_id: str) -> EvalResults:
         """The evaluation's results, read from its items' folders."""
         return read_results(self.known(eval_id))

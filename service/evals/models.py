@@ -23,7 +23,6 @@ from service.evals.stats import Difference, Rate
 EVAL_FUNCTION = "run_eval_item"
 """The arq function that runs one item."""
 
-VERSION_WORDS = ("main", "initial")
 COMMIT_RE = re.compile(r"^[0-9a-f]{4,40}$")
 
 VersionAsked = Annotated[str, StringConstraints(pattern=r"^(main|initial|[0-9a-f]{4,40})$")]
@@ -131,10 +130,6 @@ class ItemResult(BaseModel):
     at: datetime
     worker: str | None = None
 
-    @property
-    def passed(self) -> bool:
-        return self.state == "graded" and self.verdict == "pass"
-
 
 class CaseRow(BaseModel):
     """One case of an evaluation's results: its repeats and their outcomes."""
@@ -193,10 +188,6 @@ class EvalResults(BaseModel):
     flaky: list[str] = Field(default_factory=list, description="Cases that passed some repeats, not all.")
     usage: Usage = Field(default_factory=Usage)
     infra: list[InfraFailure] = Field(default_factory=list)
-
-    @property
-    def pending(self) -> int:
-        return self.items - self.done
 
 
 class Side(BaseModel):
