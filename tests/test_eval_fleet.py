@@ -395,3 +395,22 @@ async def test_after_redis_lost_everything_the_daemon_puts_evaluations_back(
     assert after["later"] == before["later"] == (0, 0, 4)
     fleet.start_worker(concurrency=4)
     await wait_until(lambda: read_results(EvalStore(store / "pending")).done == 4, 30, "the last to end")
+
+
+async def test_an_item_whose_case_cannot_be_read_ends_failed_naming_the_file(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """An item whose kept case file is gone ends `failed` for infrastructure, its reason naming the file,
+    and the evaluation still ends with the other items graded."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("a"), case("b")]))
+    async with fleet.client() as client:
+        await client.evals.create("t1", split="all", name="e1")
+    store = EvalStore(fleet.settings.store / "evals" / "e1")
+    (store.cases_dir / "b.json").unlink()
+    fleet.start_worker(concurrency=4)
+    await wait_until(lambda: read_results(store).done == 2, 30, "both items to end")
+    results = read_results(store)
+    assert (results.graded, results.failed) == (1, 1)
+    (failure,) = results.infra
+    assert failure.case == "b" and "the eval_item could not be loaded" in (failure.reason or "")
+    assert str(store.cases_dir / "b.json") in (failure.reason or "")
