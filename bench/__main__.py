@@ -31,6 +31,7 @@ BENCHMARKS = [
     "memory",
     "llm",
     "autoscale",
+    "evals",
 ]
 
 

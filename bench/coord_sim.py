@@ -27,6 +27,7 @@ from service.core import keys, logs
 from service.core.batch import RedisBatch
 from service.core.connection import connect
 from service.core.events import EventSink
+from service.core.models.events import EventKind
 from service.core.models.jobs import job_id_for
 from service.core.settings import FleetSettings
 from service.core.store import Store
@@ -76,10 +77,12 @@ async def emit_events(sink: EventSink, first: int, count: int, every_s: float, c
         if n % 2 == 0:
             state = {"case": name, "rev": 1, "worker": "sim", "step": "run", "phase": "nomem", "attempt": 1}
             await redis.hset(keys.running(TUNING), job_id_for(TUNING, name, 1), json.dumps(state))  # type: ignore[misc]
-            await sink.emit("step_started", TUNING, case=name, rev=1, step="run", phase="nomem", attempt=1)
+            await sink.emit(
+                EventKind.STEP_STARTED, TUNING, case=name, rev=1, step="run", phase="nomem", attempt=1
+            )
         else:
             await sink.emit(
-                "step_finished",
+                EventKind.STEP_FINISHED,
                 TUNING,
                 case=name,
                 rev=1,

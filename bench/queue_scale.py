@@ -42,6 +42,7 @@ from service.client.client import SUBMIT_BATCH, TunefleetClient
 from service.client.queries import fleet_status
 from service.core.events import EventSink
 from service.core.models.case import Case
+from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
 
 NAME = "queue_scale"
@@ -159,7 +160,7 @@ async def parts(env: Env, tuning: str) -> dict[str, float]:
         sink = EventSink(client.redis, client.store, env.settings.events_max)
         began = time.perf_counter()
         for case in cases:
-            await sink.emit("case_queued", tuning, case=case.id, rev=case.rev)
+            await sink.emit(EventKind.CASE_QUEUED, tuning, case=case.id, rev=case.rev)
         out["case_queued event"] = time.perf_counter() - began
     return {k: v / SPLIT for k, v in out.items()}
 

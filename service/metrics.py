@@ -25,8 +25,9 @@ from service.client.queries import fleet_status
 from service.core import keys
 from service.core.errors import TunefleetError
 from service.core.models.api import LockState, StatusView
-from service.core.models.events import Event
+from service.core.models.events import Event, EventKind
 from service.core.models.status import WAIT_WORDS
+from service.evals.metrics import EvalCollector
 from service.goals.metrics import GoalCollector
 
 log = structlog.get_logger()
@@ -174,9 +175,11 @@ class FleetMetrics:
         self.registry.register(self.collector)
         self.goals = GoalCollector()
         self.registry.register(self.goals)
+        self.evals = EvalCollector()
+        self.registry.register(self.evals)
         self.step_duration = Histogram(
             f"{NAMESPACE}_step_duration_seconds",
-            "Duration of finished steps (run, analyze, apply).",
+            "Duration of finished steps: a case's run, analyze, apply; a goal's plan, work, review.",
             ["tuning", "step"],
             buckets=STEP_BUCKETS_S,
             registry=self.registry,
@@ -213,14 +216,15 @@ class FleetMetrics:
         """The Prometheus text exposition, with the live state read now."""
         await self.refresh()
         await self.goals.refresh(self._redis)
+        await self.evals.refresh(self._redis)
         return generate_latest(self.registry)
 
     def observe(self, event: Event) -> None:
         """Count one event into the histograms."""
-        self.events.labels(event.kind).inc()
-        if event.kind == "step_finished" and event.step is not None and event.duration_ms is not None:
+        self.events.labels(event.kind.value).inc()
+        if event.kind is EventKind.STEP_FINISHED and event.step is not None and event.duration_ms is not None:
             self.step_duration.labels(event.tuning, event.step).observe(event.duration_ms / 1000)
-        elif event.kind == "step_started":
+        elif event.kind is EventKind.STEP_STARTED:
             if event.step == "apply" and isinstance(event.data.get("lock_wait_ms"), int | float):
                 self.lock_wait.labels(event.tuning).observe(event.data["lock_wait_ms"] / 1000)
             elif event.step == "run" and isinstance(event.data.get("apply_wait_ms"), int | float):

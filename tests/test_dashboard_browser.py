@@ -114,7 +114,8 @@ async def test_the_dashboard_follows_a_tuning_and_shows_a_case(
     fleet: Fleet, settings: FleetSettings, tmp_path: Path
 ) -> None:
     """Opened with a read token, the page reads through its cookie; while workers run a tuning the counts
-    on it move by themselves; a case page shows its tries."""
+    on it move by themselves, a case's end shows in the events with its state's badge; a case page shows
+    its tries."""
     from playwright.async_api import expect
 
     adapter = demo_adapter(run_ms=500, analyze_ms=250, apply_ms=250)
@@ -142,7 +143,8 @@ async def test_the_dashboard_follows_a_tuning_and_shows_a_case(
         assert await number(page, "#in-progress") == 0
         points = await page.locator("#queue-chart polyline.queue").get_attribute("data-points")
         assert points is not None and int(points) >= 3
-        await expect(page.locator("#events tbody tr.kind-case_completed").first).to_be_visible()
+        ended = page.locator("#events tbody tr.kind-case_completed").first
+        await expect(ended.locator("td.kind span.badge.completed")).to_have_text("case_completed")
         await expect(page.locator("#cases tbody tr[data-case]")).to_have_count(len(CASES), timeout=WAIT_MS)
         await expect(page.locator("#cases tbody tr.state-unfinished")).to_have_count(0, timeout=WAIT_MS)
         await expect(page.locator("#breaker")).to_have_text("closed")

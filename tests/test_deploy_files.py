@@ -684,14 +684,17 @@ def test_parse_duration() -> None:
 
 def test_the_grafana_dashboard_plots_only_metrics_the_daemon_exports() -> None:
     """Every metric the Grafana dashboard queries is one that the daemon's collectors export
-    (service/metrics.py and service/goals/metrics.py)."""
+    (service/metrics.py, service/goals/metrics.py and service/evals/metrics.py)."""
     import json
     import re
 
     dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"tunefleet_[a-z_]+", e)}
-    source = "".join((ROOT / "service" / name).read_text() for name in ("metrics.py", "goals/metrics.py"))
+    source = "".join(
+        (ROOT / "service" / name).read_text()
+        for name in ("metrics.py", "goals/metrics.py", "evals/metrics.py")
+    )
     exported = set(re.findall(r'"(?:\{NAMESPACE\}_)?([a-z_]+)"', source))
     for metric in used:
         base = re.sub(r"_(total|bucket|count|sum)$", "", metric.removeprefix("tunefleet_"))

@@ -21,6 +21,8 @@ from pydantic.fields import FieldInfo
 
 from service.cli.schema import SCHEMAS
 from service.core.models.case import DemoKnobs
+from service.core.models.events import EventKind
+from service.core.models.holdout import HoldoutConfig
 from service.core.models.tuning import (
     PLACEHOLDERS,
     AgentLimits,
@@ -50,6 +52,7 @@ TUNING_MODELS: list[type[BaseModel]] = [
     LlmAdapter,
     ModelPrice,
     Budget,
+    HoldoutConfig,
 ]
 
 
@@ -208,11 +211,7 @@ ARCHITECTURE = DOCS / "architecture.md"
 
 
 def test_every_event_kind_is_in_the_events_table() -> None:
-    """Each event kind the code emits has a row in docs/architecture.md's events table."""
-    emitted: set[str] = set()
-    for folder in ("service", "workers"):
-        for path in (DOCS.parent / folder).rglob("*.py"):
-            emitted |= set(re.findall(r'\.emit(?:_many)?\(\s*"([a-z][a-z0-9_]*)"', path.read_text()))
+    """Each kind of the event contract (EventKind) has a row in docs/architecture.md's events table."""
     table = section(ARCHITECTURE.read_text(), "Events")
     documented = {
         name
@@ -220,8 +219,7 @@ def test_every_event_kind_is_in_the_events_table() -> None:
         if line.startswith("| `")
         for name in re.findall(r"`([a-z][a-z0-9_]*)`", line.split("|")[1])
     }
-    assert len(emitted) > 20
-    assert emitted - documented == set()
+    assert {kind.value for kind in EventKind} - documented == set()
 
 
 CITES_SPEC = re.compile(r"\bSPEC\.md\b|\bSPEC (says|requires)\b|\(SPEC\)")

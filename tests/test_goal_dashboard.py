@@ -35,7 +35,8 @@ async def test_the_goals_page_shows_iterations_verdicts_and_remaining_work(
     fleet: Fleet, settings: FleetSettings, tmp_path: Path
 ) -> None:
     """A goal that completes in its second iteration is listed with its status and iteration; its page
-    has a column per iteration with the TODO, the worker's result, each verdict and its remaining work."""
+    has a column per iteration with the TODO, the worker's result, each verdict and its remaining work;
+    the events table places its steps and shows its end with its status's badge."""
     from playwright.async_api import expect
 
     demo = {"complete_at": 2, "tasks": 2, "step_ms": 1000}
@@ -52,6 +53,9 @@ async def test_the_goals_page_shows_iterations_verdicts_and_remaining_work(
         ended = page.locator("#events tbody tr.kind-goal_completed").first
         await expect(ended.locator("a")).to_have_attribute("href", "#/goal/haiku", timeout=WAIT_MS)
         await expect(ended.locator("td").nth(3)).to_have_text("it 2")
+        await expect(ended.locator("td.kind span.badge.goal-completed")).to_have_text("goal_completed")
+        reviewed = page.locator("#events tbody tr.kind-step_finished", has_text="it 2 review")
+        await expect(reviewed).to_have_count(1)
         await page.screenshot(path=str(tmp_path / "goals-list.png"), full_page=True)
 
         await page.locator("#goals a", has_text="haiku").click()

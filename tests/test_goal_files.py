@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from service.core.models.events import EventKind
 from service.core.models.goal import GoalLimits
 from service.core.models.goal_state import GoalState, TraceEvent
 from service.goals.store import GoalStore
@@ -85,7 +86,7 @@ def _state(events: int) -> GoalState:
         started_at=now,
         updated_at=now,
         deadline_at=now + timedelta(seconds=60),
-        trace=[TraceEvent(seq=n, at=now, kind="e") for n in range(1, events + 1)],
+        trace=[TraceEvent(seq=n, at=now, kind=EventKind.ITERATION_STARTED) for n in range(1, events + 1)],
     )
 
 

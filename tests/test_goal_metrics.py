@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
@@ -18,7 +20,7 @@ from service.client.client import TunefleetClient
 from service.core import keys
 from service.core.models.goal import FINAL_STATUSES
 from service.core.settings import FleetSettings
-from tests.support.fleet import Fleet
+from tests.support.fleet import Fleet, wait_until
 from tests.support.goals import goal_state, start_goal, wait_goal_ended, write_goal
 from tests.support.tools import needs_tool
 
@@ -111,6 +113,55 @@ async def test_promtool_accepts_the_goal_metrics(ended: Fleet, app: Starlette) -
     """`promtool check metrics` finds nothing to say about a scrape with goals in it."""
     text = await scrape(app)
     assert "tunefleet_goals{" in text
+    promtool = shutil.which("promtool") or "promtool"
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
+
+
+@pytest.fixture
+async def tailing(settings: FleetSettings) -> AsyncIterator[Starlette]:
+    """The API app with its lifespan running, so that its metrics tail the event stream from now on."""
+    async with TunefleetClient(settings) as client:
+        built = create_app(client, settings.model_copy(update={"api_public_read": True}))
+        async with built.router.lifespan_context(built):
+            yield built
+
+
+@needs_tool("promtool")
+async def test_goal_step_durations_reach_the_step_histogram(
+    fleet: Fleet, tailing: Starlette, tmp_path: Path
+) -> None:
+    """A goal's finished steps reach the stream in the one shape (step, iteration, duration_ms at the top
+    level) and tunefleet_step_duration_seconds by step (plan, work, review), with the durations its state
+    records, in a scrape that `promtool check metrics` accepts."""
+    await start_goal(fleet, write_goal(tmp_path / "goals", "timed", demo={"complete_at": 2, "step_ms": 150}))
+    fleet.start_worker()
+    state = await wait_goal_ended(fleet, "timed")
+    assert state.status == "completed" and len(state.iterations) == 2
+    recorded = sorted(
+        (it.iteration, step, record.duration_ms)
+        for it in state.iterations
+        for step, record in (("plan", it.plan), ("work", it.work), ("review", it.review))
+        if record is not None
+    )
+    assert len(recorded) == 6 and min(ms for _, _, ms in recorded) >= 150
+    async with fleet.client() as client:
+        stream = [json.loads(f[b"event"]) for _, f in await client.redis.xrange(keys.events())]
+    finished = [e for e in stream if e.get("goal") == "timed" and e["kind"] == "step_finished"]
+    assert sorted((e["iteration"], e["step"], e["duration_ms"]) for e in finished) == recorded
+    registry: CollectorRegistry = tailing.state.api.metrics.registry
+    name = "tunefleet_step_duration_seconds"
+
+    def counted(step: str) -> float | None:
+        return registry.get_sample_value(f"{name}_count", {"tuning": "", "step": step})
+
+    steps = ("plan", "work", "review")
+    await wait_until(lambda: all(counted(s) == 2 for s in steps), 10, "the tail to see the goal's steps")
+    for step in steps:
+        seconds = registry.get_sample_value(f"{name}_sum", {"tuning": "", "step": step})
+        assert seconds == pytest.approx(sum(ms for _, s, ms in recorded if s == step) / 1000)
+    text = await scrape(tailing)
+    assert f'{name}_count{{step="work",tuning=""}} 2.0' in text
     promtool = shutil.which("promtool") or "promtool"
     checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr

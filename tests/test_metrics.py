@@ -16,6 +16,7 @@ from service.api.app import create_app
 from service.client.client import TunefleetClient
 from service.core.events import EventSink
 from service.core.models.api import StatusView
+from service.core.models.events import EventKind
 from service.core.settings import FleetSettings
 from service.metrics import FleetMetrics
 from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
@@ -165,9 +166,9 @@ async def test_lock_waits_from_the_stream_fill_the_histogram(
 ) -> None:
     """An apply's step_started event with lock_wait_ms lands in the lock-wait histogram, in seconds."""
     sink = EventSink(client.redis, client.store, settings.events_max)
-    await sink.emit("step_started", "t9", case="c", rev=1, phase="nomem", attempt=1, step="apply",
+    await sink.emit(EventKind.STEP_STARTED, "t9", case="c", rev=1, phase="nomem", attempt=1, step="apply",
                     data={"lock_wait_ms": 2500, "fence": 7})  # fmt: skip
-    await sink.emit("step_started", "t9", case="c", rev=1, phase="nomem", attempt=1, step="run")
+    await sink.emit(EventKind.STEP_STARTED, "t9", case="c", rev=1, phase="nomem", attempt=1, step="run")
     registry = metrics_of(app).registry
     labels = {"tuning": "t9"}
     await wait_until(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console, RenderableType
 
-from service.core.models.events import Event
+from service.core.models.events import Event, EventKind
 from service.core.models.status import FleetStatus, LockHolder, TuningStatus, WorkerStatus
 from service.core.store import Store
 from service.watch.logtail import LogTail, find_step_log, read_tail
@@ -52,7 +52,7 @@ def snapshot(cases: list[str], events: int = 0) -> WatchSnapshot:
         running=[running(c) for c in cases],
         locks=[LockState(tuning="t1", holder_token=42, pending=1)],
         events=[
-            Event(at=NOW, kind="step_finished", tuning="t1", case=f"c{i}", detail=f"event-{i:03d}")
+            Event(at=NOW, kind=EventKind.CASE_STARTED, tuning="t1", case=f"c{i}", detail=f"event-{i:03d}")
             for i in range(events)
         ],
     )
@@ -82,6 +82,36 @@ def test_the_height_limits_the_event_rows_to_what_fits() -> None:
         assert len(lines) == height
         assert shown and shown[-1].rstrip().endswith("event-199")
         assert len(shown) == height - 11  # head, tuning table 2, under way 4, events 3, footer
+
+
+def test_goal_events_show_their_goal_iteration_step_and_end() -> None:
+    """A goal's finished step shows the goal, its iteration, its step and duration; the goal's end is drawn
+    in the colour of its status, as a case's end is (the styles come from the contract's ends)."""
+    snap = snapshot([]).model_copy(
+        update={
+            "events": [
+                Event(
+                    at=NOW,
+                    kind=EventKind.STEP_FINISHED,
+                    tuning="",
+                    goal="g1",
+                    iteration=2,
+                    step="work",
+                    duration_ms=63_000,
+                    detail="did the work",
+                ),
+                Event(at=NOW, kind=EventKind.GOAL_FAILED, tuning="", goal="g1", iteration=2, detail="voids"),
+                Event(at=NOW, kind=EventKind.CASE_FAILED, tuning="t1", case="c1", detail="out of tries"),
+            ]
+        }
+    )
+    console = Console(width=140, height=30, file=io.StringIO(), color_system="standard", record=True)
+    console.print(overview(snap, 0, 140, 30))
+    lines = console.export_text(clear=False).split("\n")
+    finished = next(line for line in lines if "step_finished" in line)
+    assert "goal g1" in finished and "it 2" in finished and "work" in finished and "1m03s" in finished
+    styled = console.export_text(styles=True)
+    assert "\x1b[31mgoal_failed" in styled and "\x1b[31mcase_failed" in styled
 
 
 def test_a_tiny_screen_drops_sections_instead_of_overflowing() -> None:

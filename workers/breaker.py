@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.events import EventSink
+from service.core.models.events import EventKind
 from workers.adapters.base import Prober
 from workers.outage import RedisOutage, every
 
@@ -133,7 +134,7 @@ class BreakerGate:
         """A run found the sandbox unavailable: open the breaker fleet-wide and stop local runs at once."""
         self._closed.clear()
         if await self._breaker.trip(reason, tuning):
-            await self._sink.emit("breaker_opened", tuning, detail=reason)
+            await self._sink.emit(EventKind.BREAKER_OPENED, tuning, detail=reason)
 
     async def watch(self) -> None:
         """Follow the breaker every poll until cancelled; probe when this process wins the claim."""
@@ -151,8 +152,8 @@ class BreakerGate:
             reason = await prober.probe()
             closed = await self._breaker.probe_result(reason)
             await self._sink.emit(
-                "breaker_probed", tuning, detail=reason or "sandbox works", data={"closed": closed}
+                EventKind.BREAKER_PROBED, tuning, detail=reason or "sandbox works", data={"closed": closed}
             )
             if closed:
                 self._closed.set()
-                await self._sink.emit("breaker_closed", tuning)
+                await self._sink.emit(EventKind.BREAKER_CLOSED, tuning)

@@ -3,60 +3,38 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
-from pydantic import BaseModel
 
-from service.core.events import EventSink
-from service.core.files import write_atomic, write_model
 from service.core.models.case import Case
-from service.core.models.records import Phase, StepName
+from service.core.models.events import EventKind
+from service.core.models.records import Phase, Spend, StepName, Usage
 from service.core.models.status import RunningCase, WaitCause
-from service.core.settings import FleetSettings
 from service.core.store import CaseStore
-from workers.breaker import BreakerGate
-from workers.control import Controls
+from workers.job_run import JobRun
 from workers.lease import CaseLease
+from workers.runtime import WorkerRuntime
+from workers.spend import check_case_budget, note_spend
 from workers.tuning import TuningRuntime
 
+UNFINISHED = "the step was cut short"
 
-class CaseRun:
+
+class CaseRun(JobRun):
     """One case being run by this worker under one lease."""
 
+    requeued: ClassVar[EventKind] = EventKind.CASE_REQUEUED
+
     def __init__(
-        self,
-        *,
-        settings: FleetSettings,
-        tuning: TuningRuntime,
-        case: Case,
-        store: CaseStore,
-        lease: CaseLease,
-        sink: EventSink,
-        gate: BreakerGate,
-        controls: Controls,
-        worker: str,
+        self, runtime: WorkerRuntime, lease: CaseLease, tuning: TuningRuntime, case: Case, store: CaseStore
     ) -> None:
-        self.settings = settings
-        self.tuning = tuning
+        super().__init__(runtime, lease, tuning, {"tuning": tuning.name, "case": case.id, "rev": case.rev})
+        self.tuning: TuningRuntime = tuning
         self.case = case
         self.store = store
-        self.lease = lease
-        self.sink = sink
-        self.gate = gate
-        self.controls = controls
-        self.worker = worker
         self._where: tuple[str, str | None] | None = None
-        self.log = structlog.get_logger().bind(tuning=tuning.name, case=case.id, rev=case.rev, worker=worker)
-
-    @property
-    def job_id(self) -> str:
-        return self.lease.job_id
-
-    def work_name(self, step: StepName) -> str:
-        """This lease's private folder name for a step, so a stale holder's agents never collide."""
-        return f"{step}-{self.lease.token}"
+        self._unsettled: list[tuple[dict[str, Any], Usage]] = []
 
     def where(self, phase: Phase, attempt: int, step: StepName) -> dict[str, Any]:
         """The fields every step request shares (workers.adapters.base.StepRequest): the step's own
@@ -74,20 +52,64 @@ class CaseRun:
             "demo": self.case.demo,
         }
 
-    async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
-        """A fenced, durable write (with `also` files, written first and not flushed): refused
-        (LeaseLost) once the lease has moved on. Written on the event loop: handing the write to a
-        thread costs more CPU than the flush it would take off the loop (docs/benchmarks.md)."""
-        await self.lease.check()
-        for other, data in also:
-            write_atomic(other, data, durable=False)
-        write_model(path, model)
-
-    async def emit(self, kind: str, **fields: Any) -> None:
+    async def emit(self, kind: EventKind, **fields: Any) -> None:
         where, self._where = self._where, None
         await self.sink.emit(
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, running=where, **fields
         )
+
+    async def let_go(self, kind: EventKind, detail: str, data: dict[str, Any] | None = None) -> None:
+        self.at(None)  # leaves the running hash with the event
+        await super().let_go(kind, detail, data)
+
+    async def run_version(self) -> str:
+        """The version a run of this case works on: the tuning's current one."""
+        return await self.tuning.current_version()
+
+    @property
+    def waits_for_applies(self) -> bool:
+        """Whether a run start waits for the applies pending (`wait_for_apply`): they change the
+        version it runs."""
+        return self.settings.wait_for_apply
+
+    def check_budget(self) -> None:
+        """OverBudget when the case has spent its budget (workers.spend)."""
+        check_case_budget(self.store, self.tuning.config.budget)
+
+    def note_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> bool:
+        """Usage that no record will keep, into the case's ledger at once (no await); False if none."""
+        spend = Spend(at=datetime.now(UTC), phase=phase, attempt=attempt, step=step, usage=usage, why=why)
+        return note_spend(self.store.root, spend)
+
+    async def record_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> None:
+        """`note_spend`, and its `spend_recorded` event, which adds it to the tuning's tokens and cost."""
+        if self.note_spend(phase, attempt, step, usage, why):
+            await self._announce_spend(phase, attempt, step, usage, why)
+
+    async def _announce_spend(
+        self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str
+    ) -> None:
+        await self.emit(
+            EventKind.SPEND_RECORDED,
+            step=step,
+            phase=phase,
+            attempt=attempt,
+            tokens=usage.tokens,
+            cost_usd=usage.cost_usd,
+            unmeasured_tokens=usage.unmeasured_tokens,
+            detail=why,
+        )
+
+    def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
+        """Into the case's ledger at once: it counts in the case's spend from now on."""
+        if self.note_spend(where["phase"], where["attempt"], where["step"], spent, UNFINISHED):
+            self._unsettled.append((where, spent))
+
+    async def settle_spend(self) -> None:
+        """The `spend_recorded` events of the ledger lines noted since, which move the tuning's totals."""
+        while self._unsettled:
+            where, spent = self._unsettled.pop()
+            await self._announce_spend(where["phase"], where["attempt"], where["step"], spent, UNFINISHED)
 
     def at(
         self,

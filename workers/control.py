@@ -22,13 +22,6 @@ from workers.outage import RedisOutage, every
 log = structlog.get_logger()
 
 
-def tuning_of(job_id: str) -> str:
-    """The tuning in a case job id (`case:<tuning>:<case>:<rev>`); a goal's (`goal:<id>`) scope."""
-    if job_id.startswith("goal:"):
-        return keys.GOALS_SCOPE
-    return job_id.split(":")[1]
-
-
 class Controls:
     """Local mirror of the fleet's pause switch and tuning holds, and the cancelling of this process's
     cases."""
@@ -41,6 +34,9 @@ class Controls:
         self._unpaused.set()
         self.cancelling: set[str] = set()
         """Job ids whose cancellation this process started (their tasks end as `cancelled`)."""
+        self.scopes: dict[str, str] = {}
+        """Job id -> where its cancel is set (`tf:cancelled:<scope>`), while this process runs it (the job
+        envelope, workers.envelope, notes it with the lease)."""
         self._holds: dict[str, Hold] = {}
         self._holds_changed = asyncio.Event()
         self._holds_set = 0
@@ -98,7 +94,7 @@ class Controls:
         await every(self._poll_s, lambda: self._tick(running), self._outage, "controls_watch")
 
     async def _tick(self, running: dict[str, asyncio.Task[object]]) -> None:
-        tunings = sorted({tuning_of(job_id) for job_id in running if job_id.startswith(("case:", "goal:"))})
+        tunings = sorted({self.scopes[job_id] for job_id in running if job_id in self.scopes})
         holds_set = self._holds_set
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.exists(keys.paused())

@@ -1,13 +1,16 @@
-"""The error tree of the `workers` package (rooted in service's TunefleetError).
+"""The error tree of the `workers` package (rooted in service's TunefleetError). The job envelope
+(workers.envelope) turns each into one way out of a job, whatever its kind:
 
 TunefleetError
 └── WorkerError
-    ├── LeaseLost            the case's lease moved to another worker: stop, write nothing
+    ├── LeaseLost            the job's lease moved to another worker: stop, write nothing
     ├── LockLost             the improvements lock was lost mid-apply: abandon the apply
-    ├── ProviderDown         an LLM step's provider stayed down: hand the case back, deferred
-    ├── KeyRefused           an LLM step's provider refused the key: hold the tuning, hand the case back
-    └── CaseFault            the case cannot go on for a reason of its own: it ends failed
-        └── VoidsExhausted   too many void runs in a row
+    ├── ProviderDown         an LLM step's provider stayed down: hand the job back, deferred, no try spent
+    ├── KeyRefused           an LLM step's provider refused the key: hold the job's tuning, hand it back
+    ├── OverBudget           the job spent its budget: its kind ends it (a case `difficult`, a goal
+    │                        `incomplete`) before the next step starts
+    └── JobFault             the job cannot go on for a reason of its own: it ends `failed`
+        └── VoidsExhausted   too many void runs (or goal steps) in a row
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ class WorkerError(TunefleetError):
 
 
 class LeaseLost(WorkerError):
-    """The case's lease is no longer this worker's."""
+    """The job's lease is no longer this worker's."""
 
 
 class LockLost(WorkerError):
@@ -28,18 +31,26 @@ class LockLost(WorkerError):
 
 
 class KeyRefused(WorkerError):
-    """A meta agent's provider refused its key: the tuning is held until `tunefleet resume TUNING`, and
-    the case handed back, not failed."""
+    """A meta agent's provider refused its key: the job's tuning is held until `tunefleet resume
+    TUNING`, and the job handed back, not failed."""
 
 
 class ProviderDown(WorkerError):
-    """A meta agent's provider stayed unavailable through every retry: infrastructure, not the case's
-    fault; the case goes back to the queue for later, and no try is spent."""
+    """A meta agent's provider stayed unavailable through every retry: infrastructure, not the job's
+    fault; the job goes back to the queue for later, and no try is spent."""
 
 
-class CaseFault(WorkerError):
-    """The case ends `failed` with this message as its reason."""
+class OverBudget(WorkerError):
+    """The job's spend reached its budget (the reason says what it spent of what)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
-class VoidsExhausted(CaseFault):
+class JobFault(WorkerError):
+    """The job ends `failed` with this message as its reason."""
+
+
+class VoidsExhausted(JobFault):
     """Too many void runs in a row."""

@@ -28,10 +28,9 @@ from arq.worker import Function
 from redis.exceptions import RedisError
 
 from service.core import keys
-from service.core.models.jobs import CASE_FUNCTION, GOAL_FUNCTION, dump_job, load_job
+from service.core.models.jobs import dump_job, load_job
 from workers.claim import Claimer
-from workers.goals.job import run_goal
-from workers.jobs import run_case
+from workers.jobs import JOB_KINDS
 from workers.runtime import WorkerRuntime
 
 log = structlog.get_logger()
@@ -76,10 +75,10 @@ return 1
 
 
 def job_functions() -> list[Function]:
-    """The job kinds a worker runs: one `func(...)` each (each must be leased like `run_case`)."""
+    """The job kinds a worker runs (workers.jobs): one `func(...)` each, leased by the job envelope."""
     return [
-        func(run_case, name=CASE_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES),
-        func(run_goal, name=GOAL_FUNCTION, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES),
+        func(kind.function_for_arq(), name=kind.function, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES)
+        for kind in JOB_KINDS
     ]
 
 

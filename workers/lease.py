@@ -219,12 +219,13 @@ class CaseLease:
             self.lost = True
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
 
-    async def check(self) -> None:
+    async def check(self, *, clears: bool = True) -> None:
         """Raise LeaseLost unless the lease is still this token's (call before every write). The first
-        check of a case on probation also clears it: it has run a step without taking its worker down."""
+        check of a case on probation also clears it: it has run a step without taking its worker down
+        (`clears=False`: a write before any step ran, which clears nothing)."""
         if self.lost:
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
-        if self.on_probation:
+        if self.on_probation and clears:
             clear_keys = [
                 keys.lease(self.job_id),
                 keys.suspect(self.job_id),
@@ -237,7 +238,7 @@ class CaseLease:
         if not ok:
             self.lost = True
             raise LeaseLost(f"case {self.job_id}: lease {self.token} lost")
-        if self.on_probation:
+        if self.on_probation and clears:
             self.on_probation = False
             if self._on_cleared is not None:
                 self._on_cleared(self.job_id)

@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.core.files import write_json
+from service.core.models.events import CASE_ENDS, EventKind
 from service.core.models.records import CaseResult, Feedback, Note, Phase, RunRecord
 from workers.case import CaseRun
-from workers.errors import CaseFault, VoidsExhausted
-from workers.spend import OverBudget, case_usage
+from workers.errors import OverBudget, VoidsExhausted
+from workers.spend import case_usage
 from workers.steps.analyze import analyze_step
 from workers.steps.apply import apply_step
 from workers.steps.run import run_step
@@ -41,14 +42,17 @@ class Difficult:
 
 
 async def run_loop(cr: CaseRun) -> CaseResult:
-    """Run the case to its end (or return the result it already has)."""
+    """Run the case to its end (or return the result it already has). A fault of the case's own
+    (workers.errors.JobFault) ends it `failed` in the job envelope (workers.envelope)."""
     done = cr.store.result()
     if done is not None:
         return done
+    phase: Phase = "nomem"
     try:
         nomem = await run_phase(cr, "nomem", cr.tuning.config.tries, None, None, out_of_tries="wrong")
         if isinstance(nomem, Difficult):
             return await finish(cr, "difficult", nomem.phase, nomem.reason)
+        phase = "mem"
         mem = await run_phase(
             cr, "mem", cr.tuning.config.mem_tries, nomem.memory, nomem.seal, out_of_tries="memory"
         )
@@ -56,12 +60,10 @@ async def run_loop(cr: CaseRun) -> CaseResult:
             return await finish(cr, "difficult", mem.phase, mem.reason)
         await cr.lease.check()
         kept = cr.tuning.store.submit_memory(cr.case.id, cr.case.rev, mem.memory)
-        await cr.emit("memory_submitted", phase="mem", attempt=mem.attempt, detail=str(kept))
+        await cr.emit(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=mem.attempt, detail=str(kept))
         return await finish(cr, "completed", "mem", None)
     except OverBudget as over:  # checked before each step starts (workers.spend)
-        return await finish(cr, "difficult", over.phase, over.reason)
-    except CaseFault as fault:
-        return await finish(cr, "failed", None, str(fault))
+        return await finish(cr, "difficult", phase, over.reason)
 
 
 async def run_phase(
@@ -96,7 +98,7 @@ async def try_once(
         await cr.lease.check()
         aside = cr.store.set_aside(phase, attempt)
         await cr.emit(
-            "attempt_set_aside",
+            EventKind.ATTEMPT_SET_ASIDE,
             phase=phase,
             attempt=attempt,
             detail=f"void: {feedback.infra}",
@@ -130,7 +132,7 @@ async def mark_voids_seen(cr: CaseRun, phase: Phase, attempt: int) -> None:
 
 
 async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | None) -> CaseResult:
-    usage, steps = case_usage(cr)
+    usage, steps = case_usage(cr.store)
     result = CaseResult.model_validate(
         {
             "case": cr.case.id,
@@ -158,6 +160,6 @@ async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | Non
             )
         )
     await cr.emit(
-        f"case_{state}", phase=phase, detail=reason, data={"steps": steps}, tokens=None, cost_usd=None
+        CASE_ENDS[result.state], phase=phase, detail=reason, data={"steps": steps}, tokens=None, cost_usd=None
     )
     return result

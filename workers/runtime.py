@@ -1,4 +1,4 @@
-"""Everything one worker process shares between its cases: settings, Redis, store, breaker, tunings."""
+"""Everything one worker process shares between its jobs: settings, Redis, store, breaker, tunings."""
 
 from __future__ import annotations
 
@@ -11,15 +11,12 @@ from arq import Retry
 from arq.connections import ArqRedis
 
 from service.core.batch import RedisBatch
-from service.core.errors import CaseFileError, StoreError
 from service.core.events import EventSink
-from service.core.models.jobs import CaseJob
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
 from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
-from workers.case import CaseRun
 from workers.control import Controls
 from workers.lease import CaseLease, Grant
 from workers.outage import RedisOutage
@@ -87,8 +84,9 @@ class WorkerRuntime:
             on_cleared=self._cleared,
         )
         if lease is None:
-            log.info("case_held_elsewhere", job_id=job_id)
+            log.info("job_held_elsewhere", job_id=job_id)
             raise Retry(defer=self.settings.lease_s)
+        self.controls.scopes[job_id] = scope
         if grant.suspect:
             self.suspects[job_id] = grant.level
         else:
@@ -98,31 +96,6 @@ class WorkerRuntime:
 
     def _cleared(self, job_id: str) -> None:
         self.suspects.pop(job_id, None)
-
-    def case_run(self, job: CaseJob, lease: CaseLease) -> CaseRun:
-        """The case's run; TunefleetError naming the file when the tuning's config or the case file
-        cannot be read (the job function ends the case `failed` with it)."""
-        try:
-            tuning = self.tuning(job.tuning)
-        except OSError as exc:  # the config vanished or turned unreadable between two reads
-            raise StoreError(f"tuning {job.tuning!r}: its config cannot be read: {exc}") from exc
-        store = tuning.store.case(job.case, job.rev)
-        case = store.load_case()
-        if case is None:
-            raise CaseFileError(
-                str(store.case_file), "(file)", "the submitted case is missing from the store"
-            )
-        return CaseRun(
-            settings=self.settings,
-            tuning=tuning,
-            case=case,
-            store=store,
-            lease=lease,
-            sink=self.sink,
-            gate=self.gate,
-            controls=self.controls,
-            worker=self.name,
-        )
 
     def describe(self) -> dict[str, Any]:
         return {"worker": self.name, "slots": self.settings.concurrency, "cases": sorted(self.leases)}

@@ -6,16 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Coroutine
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import structlog
-from arq import Retry
 from redis.exceptions import RedisError
 
 from workers.errors import LeaseLost
-
-if TYPE_CHECKING:
-    from workers.lease import CaseLease
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -52,10 +48,3 @@ async def quietly(awaitable: Awaitable[T]) -> T | None:
     except (RedisError, OSError, LeaseLost) as exc:
         log.warning("bookkeeping_failed", error=str(exc))
         return None
-
-
-async def hand_back(lease: CaseLease, retry_s: float, due_in_s: float = 0.0) -> NoReturn:
-    """End the job's try with the job back in the queue (due in `due_in_s`): another worker may take it
-    then, and arq runs the try again here in `retry_s` if none did (Redis lost, a provider down)."""
-    await quietly(lease.requeue(due_in_s))
-    raise Retry(defer=retry_s) from None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from service.core import keys
 from service.core.batch import RedisBatch
-from service.core.models.tuning import TuningConfig
+from service.core.models.tuning import Budget, TuningConfig
 from service.core.store import TuningStore
 from service.core.system import SystemRepo
+from service.evals.split import held_out_ids
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
 from workers.adapters.process import AgentHost
@@ -34,11 +35,17 @@ class TuningRuntime:
         self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, batch.redis)
         self.applier: Applier = build_applier(self.config.applier, host, batch.redis)
         self.prober: Prober = build_prober(self.config.runner)
+        self.held_out = held_out_ids(store)
+        """Its held-out cases (service.evals.split): never run as cases, only evaluated."""
         self._batch = batch
         self._redis = batch.redis
 
     def is_stale(self) -> bool:
         return self.store.config_file.stat().st_mtime_ns != self.config_mtime_ns
+
+    def current_budget(self) -> Budget:
+        """The tuning's budget as registered now (raised budgets count before the worker rebuilds)."""
+        return self.store.config().budget if self.is_stale() else self.config.budget
 
     async def current_version(self) -> str:
         """The current system version: Redis's fenced pointer, else the repository's main."""

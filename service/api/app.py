@@ -25,6 +25,7 @@ from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from service.api.contract import CONTRACT_PATH, contract_module
 from service.api.controls import BatchError, Controls
 from service.api.http import (
     READ_COOKIE,
@@ -64,6 +65,7 @@ from service.core.models.events import Event
 from service.core.models.health import Liveness, Readiness
 from service.core.models.status import CaseDetail
 from service.core.settings import FleetSettings
+from service.evals.api import EvalApi
 from service.goals.api import GoalApi
 from service.metrics import FleetMetrics, fleet_snapshot
 
@@ -124,6 +126,7 @@ class Api:
             E("GET", "/metrics", self.prometheus, "Prometheus metrics", "text/plain", R),
             E("GET", "/openapi.json", self.openapi, "This document", "application/json", access="public"),
             E("GET", "/", self.dashboard, "The dashboard", "text/html", R, access="public"),
+            E("GET", CONTRACT_PATH, self.contract, "The event contract", "text/javascript", access="public"),
         ]
 
         # The goal endpoints read with the read token; their writes (start, cancel) need the write token.
@@ -131,7 +134,10 @@ class Api:
         self.endpoints += [
             replace(e, access="write") if e.method != "GET" and e.access == "read" else e for e in goals
         ]
+        evals = EvalApi(client, self.guard).endpoints()
+        self.endpoints += [replace(e, access="write") if e.method != "GET" else e for e in evals]
         self.document = json.dumps(openapi_document(self.endpoints, __doc__ or "")).encode()
+        self.contract_js = contract_module().encode()
 
     def route(self, endpoint: Endpoint) -> Handler:
         """The endpoint's handler behind its access check."""
@@ -207,6 +213,10 @@ class Api:
 
     async def openapi(self, request: Request) -> Response:
         return Response(self.document, media_type="application/json")
+
+    async def contract(self, request: Request) -> Response:
+        """The event contract as the dashboard's JavaScript module (service.api.contract)."""
+        return Response(self.contract_js, media_type="text/javascript")
 
     async def dashboard(self, request: Request) -> Response:
         """The dashboard page; `/?token=…` with a read token keeps it as an HttpOnly cookie, from which the

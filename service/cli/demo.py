@@ -20,6 +20,10 @@ from service.core.models.goal import GoalSpec
 from service.core.models.status import ResultRow
 from service.core.settings import FleetSettings
 from service.daemon.main import Daemon
+from service.evals.fleet import EvalFiles
+from service.evals.render import before_after
+from service.evals.report import REPORT_FILE, build_report
+from service.evals.split import read_split
 from service.goals import demo as demo_goals
 
 REFRESH_S = 0.5
@@ -77,8 +81,9 @@ async def run_demo(
         await demo_goals.start_examples(client.goals, specs)
         processes = await start_workers(workers)
         watcher = asyncio.create_task(daemon.run())
+        report_file = held_out_report_file(client, name)
         try:
-            last = await _follow(client, name, total, specs, timeout_s, console)
+            last = await _follow(client, name, total, specs, timeout_s, console, report_file)
         finally:
             daemon.stopping.set()
             await watcher
@@ -89,6 +94,8 @@ async def run_demo(
     console.print()
     console.print(results_table(rows))
     code = _summary(console, rows)
+    if report_file is not None:
+        code = code or _held_out(console, client, name)
     if not specs:
         return code
     console.print(goals_table)
@@ -109,6 +116,7 @@ async def _follow(
     specs: list[GoalSpec],
     timeout_s: float,
     console: Console,
+    report_file: Path | None = None,
 ) -> Group:
     """Show the fleet live until every case and goal ended (or the time is up); the last view, which the
     live display leaves to the caller to print (a live display's last line ends without a line break)."""
@@ -131,7 +139,8 @@ async def _follow(
             ]
             view = Group(*parts)
             live.update(view)
-            if (finished >= total and ended >= len(specs)) or loop.time() > deadline:
+            reported = report_file is None or report_file.exists()
+            if (finished >= total and ended >= len(specs) and reported) or loop.time() > deadline:
                 return view
             await asyncio.sleep(REFRESH_S)
 
@@ -149,4 +158,24 @@ def _summary(console: Console, rows: list[ResultRow]) -> int:
         )
         return 1
     console.print(f"[green]all {len(rows)} cases reached their declared outcome[/green]")
+    return 0
+
+
+def held_out_report_file(client: TunefleetClient, tuning: str) -> Path | None:
+    """Where the daemon writes the tuning's report, when it has a held-out split (else None)."""
+    tuning_store = client.tuning_store(tuning)
+    return tuning_store.root / REPORT_FILE if read_split(tuning_store) is not None else None
+
+
+def _held_out(console: Console, client: TunefleetClient, tuning: str) -> int:
+    """Print the held-out cases before and after tuning; 0 when the final version passed more."""
+    report = build_report(client.tuning_store(tuning), EvalFiles(client.store).folder)
+    console.print()
+    console.print(before_after(report))
+    if report.before is None or report.after is None or report.after.rate.rate <= report.before.rate.rate:
+        console.print(
+            "[red]the final version did not do better than the imported one on held-out cases[/red]"
+        )
+        return 1
+    console.print("[green]the final version did better than the imported one on held-out cases[/green]")
     return 0

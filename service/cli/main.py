@@ -352,3 +352,12 @@ def _add_goal_commands() -> None:
 
 
 _add_goal_commands()
+
+
+def _add_eval_commands() -> None:
+    from service.evals.cli import add_commands
+
+    add_commands(app)
+
+
+_add_eval_commands()

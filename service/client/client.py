@@ -28,6 +28,7 @@ from service.core.connection import JOB_EXPIRY_MS, connect
 from service.core.errors import CaseFileError, TunefleetError, UnknownTuningError
 from service.core.events import COST_SCALE, EventSink
 from service.core.models.case import Case
+from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.core.models.records import CaseResult
 from service.core.models.status import CaseDetail, FleetStatus, Hold, Refusal, ResultRow, SubmitReport
@@ -35,6 +36,8 @@ from service.core.models.tuning import TuningConfig
 from service.core.settings import FleetSettings
 from service.core.startup import check_redis_address
 from service.core.store import CaseStore, Store, TuningStore
+from service.evals.fleet import Evals
+from service.evals.split import held_out_ids
 from service.goals.fleet import Goals
 
 __all__ = ["SUBMIT_BATCH", "TunefleetClient"]
@@ -76,6 +79,11 @@ class TunefleetClient:
         """Start, list, read and cancel goal runs (service.goals.fleet)."""
         return Goals(self.redis, self.store, self.settings)
 
+    @property
+    def evals(self) -> Evals:
+        """Create, list, read, compare and cancel evaluations (service.evals.fleet)."""
+        return Evals(self.redis, self.store, self.settings)
+
     def _sink(self) -> EventSink:
         return EventSink(self.redis, self.store, self.settings.events_max)
 
@@ -91,7 +99,7 @@ class TunefleetClient:
         from service.client.tunings import load_tuning_file, register  # YAML and git: only when registering
 
         config = load_tuning_file(tuning_file)
-        version = await register(self.store.tuning(config.name), config)
+        version = await register(self.store.tuning(config.name), config, str(tuning_file))
         await self.redis.sadd(keys.tunings(), config.name)  # type: ignore[misc]
         await self.redis.set(keys.version(config.name), version, nx=True)
         await self._release_if_within_budget(config)
@@ -109,7 +117,10 @@ class TunefleetClient:
 
     async def submit(self, tuning: str, case: Case) -> bool:
         """Submit one case; False when the same (tuning, case, rev) is already queued, running or done."""
-        store = self.tuning_store(tuning).case(case.id, case.rev)
+        tuning_store = self.tuning_store(tuning)
+        if case.id in held_out_ids(tuning_store):
+            return False  # held out: never tuned on (service.evals.split)
+        store = tuning_store.case(case.id, case.rev)
         existing = store.load_case()
         if existing is None:
             store.write_case(case)
@@ -120,7 +131,7 @@ class TunefleetClient:
         enqueued = await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id)
         if enqueued is None:
             return False
-        await self._sink().emit("case_queued", tuning, case=case.id, rev=case.rev)
+        await self._sink().emit(EventKind.CASE_QUEUED, tuning, case=case.id, rev=case.rev)
         return True
 
     async def _run_again(self, tuning: str, case_store: CaseStore) -> bool:
@@ -135,7 +146,11 @@ class TunefleetClient:
         if not await self.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
             return False
         await self._sink().emit(
-            "case_requeued", tuning, case=job.case, rev=job.rev, detail=f"failed before: {result.reason}"
+            EventKind.CASE_REQUEUED,
+            tuning,
+            case=job.case,
+            rev=job.rev,
+            detail=f"failed before: {result.reason}",
         )
         return True
 
@@ -147,6 +162,11 @@ class TunefleetClient:
         is enqueued in one round trip (the checks of arq's enqueue_job, made in one script per case) and
         its events are emitted in another."""
         tuning_store = self.tuning_store(tuning)
+        held = held_out_ids(tuning_store)
+        if held and any(case.id in held for case in cases):  # never tuned on: never enqueued as a case
+            kept = [case for case in cases if case.id not in held]
+            accepted_kept = iter(await self.submit_many(tuning, kept, rerun_failed))
+            return [False if case.id in held else next(accepted_kept) for case in cases]
         batches = [cases[start : start + SUBMIT_BATCH] for start in range(0, len(cases), SUBMIT_BATCH)]
         if not batches:
             return []
@@ -214,7 +234,7 @@ class TunefleetClient:
             for case, result, ok in zip(cases, done, enqueued, strict=True)
             if ok and result is None
         ]
-        await self._sink().emit_many("case_queued", tuning, queued)
+        await self._sink().emit_many(EventKind.CASE_QUEUED, tuning, queued)
 
     async def submit_path(self, tuning: str, path: Path, rerun_failed: bool = True) -> SubmitReport:
         """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest
@@ -235,6 +255,9 @@ class TunefleetClient:
                 cases.append(load_case(file))
             except CaseFileError as exc:
                 report.refused.append(Refusal(file=str(file), error=str(exc)))
+        held = held_out_ids(self.tuning_store(tuning))
+        report.held_out = [f"{case.id}@{case.rev}" for case in cases if case.id in held]
+        cases = [case for case in cases if case.id not in held]
         for case, accepted in zip(cases, await self.submit_many(tuning, cases, rerun_failed), strict=True):
             (report.accepted if accepted else report.duplicates).append(f"{case.id}@{case.rev}")
         return report
@@ -283,7 +306,11 @@ class TunefleetClient:
             await self.redis.zrem(self.settings.queue, job.job_id)
             await self.redis.delete(keys.arq_job(job.job_id))
             await self._sink().emit(
-                "case_cancelled", tuning, case=job.case, rev=job.rev, detail="cancelled before it started"
+                EventKind.CASE_CANCELLED,
+                tuning,
+                case=job.case,
+                rev=job.rev,
+                detail="cancelled before it started",
             )
         return [j.job_id for j in jobs]
 
@@ -310,7 +337,7 @@ class TunefleetClient:
     async def _release(self, tuning: str, why: str) -> bool:
         if not await self.redis.hdel(keys.held(), tuning):  # type: ignore[misc]
             return False
-        await self._sink().emit("tuning_released", tuning, detail=why)
+        await self._sink().emit(EventKind.TUNING_RELEASED, tuning, detail=why)
         return True
 
     async def running(self, tuning: str) -> dict[str, dict[str, object]]:

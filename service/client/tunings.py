@@ -12,6 +12,7 @@ from service.core.files import describe_validation
 from service.core.models.tuning import CommandAdapter, DemoAdapter, TuningConfig
 from service.core.store import TuningStore
 from service.core.system import SystemRepo
+from service.evals.split import draw, keep_split
 
 
 def load_tuning_file(path: Path) -> TuningConfig:
@@ -31,6 +32,8 @@ def load_tuning_file(path: Path) -> TuningConfig:
     except ValidationError as exc:
         raise ConfigError(f"{path}: {describe_validation(exc)}") from exc
     updates: dict[str, object] = {"system": base / config.system, "cases": base / config.cases}
+    if config.holdout is not None and config.holdout.cases is not None:
+        updates["holdout"] = config.holdout.model_copy(update={"cases": base / config.holdout.cases})
     for role in ("runner", "analyzer", "applier"):
         adapter = getattr(config, role)
         if isinstance(adapter, DemoAdapter) and adapter.outage_file is not None:
@@ -59,9 +62,13 @@ def _resolve_prompts(data: dict[str, object], base: Path) -> None:
             }
 
 
-async def register(store: TuningStore, config: TuningConfig) -> str:
-    """Write the tuning's config into the store and import its system (once); the first version."""
+async def register(store: TuningStore, config: TuningConfig, where: str | None = None) -> str:
+    """Write the tuning's config into the store and import its system (once); the first version. Its
+    held-out split is drawn (or checked) first: a split that cannot be drawn registers nothing
+    (`where`: the tuning file, for the error)."""
+    split = draw(config, store, where or config.name)
     store.root.mkdir(parents=True, exist_ok=True)
+    keep_split(store, split)
     store.write_config(config)
     repo = SystemRepo(store.repo, store.snapshots)
     return await repo.init_from(config.system)

@@ -7,6 +7,7 @@
     │   └── StaleWriteError    a write carried a lease token that is no longer the case's
     ├── SystemRepoError        a git operation on the system repository failed
     ├── UnknownTuningError     a tuning name that the store does not hold
+    ├── UnknownEventKindError  an event kind that the event contract does not have
     └── RedisUnavailableError  Redis could not be reached after the retry policy gave up
 
 Foreign exceptions are translated where they cross into this package (`raise X(...) from exc`).
@@ -47,6 +48,10 @@ class SystemRepoError(TunefleetError):
 
 class UnknownTuningError(TunefleetError):
     """The store holds no tuning of that name."""
+
+
+class UnknownEventKindError(TunefleetError):
+    """An event of a kind that is not in the event contract (service.core.models.events.EventKind)."""
 
 
 class RedisUnavailableError(TunefleetError):

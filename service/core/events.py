@@ -1,5 +1,6 @@
 """Emitting events: one line in the tuning's `events.jsonl`, one entry in the Redis stream, and the
-live counters the event moves, in one round trip (one script call)."""
+live counters the event moves, in one round trip (one script call). Every event goes through
+`EventSink`, which refuses a kind that is not in the contract (`service.core.models.events.EventKind`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.batch import RedisBatch
-from service.core.models.events import Event
+from service.core.errors import UnknownEventKindError
+from service.core.models.events import CASE_ENDS, Event, EventKind
 from service.core.store import Store, TuningStore
+from service.evals.counters import eval_counter_moves
 
 log = structlog.get_logger()
 
@@ -30,27 +33,44 @@ end
 return 1
 """
 
+STATE_OF_END = {kind: state for state, kind in CASE_ENDS.items()}
+
 COST_SCALE = 1_000_000
 """Cost is counted in micro-dollars so that Redis can add it atomically as an integer."""
+
+
+def known(kind: EventKind) -> EventKind:
+    """`kind` if the contract has it; UnknownEventKindError (before anything is written) if not."""
+    if isinstance(kind, EventKind):
+        return kind
+    try:
+        return EventKind(kind)
+    except ValueError:
+        raise UnknownEventKindError(
+            f"event kind {kind!r} is not in the contract (service.core.models.events.EventKind)"
+        ) from None
 
 
 def counter_moves(event: Event) -> dict[str, int]:
     """The live counters of a tuning that an event changes, and by how much. Runs are counted when
     their fate is known: `runs:ran` when the analyzer grades one (not void), `runs:void` when one is set
     aside (voided by the runner or by the analyzer), so that they add up to the runs the store keeps
-    (`service.client.queries.stored_runs`)."""
+    (`service.client.queries.stored_runs`). An evaluation's events (`data.eval`) move its own counters
+    (service.evals.counters), and tokens and cost as every event does: they count toward the budget."""
     moves: dict[str, int] = {}
-    if event.kind in ("case_completed", "case_difficult", "case_failed", "case_cancelled"):
-        moves["state:" + event.kind.removeprefix("case_")] = 1
-    elif event.kind == "case_queued":
+    if isinstance(event.data.get("eval"), str):  # an evaluation's: its own counters, never the cases'
+        moves.update(eval_counter_moves(event))
+    elif event.kind in STATE_OF_END:
+        moves["state:" + STATE_OF_END[event.kind]] = 1
+    elif event.kind is EventKind.CASE_QUEUED:
         moves["queued"] = 1
-    elif event.kind == "case_requeued":
+    elif event.kind is EventKind.CASE_REQUEUED:
         moves["requeued"] = 1
-    elif event.kind == "step_finished" and event.step is not None:
+    elif event.kind is EventKind.STEP_FINISHED and event.case is not None and event.step is not None:
         moves[f"steps:{event.step}"] = 1
         if event.step == "analyze" and event.data.get("outcome") != "void":
             moves["runs:ran"] = 1  # a run is counted once its fate is known: graded, or set aside
-    elif event.kind == "attempt_set_aside":
+    elif event.kind is EventKind.ATTEMPT_SET_ASIDE:
         moves["runs:void"] = 1
     if event.tokens:
         moves["tokens"] = event.tokens
@@ -87,16 +107,25 @@ class EventSink:
         return found
 
     async def emit(
-        self, kind: str, tuning: str, *, running: tuple[str, str | None] | None = None, **fields: Any
+        self,
+        kind: EventKind,
+        tuning: str | None,
+        *,
+        running: tuple[str, str | None] | None = None,
+        **fields: Any,
     ) -> Event:
         """Record an event; `running` (job id, JSON or None to remove) updates the tuning's running
-        hash in the same round trip."""
+        hash in the same round trip. An event of no tuning (a goal's, without one) has no events file
+        and moves the counters of `keys.GOALS_SCOPE`."""
+        kind = known(kind)
         data = fields.pop("data", {})
         event = Event(
-            at=datetime.now(UTC), kind=kind, tuning=tuning, worker=self._worker, data=data, **fields
+            at=datetime.now(UTC), kind=kind, tuning=tuning or "", worker=self._worker, data=data, **fields
         )
         line = event.model_dump_json(exclude_defaults=True)
-        self._tuning(tuning).append_events([line])
+        if tuning:
+            self._tuning(tuning).append_events([line])
+        tuning = tuning or keys.GOALS_SCOPE
         action, job_id, state = "", "", ""
         if running is not None:
             job_id, running_state = running
@@ -105,12 +134,13 @@ class EventSink:
         for field, amount in counter_moves(event).items():
             args += [field, amount]
         await self._batch.script(self._emit, [keys.events(), keys.stats(tuning), keys.running(tuning)], args)
-        log.info(kind, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
+        log.info(kind.value, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
         return event
 
-    async def emit_many(self, kind: str, tuning: str, items: list[dict[str, Any]]) -> None:
+    async def emit_many(self, kind: EventKind, tuning: str, items: list[dict[str, Any]]) -> None:
         """Emit one event per item (its fields) at once: one write to events.jsonl, one round trip for
         the stream entries and the counters they move together."""
+        kind = known(kind)
         if not items:
             return
         now = datetime.now(UTC)
@@ -127,4 +157,4 @@ class EventSink:
             for field, amount in moves.items():
                 pipe.hincrby(keys.stats(tuning), field, amount)
             await pipe.execute()
-        log.info(kind, tuning=tuning, count=len(events))
+        log.info(kind.value, tuning=tuning, count=len(events))

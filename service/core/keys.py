@@ -174,6 +174,12 @@ def goals_cancelled() -> str:
     return cancelled(GOALS_SCOPE)
 
 
+def evals() -> str:
+    """HASH: evaluation id -> JSON `EvalHead` (service.evals.models): its tuning, version, items; its
+    progress is in its tuning's counters (`stats`, service.evals.counters)."""
+    return f"{PREFIX}:evals"
+
+
 def arq_in_progress(job_id: str) -> str:
     return in_progress_key_prefix + job_id
 

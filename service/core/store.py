@@ -97,6 +97,13 @@ class CaseStore:
         self.result_file.rename(target)
         return target
 
+    def try_folders(self) -> Iterator[Path]:
+        """Every try's folder, void ones set aside included (what the case's spend counts)."""
+        for phase in PHASES:
+            folder = self.root / phase
+            if folder.is_dir():
+                yield from (p for p in folder.iterdir() if p.is_dir())
+
     def attempts(self) -> Iterator[tuple[Phase, int, AttemptPaths]]:
         """Every recorded attempt, in loop order (voids excluded)."""
         for phase in PHASES:

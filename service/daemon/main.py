@@ -3,6 +3,9 @@
 Reconciliation runs at start, every `reconcile_interval_s`, and at once when the daemon finds
 that Redis lost the fleet's state (the epoch key is gone): every unfinished case that has neither
 a queue entry nor a live lease is enqueued again, once; its recorded steps are kept in the store.
+The same holds for the items of evaluations. A tuning with a held-out split has its imported version
+evaluated before its cases are enqueued, its final version once they all ended, then its report
+written (`service.evals.holdout`).
 Beside it runs the mirror (`service.daemon.mirror`), which pushes each tuning's current version to its remote.
 """
 
@@ -21,6 +24,7 @@ from service.client.client import TunefleetClient
 from service.client.queries import stored_runs
 from service.core import keys
 from service.core.events import COST_SCALE
+from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
 from service.core.models.status import SubmitReport
 from service.core.settings import FleetSettings
@@ -28,6 +32,7 @@ from service.core.startup import check_redis_address
 from service.core.store import TuningStore
 from service.daemon.lease import DaemonLock
 from service.daemon.mirror import Mirror
+from service.evals.holdout import HeldOutRuns
 
 log = structlog.get_logger()
 
@@ -52,12 +57,14 @@ class Daemon:
         self.client = client
         self.settings = client.settings
         self.stopping = asyncio.Event()
+        self.held_out = HeldOutRuns(client.evals, client.store, self.settings.reconcile_interval_s)
 
     async def start(self, tuning_files: list[Path]) -> dict[str, SubmitReport]:
         """Register the tunings, enqueue their cases, and give failed cases another go."""
         reports = {}
         for file in tuning_files:
             config = await self.client.register(file)
+            await self.held_out.before_tuning(config.name)  # its items queued before the train cases
             # Failed revs are left to requeue_failed, which bounds how often a start runs them again.
             reports[config.name] = await self.client.submit_path(
                 config.name, config.cases, rerun_failed=False
@@ -90,6 +97,7 @@ class Daemon:
         for name in self.client.store.tuning_names():
             total += await self._reconcile_tuning(self.client.store.tuning(name))
         total += await self.client.goals.reconcile()
+        total += await self.client.evals.reconcile()
         if total:
             log.info("reconciled", requeued=total)
         return total
@@ -112,7 +120,7 @@ class Daemon:
             if await redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
                 enqueued += 1
                 await self.client._sink().emit(
-                    "case_requeued",
+                    EventKind.CASE_REQUEUED,
                     tuning.name,
                     case=job.case,
                     rev=job.rev,
@@ -145,6 +153,8 @@ class Daemon:
                 counts["tokens"] += result.usage.tokens
                 counts["tokens_unmeasured"] += result.usage.unmeasured_tokens
                 counts["cost_usd_micros"] += round(result.usage.cost_usd * COST_SCALE)
+        for field, value in self.client.evals.stored_counters(tuning.name).items():
+            counts[field] = counts.get(field, 0) + value
         async with redis.pipeline(transaction=True) as pipe:
             pipe.sadd(keys.tunings(), tuning.name)
             pipe.delete(keys.stats(tuning.name))
@@ -175,6 +185,7 @@ class Daemon:
                 elif time.monotonic() - last >= self.settings.reconcile_interval_s:
                     await self.reconcile()
                     last = time.monotonic()
+                await self.held_out.advance()
             except (OSError, RedisError) as exc:
                 log.warning("daemon_tick_failed", error=str(exc))
 

@@ -1,6 +1,8 @@
 // tunefleet dashboard: the fleet view and the routing. No build step, no external resources.
 
 import { loadCase, resetCase } from "./case.js";
+import { CASE_ENDS, GOAL_ENDS } from "./contract.js";
+import { loadEvals } from "./evals.js";
 import { goalHref, goalRoute, goalStep, loadGoal, loadGoals, resetGoal } from "./goals.js";
 import { $, caseHref, el, fillBody, fmtInt, fmtUsd, getJSON, short, svg } from "./dom.js";
 
@@ -10,7 +12,13 @@ const CASE_MS = 2000;
 const SERIES_MAX = 300;
 const CHART_MIN_SPAN_MS = 30000;
 const EVENTS_MAX = 100;
-const STATES = ["completed", "difficult", "failed", "cancelled"];
+// The event contract (served from service/core/models/events.py): a case's final states, and the
+// badge that an event ending a case or a goal shows in the events table.
+const STATES = Object.keys(CASE_ENDS);
+const END_BADGES = new Map([
+  ...Object.entries(CASE_ENDS).map(([state, kind]) => [kind, state]),
+  ...Object.entries(GOAL_ENDS).map(([status, kind]) => [kind, `goal-${status}`]),
+]);
 // What a case a worker holds may wait for before its next step (service/core/models/status.py WAIT_WORDS).
 const WAIT_WORDS = {
   resume: "waiting for resume", hold: "waiting for the hold", sandbox: "waiting for the sandbox",
@@ -202,13 +210,18 @@ async function pollEvents() {
   state.events = page.events.slice().reverse().concat(state.events).slice(0, EVENTS_MAX);
   const rows = state.events.map(({ id, event }) => {
     const time = new Date(event.at).toLocaleTimeString("en-GB");
+    const item = event.data && event.data.eval;  // an evaluation item's: its evaluation, case and repeat
     const where = event.goal ? el("a", { href: goalHref(event.goal) }, `goal ${event.goal}`)
+      : item ? `${item}/${event.case || ""}${event.data.repeat ? " #" + event.data.repeat : ""}`
       : event.case ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
       : event.tuning;
-    const step = event.goal ? goalStep(event.data)
+    const step = event.goal ? goalStep(event)
+      : item ? event.step || ""
       : event.step ? `${event.phase || ""}/${event.attempt || ""} ${event.step}` : "";
+    const badge = END_BADGES.get(event.kind);
+    const kind = badge ? el("span", { class: `badge ${badge}` }, event.kind) : event.kind;
     return el("tr", { "data-id": id, class: `kind-${event.kind}` },
-      el("td", { class: "mono" }, time), el("td", {}, event.kind), el("td", {}, where),
+      el("td", { class: "mono" }, time), el("td", { class: "kind" }, kind), el("td", {}, where),
       el("td", {}, step), el("td", { class: "detail" }, event.detail || ""));
   });
   fillBody($("events"), rows);
@@ -270,6 +283,7 @@ function route() {
     document.title = "tunefleet";
     loadCases();
     loadGoals();
+    loadEvals();
   }
 }
 
@@ -282,6 +296,7 @@ function start() {
   every(pollEvents, SAMPLE_MS);
   every(loadCases, CASES_MS);
   every(loadGoals, CASES_MS);
+  every(loadEvals, CASES_MS);
 }
 
 // Run `task` now and again `ms` after each run ends, so slow answers never pile up.

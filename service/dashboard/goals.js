@@ -8,8 +8,8 @@ let shown = "";
 export const goalHref = (id) => `#/goal/${encodeURIComponent(id)}`;
 
 /** A goal event's place: `it <iteration> <step>`. */
-export const goalStep = (data) =>
-  (data && data.iteration ? `it ${data.iteration}${data.step ? " " + data.step : ""}` : "");
+export const goalStep = (event) =>
+  (event.iteration ? `it ${event.iteration}${event.step ? " " + event.step : ""}` : "");
 
 /** The goal id of a `#/goal/<id>` address, else null. */
 export function goalRoute(hash) {

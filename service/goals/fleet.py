@@ -13,14 +13,16 @@ from arq.connections import ArqRedis
 
 from service.core import keys
 from service.core.errors import ConfigError, TunefleetError, UnknownTuningError
+from service.core.events import EventSink
+from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES, GoalLimitsSpec, GoalSpec
-from service.core.models.goal_state import GoalState, GoalSummary
+from service.core.models.goal_state import CancelRequest, Completion, GoalState, GoalSummary
 from service.core.models.jobs import GOAL_FUNCTION, GoalJob
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from service.core.system import SystemRepo
 from service.goals.spec import load_goal_file, resolve_agents, resolve_limits
-from service.goals.store import GoalsStore, GoalStore
+from service.goals.store import GoalsStore, GoalStore, starting_state
 
 log = structlog.get_logger()
 
@@ -66,6 +68,7 @@ class Goals(GoalFiles):
         super().__init__(store)
         self._redis = redis
         self._settings = settings
+        self._sink = EventSink(redis, store, settings.events_max)
 
     async def start_file(self, spec_file: Path, tuning: str | None = None) -> GoalSummary:
         """Start the goal `spec_file` describes (`tuning` overrides the spec's)."""
@@ -137,13 +140,50 @@ class Goals(GoalFiles):
         return queued is not None
 
     async def cancel(self, goal_id: str) -> bool:
-        """Cancel a goal: a running one stops within a poll, a queued one ends as soon as a worker takes
-        it; False when it had ended already."""
-        state = self._known(goal_id).state()
+        """Cancel a goal, durably: the cancel is in its GOAL_STATE.json when this returns, so that it
+        outlives Redis. A goal no worker holds ends `cancelled` here and now; a running one is stopped by
+        its worker within a poll (or ended by the next worker to take it). False when it had ended."""
+        goal = self._known(goal_id)
+        state = goal.state()
         if state is not None and state.status in FINAL_STATUSES:
             return False
-        await self._redis.sadd(keys.goals_cancelled(), GoalJob(goal=goal_id).job_id)  # type: ignore[misc]
+        job = GoalJob(goal=goal_id)
+        await self._redis.sadd(keys.goals_cancelled(), job.job_id)  # type: ignore[misc]
+        leased = bool(await self._redis.exists(keys.lease(job.job_id)))
+        state, ended = await asyncio.to_thread(self._cancel_in_store, goal, leased)
+        if state is None:
+            return False
+        if ended:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(self._settings.queue, job.job_id)
+                pipe.delete(keys.arq_job(job.job_id))
+                pipe.hset(keys.goals(), goal_id, summary_of(state).model_dump_json())
+                await pipe.execute()
+            reason = state.completion.reason if state.completion else None
+            await self._sink.emit(EventKind.GOAL_CANCELLED, state.tuning, goal=goal_id, detail=reason)
+            log.info("goal_cancelled", goal=goal_id, detail=reason)
         return True
+
+    def _cancel_in_store(self, goal: GoalStore, leased: bool) -> tuple[GoalState | None, bool]:
+        """Under the goal's lock: end a goal that no worker holds, or write the cancel for the worker that
+        holds it; the state (None: it had ended) and whether it was ended here."""
+        with goal.locked():
+            state = goal.state()
+            if state is not None and state.status in FINAL_STATUSES:
+                return None, False
+            now = datetime.now(UTC)
+            if state is not None and leased:
+                state.cancel = CancelRequest(at=now)
+                goal.write_state(state)
+                return state, False
+            reason = "cancelled while no worker held it"
+            if state is None:
+                spec = goal.spec()
+                state = starting_state(spec, resolve_limits(spec, self._settings), None, None)
+                reason = "cancelled before it started"
+            state.finish(Completion(status="cancelled", reason=reason, at=now), worker=None)
+            goal.write_state(state)
+            return state, True
 
     async def summaries(self) -> list[GoalSummary]:
         """Every goal as Redis knows it (kept current by the workers), by id."""

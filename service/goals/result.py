@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from service.core.models.goal import GoalLimits
 from service.core.models.goal_state import Completion, GoalState, IterationState
 
 
@@ -26,6 +27,7 @@ def render_result(state: GoalState, root: Path) -> str:
     if state.tuning:
         lines.append(f"Tuning: {state.tuning} (system version {state.version})")
     lines += [
+        f"Spec: {root / 'GOAL_SPEC.json'}",
         f"State: {root / 'GOAL_STATE.json'}",
         f"Trace: {root / 'GOAL_TRACE.jsonl'}",
         "",
@@ -39,25 +41,28 @@ def render_result(state: GoalState, root: Path) -> str:
         f"- Attempts per task: {limits.attempts_per_task}",
     ]
     for iteration in state.iterations:
-        lines += ["", *_iteration(iteration, root)]
+        lines += ["", *_iteration(iteration, root, limits)]
     if state.completion is not None:
         lines += ["", *_completion("## Outcome", state.completion)]
     return "\n".join(lines) + "\n"
 
 
-def _iteration(it: IterationState, root: Path) -> list[str]:
+def _iteration(it: IterationState, root: Path, limits: GoalLimits) -> list[str]:
     folder = root / "iterations" / f"{it.iteration:02d}"
     lines = [
         f"## Iteration {it.iteration}",
         "",
         f"Status: {it.status}",
         f"Started: {it.started_at.isoformat()}",
+        f"Updated: {it.updated_at.isoformat()}",
         f"Deadline: {it.deadline_at.isoformat()}",
     ]
     if it.error:
         lines.append(f"Error: {it.error}")
     if it.plan is not None and it.plan.error is None:
         lines += ["", "### TODO", "", f"Path: {folder / 'TODO.md'}"]
+        if it.plan.summary:
+            lines.append(f"Summary: {it.plan.summary}")
         lines += [f"- [{'x' if t.done else ' '}] {t.id}: {t.title}" for t in it.plan.tasks]
     if it.work is not None:
         r = it.work.result
@@ -67,11 +72,14 @@ def _iteration(it: IterationState, root: Path) -> list[str]:
             "",
             f"Status: {r.status}",
             f"Summary: {r.summary}",
-            f"Tasks finished: {it.work.tasks_finished}, failed: {it.work.tasks_failed}",
+            f"Tasks finished: {it.work.tasks_finished}, failed: {it.work.tasks_failed} "
+            f"(attempts: {it.work.attempts} of {limits.attempts_per_task})",
             f"Progress log: {folder / 'WORKER_PROGRESS.jsonl'}",
         ]
         if r.task_results:
             lines.append(f"Task results: {folder / r.task_results}")
+        if it.work.error:
+            lines.append(f"Error: {it.work.error}")
     if it.review is not None:
         v = it.review.review
         lines += [

@@ -5,6 +5,8 @@
     GOAL_STATE.json         the state (service.core.models.goal_state), schema-validated, written atomically
     GOAL_TRACE.jsonl        the state's events, one per line, each appended once
     GOAL_RESULT.md          the account for people, rendered from the state (service.goals.result)
+    GOAL_SPENT.jsonl        spend no holder could write into the state (folded in by the next one)
+    .lock                   held (flock) by whoever writes the state, for that write
     workspace.git/          the workspace as a bare git repository: a commit per work step
     workspace-snapshots/    read-only trees of its commits
     iterations/NN/          TODO.md  WORKER_PROGRESS.jsonl  worker_result.json  task_results.json
@@ -12,19 +14,26 @@
                             folders plan-<token>/ work-<token>/ review-<token>/ (a void one set aside
                             as <name>.void-<n>)
 
-Only the worker holding the goal's lease writes here (every write is fenced by the caller).
+Only the worker holding the goal's lease writes here (every write is fenced by the caller), except a
+cancel: whoever cancels writes it into the state at once. So every write of the state reads the state
+first under the goal's lock (`locked`), and keeps a cancel it finds there.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from service.core.errors import StoreError
-from service.core.files import read_model, write_atomic, write_model
-from service.core.models.goal import GoalSpec
-from service.core.models.goal_state import GoalState, IterationState
+from service.core.files import append_line, read_model, write_atomic, write_model
+from service.core.models.goal import FINAL_STATUSES, GoalLimits, GoalSpec
+from service.core.models.goal_state import GoalSpend, GoalState, IterationState
 from service.goals.result import render_result
 
 SPEC_FILE = "GOAL_SPEC.json"
@@ -38,6 +47,27 @@ WORKER_RESULT_FILE = "worker_result.json"
 TASK_RESULTS_FILE = "task_results.json"
 REVIEW_FILE = "review.json"
 CHANGES_FILE = "changes.diff"
+SPENT_FILE = "GOAL_SPENT.jsonl"
+LOCK_FILE = ".lock"
+
+
+def starting_state(
+    spec: GoalSpec, limits: GoalLimits, version: str | None, workspace: str | None
+) -> GoalState:
+    """The state of a goal that no worker has started: running from now, its deadline set."""
+    now = datetime.now(UTC)
+    return GoalState(
+        goal_id=spec.id,
+        goal=spec.goal,
+        status="running",
+        limits=limits,
+        tuning=spec.tuning,
+        version=version,
+        workspace=workspace,
+        started_at=now,
+        updated_at=now,
+        deadline_at=now + timedelta(seconds=limits.timeout_s),
+    )
 
 
 class GoalStore:
@@ -75,9 +105,38 @@ class GoalStore:
     def iteration_dir(self, iteration: int) -> Path:
         return self.root / "iterations" / f"{iteration:02d}"
 
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the goal's lock (an flock on `.lock`) while reading and writing its state."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def save(self, state: GoalState) -> None:
-        """Persist a change: the iteration's snapshot, the rendered result, the state (validated,
-        atomic), then the trace events the file lacks. Safe to repeat after any interruption."""
+        """Persist a change, keeping a cancel that was written meanwhile (into `state` too)."""
+        with self.locked():
+            stored = self.state()
+            kept = stored is not None and stored.cancel is not None and state.cancel is None
+            if kept and stored is not None and state.status not in FINAL_STATUSES:
+                state.cancel = stored.cancel
+            self.write_state(state)
+
+    def create(self, state: GoalState) -> GoalState:
+        """Write a goal's first state, unless one was written meanwhile (a cancel): the state that holds."""
+        with self.locked():
+            stored = self.state()
+            if stored is not None:
+                return stored
+            self.write_state(state)
+            return state
+
+    def write_state(self, state: GoalState) -> None:
+        """Write a state (holding `locked`): the iteration's snapshot, the rendered result, the state
+        (validated, atomic), then the trace events the file lacks. Safe to repeat after any interruption."""
         checked = GoalState.model_validate(state.model_dump())
         current = checked.current()
         if current is not None:  # the derived files first: a reader that sees the state sees them too
@@ -85,6 +144,25 @@ class GoalStore:
         write_atomic(self.result_file, render_result(checked, self.root).encode(), durable=False)
         write_model(self.state_file, checked)
         self._sync_trace(checked)  # after the state, which holds every event: never one twice
+
+    def note_spend(self, spend: GoalSpend) -> None:
+        """Append spend that no state write records (not fenced: it was spent, whoever holds the goal)."""
+        append_line(self.root / SPENT_FILE, spend.model_dump_json())
+
+    def spends(self, after: int) -> tuple[list[GoalSpend], int]:
+        """The ledger's spends past its first `after` lines, and its number of lines (a torn last line is
+        left for later; an invalid one counts as read)."""
+        try:
+            lines = (self.root / SPENT_FILE).read_text().split("\n")[:-1]
+        except FileNotFoundError:
+            return [], 0
+        found = []
+        for line in lines[after:]:
+            try:
+                found.append(GoalSpend.model_validate_json(line))
+            except ValidationError:
+                continue
+        return found, len(lines)
 
     def write_iteration(self, iteration: IterationState) -> None:
         write_model(self.iteration_dir(iteration.iteration) / ITERATION_FILE, iteration)

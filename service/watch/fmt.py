@@ -7,19 +7,27 @@ from datetime import datetime, timedelta
 from rich.table import Column, Table
 from rich.text import Text
 
-from service.core.models.events import Event
+from service.core.models.events import CASE_ENDS, GOAL_ENDS, Event, EventKind
 from service.watch.snapshot import LockState, RunningStep
 
-KIND_STYLE = {
-    "case_completed": "green",
-    "case_difficult": "yellow",
-    "case_failed": "red",
-    "case_cancelled": "magenta",
-    "run_sandbox_down": "bold red",
-    "apply_abandoned": "red",
-    "analysis_edited_system": "yellow",
-    "step_started": "dim",
+END_STYLE = {
+    "completed": "green",
+    "difficult": "yellow",
+    "incomplete": "yellow",
+    "failed": "red",
+    "cancelled": "magenta",
 }
+KIND_STYLE: dict[EventKind, str] = {
+    **{kind: END_STYLE[state] for state, kind in CASE_ENDS.items()},
+    **{kind: END_STYLE[status] for status, kind in GOAL_ENDS.items()},
+    EventKind.RUN_SANDBOX_DOWN: "bold red",
+    EventKind.APPLY_ABANDONED: "red",
+    EventKind.ANALYSIS_EDITED_SYSTEM: "yellow",
+    EventKind.PLAN_INVALID: "yellow",
+    EventKind.REVIEW_INVALID: "yellow",
+    EventKind.STEP_STARTED: "dim",
+}
+"""How the events table shows a kind (a case's or a goal's end in the colour of its outcome)."""
 
 
 def line(*parts: str | tuple[str, str], style: str = "") -> Text:
@@ -74,6 +82,13 @@ def where(phase: str | None, attempt: int | None) -> str:
     if phase is None:
         return ""
     return f"{phase}/{attempt}" if attempt is not None else phase
+
+
+def event_try(event: Event) -> str:
+    """A case event's phase and attempt; a goal event's iteration."""
+    if event.iteration is not None:
+        return f"it {event.iteration}"
+    return where(event.phase, event.attempt)
 
 
 def event_detail(event: Event) -> str:

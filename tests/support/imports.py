@@ -19,10 +19,15 @@ FRONT_ENDS = (
     "service.goals.cli",
     "service.goals.metrics",
     "service.goals.demo",
+    "service.evals.api",
+    "service.evals.cli",
+    "service.evals.metrics",
+    "service.evals.render",
 )
 """The front ends: what people and the daemon use (CLI, HTTP API and dashboard, watch, metrics)."""
-CORE = ("service.core", "service.goals")
-"""The core: what workers and front ends share (service.goals minus its front-end modules above)."""
+CORE = ("service.core", "service.goals", "service.evals")
+"""The core: what workers and front ends share (service.goals and service.evals minus their front-end
+modules above)."""
 
 
 def _within(module: str, prefixes: Iterable[str]) -> bool:

@@ -1,18 +1,54 @@
-"""Build a tuning's runner, analyzer, applier and sandbox prober from its adapter configs."""
+"""The one factory of the fleet's adapters: for each role, which adapter each kind of config builds.
+
+A role is a row of `RoleAdapters`, whatever job kind asks for it: the case roles (runner, analyzer,
+applier) and the goal roles (the runner's agent works a goal's TODO, the analyzer's plans and reviews).
+A new job kind reuses the rows it needs, or adds its own.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
 from redis.asyncio import Redis
 
+from service.core.errors import ConfigError
 from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner
 from workers.adapters.demo import DemoAnalyzer, DemoApplier, DemoRunner
+from workers.adapters.goal_base import GoalAgent
+from workers.adapters.goal_command import CommandGoalAgent
+from workers.adapters.goal_demo import DemoGoalAgent
 from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner
+from workers.adapters.llm.goal import LlmGoalAgent
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
 
 AdapterConfig = DemoAdapter | CommandAdapter | LlmAdapter
+GoalRole = Literal["runner", "analyzer"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RoleAdapters(Generic[T]):
+    """How one role's adapter is built from each kind of config. `host`: what the worker's machine gives
+    agent processes (grace, cgroups); `redis`: where an llm adapter keeps its provider's fleet-wide
+    limits (a worker passes its own)."""
+
+    demo: Callable[[DemoAdapter], T]
+    command: Callable[[CommandAdapter, AgentHost], T]
+    llm: Callable[[LlmAdapter, Redis | None], T]
+
+    def build(self, config: object, host: AgentHost, redis: Redis | None = None) -> T:
+        if isinstance(config, DemoAdapter):
+            return self.demo(config)
+        if isinstance(config, LlmAdapter):
+            return self.llm(config, redis)
+        if isinstance(config, CommandAdapter):
+            return self.command(config, host)
+        raise ConfigError(f"no adapter of kind {getattr(config, 'kind', '?')!r} takes this role")
 
 
 class NoSandboxProber:
@@ -22,32 +58,30 @@ class NoSandboxProber:
         return None
 
 
+RUNNER = RoleAdapters[Runner](DemoRunner, CommandRunner, LlmRunner)
+ANALYZER = RoleAdapters[Analyzer](DemoAnalyzer, CommandAnalyzer, LlmAnalyzer)
+APPLIER = RoleAdapters[Applier](DemoApplier, CommandApplier, LlmApplier)
+GOAL_ROLES: dict[GoalRole, RoleAdapters[GoalAgent]] = {
+    "runner": RoleAdapters[GoalAgent](
+        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "runner"), LlmGoalAgent
+    ),
+    "analyzer": RoleAdapters[GoalAgent](
+        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "analyzer"), LlmGoalAgent
+    ),
+}
+"""The goal roles: the runner's agent works a TODO; the analyzer's plans and reviews."""
+
+
 def build_runner(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Runner:
-    """`host`: what the worker's machine gives agent processes (grace, cgroups); `redis`: where an llm
-    runner keeps its provider's fleet-wide limits (a worker passes its own)."""
-    if isinstance(config, DemoAdapter):
-        return DemoRunner(config)
-    if isinstance(config, LlmAdapter):
-        return LlmRunner(config, redis)
-    return CommandRunner(config, host)
+    return RUNNER.build(config, host, redis)
 
 
 def build_analyzer(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Analyzer:
-    """`redis`: where an llm analyzer keeps its provider's fleet-wide limits (a worker passes its own)."""
-    if isinstance(config, DemoAdapter):
-        return DemoAnalyzer(config)
-    if isinstance(config, LlmAdapter):
-        return LlmAnalyzer(config, redis)
-    return CommandAnalyzer(config, host)
+    return ANALYZER.build(config, host, redis)
 
 
 def build_applier(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Applier:
-    """`redis`: where an llm applier keeps its provider's fleet-wide limits (a worker passes its own)."""
-    if isinstance(config, DemoAdapter):
-        return DemoApplier(config)
-    if isinstance(config, LlmAdapter):
-        return LlmApplier(config, redis)
-    return CommandApplier(config, host)
+    return APPLIER.build(config, host, redis)
 
 
 def build_prober(config: AdapterConfig) -> Prober:
@@ -57,3 +91,10 @@ def build_prober(config: AdapterConfig) -> Prober:
     if isinstance(config, LlmAdapter):
         return NoSandboxProber()
     return SandboxProber(config.sandbox)
+
+
+def build_goal_agent(
+    config: object, host: AgentHost, role: GoalRole, redis: Redis | None = None
+) -> GoalAgent:
+    """The agent that takes a role's goal steps (ConfigError for a kind that has none); no config: demo."""
+    return GOAL_ROLES[role].build(config or DemoAdapter(), host, redis)

@@ -5,7 +5,9 @@ Every agent, in-process or not, works in the step's own folder (workers.adapters
 
     plan     out/TODO.md                (and optionally out/plan.json: {"summary": "..."})
     work     out/worker_result.json     out/progress.jsonl   (and optionally out/task_results.json)
-             and its edits in the step's `workspace/` (a private copy of the goal's workspace)
+             and its edits in the step's `workspace/` (a private copy of the goal's workspace); one call
+             is one attempt at each task of the TODO it is given: the fleet calls again with the tasks
+             still open, up to `attempts_per_task` calls, and keeps its own progress log
     review   out/review.json
 
 The fleet bounds each call with the step's deadline by cancelling it: cancelling the coroutine ends
@@ -41,13 +43,24 @@ class GoalBrief(BaseModel):
     iteration: int = Field(ge=1)
     min_iterations: int
     max_iterations: int
-    attempts_per_task: int
+    attempts_per_task: int = Field(description="Calls the fleet makes of the work step at most.")
+    attempt: int = Field(
+        default=1, ge=1, description="This work call's attempt at each task of its TODO (1 for plan, review)."
+    )
     remaining_work: list[str] = Field(
         default_factory=list, description="The previous review's remaining work (what to plan next)."
     )
     earlier: list[dict[str, Any]] = Field(
         default_factory=list, description="Earlier iterations: their plan error or review, in order."
     )
+
+
+class PlanSummary(BaseModel):
+    """The planner's optional `out/plan.json`: a line on the TODO, kept in GOAL_RESULT.md."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    summary: str = Field(min_length=1, max_length=2_000)
 
 
 class GoalStepRequest(BaseModel):

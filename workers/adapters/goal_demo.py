@@ -1,18 +1,22 @@
 """The built-in demo agents' goal steps: in-process, deterministic, driven by the goal's `demo` knobs
 (service.core.models.goal.GoalDemoKnobs), writing the same `out/` files a command agent writes.
 
-- plan: a TODO of `tasks` tasks, the previous review's remaining work first; an invalid one (no task)
-  in the iterations listed in `invalid_todo`;
-- work: every task fails `task_failures` times before it succeeds, within `attempts_per_task`; a
-  finished task leaves `tasks/<iteration>-<id>.md` in the workspace;
+- plan: a TODO of `tasks` tasks, the previous review's remaining work first, and its summary
+  (`out/plan.json`); an invalid one (no task) in the iterations listed in `invalid_todo`;
+- work: one attempt at each task of the TODO it is given (the fleet calls again for the open ones):
+  every task fails its first `task_failures` attempts; a finished task leaves
+  `tasks/<iteration>-<id>.md` in the workspace; the first `kills_worker` work steps SIGKILL the worker;
 - review: complete from iteration `complete_at` on, else the remaining work for the next plan;
-- `hang` makes one step of one iteration never end; `voids` makes a step's first runs void.
+- `hang` makes one step of one iteration never end; `voids` makes a step's first runs void; every step
+  spends `tokens` (priced like the demo's case steps) from its start; while the tuning's demo
+  `outage_file` exists, the sandbox is down.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import os
+import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,21 +24,28 @@ from typing import Literal
 
 from service.core.files import append_line, write_atomic
 from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
+from service.core.models.records import Usage
+from service.core.models.tuning import DemoAdapter
 from service.goals.todo import TodoError, parse_todo
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (
     PLAN_OUTPUT,
+    PLAN_SUMMARY,
     REVIEW_OUTPUT,
     WORK_PROGRESS,
     WORK_RESULT,
-    WORK_TASK_RESULTS,
     GoalStepExit,
     GoalStepRequest,
+    PlanSummary,
 )
+from workers.meter import follow_spend
 
 
 class DemoGoalAgent:
     """The demo agent for every goal step."""
+
+    def __init__(self, config: DemoAdapter) -> None:
+        self._config = config
 
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
         began = time.monotonic()
@@ -42,6 +53,12 @@ class DemoGoalAgent:
         folder = StepFolder(request.step_dir)
         folder.prepare()
         append_line(request.log_file, f"demo-{request.step}: iteration {request.iteration} started")
+        outage = self._config.outage_file
+        if outage is not None and outage.exists():
+            return GoalStepExit(exit_code=75, sandbox_down="demo sandbox is down")
+        spent = self._spend(knobs.tokens)
+        if spent is not None:
+            follow_spend(lambda: spent)  # spent from the start: a step cut short has spent it too
         if knobs.hang is not None and (knobs.hang.step, knobs.hang.iteration) == (
             request.step,
             request.iteration,
@@ -50,15 +67,32 @@ class DemoGoalAgent:
         await asyncio.sleep(knobs.step_ms / 1000)
         if request.run_index <= knobs.voids.get(request.step, 0):
             return GoalStepExit(
-                exit_code=1, void="demo: injected infrastructure fault", duration_ms=_ms(began)
+                exit_code=1, void="demo: injected infrastructure fault", duration_ms=_ms(began), spent=spent
             )
         if request.step == "plan":
             _plan(request, folder)
         elif request.step == "work":
+            _kill_worker(request)
             _work(request, folder)
         else:
             _review(request, folder)
-        return GoalStepExit(duration_ms=_ms(began))
+        return GoalStepExit(duration_ms=_ms(began), spent=spent)
+
+    def _spend(self, tokens: int) -> Usage | None:
+        if tokens == 0:
+            return None
+        cost_usd = round(tokens / 1000 * self._config.usd_per_1k_tokens, 6)
+        return Usage(input_tokens=tokens, cost_usd=cost_usd, source="api")
+
+
+def _kill_worker(request: GoalStepRequest) -> None:
+    """The `kills_worker` fault: this work step takes its whole worker down (SIGKILL), counted by
+    marker files in the goal's folder (across workers and attempts)."""
+    goal_dir = request.step_dir.parents[2]
+    killed = len(list(goal_dir.glob("worker-killed-*")))
+    if killed < request.demo.kills_worker:
+        (goal_dir / f"worker-killed-{killed + 1}").touch()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _ms(began: float) -> int:
@@ -74,10 +108,13 @@ def _plan(request: GoalStepRequest, folder: StepFolder) -> None:
         titles = [*brief.remaining_work, *[f"work towards the goal, part {n}" for n in range(1, 51)]]
         for n, title in enumerate(titles[: request.demo.tasks], start=1):
             lines.append(f"- [ ] T{n}: {title}")
+        summary = PlanSummary(summary=f"{request.demo.tasks} tasks towards: {brief.goal}")
+        write_atomic(folder.outputs / PLAN_SUMMARY, summary.model_dump_json().encode(), durable=False)
     write_atomic(folder.outputs / PLAN_OUTPUT, ("\n".join(lines) + "\n").encode(), durable=False)
 
 
 def _work(request: GoalStepRequest, folder: StepFolder) -> None:
+    """One attempt (the brief's) at each task of the TODO: it fails while within `task_failures`."""
     try:
         tasks = parse_todo(request.inputs["todo"].read_text())
     except (OSError, KeyError, TodoError) as exc:
@@ -85,28 +122,21 @@ def _work(request: GoalStepRequest, folder: StepFolder) -> None:
         write_atomic(folder.outputs / WORK_RESULT, result.model_dump_json().encode(), durable=False)
         return
     progress = folder.outputs / WORK_PROGRESS
-    outcomes: list[dict[str, object]] = []
+    attempt = request.brief.attempt
+    finished = 0
     for task in tasks:
-        done = False
-        attempt = 0
-        for attempt in range(1, request.brief.attempts_per_task + 1):
-            _progress(progress, task.id, "started", f"attempt {attempt}", attempt)
-            if attempt > request.demo.task_failures:
-                note = request.workspace_dir / "tasks" / f"{request.iteration:02d}-{task.id}.md"
-                note.parent.mkdir(parents=True, exist_ok=True)
-                note.write_text(f"# {task.title}\n\nDone in iteration {request.iteration}.\n")
-                _progress(progress, task.id, "finished", f"wrote {note.name}", attempt)
-                done = True
-                break
+        _progress(progress, task.id, "started", f"attempt {attempt}", attempt)
+        if attempt <= request.demo.task_failures:
             _progress(progress, task.id, "failed", "demo: the task failed", attempt)
-        outcomes.append({"task": task.id, "status": "finished" if done else "failed", "attempts": attempt})
-    finished = sum(1 for o in outcomes if o["status"] == "finished")
+            continue
+        note = request.workspace_dir / "tasks" / f"{request.iteration:02d}-{task.id}.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f"# {task.title}\n\nDone in iteration {request.iteration}.\n")
+        _progress(progress, task.id, "finished", f"wrote {note.name}", attempt)
+        finished += 1
     status = "completed" if finished == len(tasks) else "partial" if finished else "failed"
-    write_atomic(folder.outputs / WORK_TASK_RESULTS, json.dumps(outcomes, indent=2).encode(), durable=False)
     result = WorkerResult(
-        status=status,
-        summary=f"{finished} of {len(tasks)} tasks finished",
-        task_results=WORK_TASK_RESULTS,
+        status=status, summary=f"{finished} of {len(tasks)} tasks finished at attempt {attempt}"
     )
     write_atomic(folder.outputs / WORK_RESULT, result.model_dump_json().encode(), durable=False)
 

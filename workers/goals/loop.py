@@ -3,7 +3,10 @@ it (from `min_iterations` on), a limit ends it `incomplete`, its steps stay void
 cancelled.
 
 Every step reads where the goal stands from its state and records its result there before the next
-starts, so calling `pursue` again after any interruption carries on at the first missing step.
+starts, so calling `pursue` again after any interruption carries on at the first missing step. Before a
+step starts: a cancel found in the state ends the goal, a paused fleet, a held tuning or an open breaker
+hold the start (workers.job_run), and a goal on a tuning that spent the tuning's per-job budget ends
+`incomplete` (limit `budget`).
 
 Deadlines are wall-clock times kept in the state: the run's from its first start, each iteration's from
 its own start. A step may run until the sooner of the two (never less than 1 s); a review also no
@@ -17,15 +20,20 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES, GoalStep, Limit
 from service.core.models.goal_state import Completion, GoalState, IterationState
+from service.core.models.records import Usage
+from service.core.models.status import Hold, WaitCause
+from workers.errors import OverBudget
 from workers.goals import steps
 from workers.goals.run import GoalRun
+from workers.goals.work import work
 
 STEP_OF: dict[str, GoalStep] = {"planning": "plan", "working": "work", "reviewing": "review"}
 STEPS: dict[GoalStep, Callable[[GoalRun, IterationState], Awaitable[None]]] = {
     "plan": steps.plan,
-    "work": steps.work,
+    "work": work,
     "review": steps.review,
 }
 LIMIT_WORDS: dict[str, str] = {
@@ -34,6 +42,11 @@ LIMIT_WORDS: dict[str, str] = {
     "reviewer_timeout": "reviewer timeout",
 }
 MIN_STEP_S = 1.0
+STEP_WAITS: dict[WaitCause, EventKind] = {
+    "resume": EventKind.STEP_WAITS_FOR_RESUME,
+    "hold": EventKind.STEP_WAITS_FOR_HOLD,
+    "sandbox": EventKind.STEP_WAITS_FOR_SANDBOX,
+}
 
 
 async def pursue(gr: GoalRun) -> GoalState:
@@ -46,13 +59,21 @@ async def pursue(gr: GoalRun) -> GoalState:
                 await _begin_iteration(gr)
             continue
         step = STEP_OF[it.status]
+        if gr.cancel_requested:
+            await end(gr, "cancelled", f"cancelled by the user before the {step} step")
+            break
         await _wait_runnable(gr, it, step)
+        try:
+            check_budget(gr)
+        except OverBudget as over:
+            await end(gr, "incomplete", over.reason, "budget")
+            break
         budget_s, limit = step_budget(state, it, step)
         if budget_s <= 0:
             await end(gr, "incomplete", f"the {LIMIT_WORDS[limit]} passed before the {step} step", limit)
             break
-        gr.step = step
-        gr.event("step_started", it, step)
+        gr.step, gr.step_spent = step, Usage()
+        gr.event(EventKind.STEP_STARTED, it, step)
         await gr.persist()
         gr.step_deadline = asyncio.get_running_loop().time() + max(MIN_STEP_S, budget_s)
         try:
@@ -91,7 +112,7 @@ async def _ends_after(gr: GoalRun, it: IterationState | None) -> bool:
             await end(gr, "completed", f"the review of iteration {it.iteration}: {it.review.review.summary}")
             return True
         gr.event(
-            "review_complete_too_early",
+            EventKind.REVIEW_COMPLETE_TOO_EARLY,
             it,
             "review",
             f"iteration {it.iteration} of at least {limits.min_iterations}: the goal goes on",
@@ -120,21 +141,31 @@ async def _begin_iteration(gr: GoalRun) -> None:
         workspace_base=gr.state.workspace,
     )
     gr.state.iterations.append(it)
-    gr.event("iteration_started", it)
+    gr.event(EventKind.ITERATION_STARTED, it)
     await gr.persist()
 
 
 async def _wait_runnable(gr: GoalRun, it: IterationState, step: GoalStep) -> None:
-    """Hold the step's start while the fleet is paused or the sandbox breaker is open."""
-    if gr.controls.paused:
-        gr.step = step
-        gr.event("step_waits_for_resume", it, step)
+    """Hold the step's start while the fleet is paused, the goal's tuning held or the breaker open."""
+
+    async def announce(cause: WaitCause, hold: Hold | None) -> None:
+        gr.step = step  # shown as the goal's step while it waits
+        data = {"kind": hold.kind} if hold is not None else {}
+        gr.event(STEP_WAITS[cause], it, step, hold.reason if hold else None, data=data)
         await gr.persist()
-        await gr.controls.wait_runnable()
-    if gr.gate.is_open:
-        gr.event("step_waits_for_sandbox", it, step)
-        await gr.persist()
-        await gr.gate.wait_closed()
+
+    await gr.wait_runnable(announce)
+
+
+def check_budget(gr: GoalRun) -> None:
+    """OverBudget when the goal has spent its tuning's per-job budget (`case_max_*`: no tuning, no
+    budget)."""
+    if gr.tuning is None:
+        return
+    budget = gr.tuning.current_budget()
+    reason = budget.case_over(gr.state.spent.tokens, gr.state.spent.cost_usd)
+    if reason is not None:
+        raise OverBudget(reason)
 
 
 async def end(gr: GoalRun, status: str, reason: str, limit: Limit | None = None) -> None:
@@ -142,11 +173,6 @@ async def end(gr: GoalRun, status: str, reason: str, limit: Limit | None = None)
     completion = Completion.model_validate(
         {"status": status, "reason": reason, "limit": limit, "at": datetime.now(UTC)}
     )
-    gr.state.status = completion.status
-    gr.state.completion = completion
-    current = gr.state.current()
-    if current is not None:
-        current.completion = completion
+    gr.state.finish(completion, gr.worker)
     gr.step = None
-    gr.event(f"goal_{status}", current, None, reason, limit=limit)
     await gr.persist()

@@ -1,131 +1,158 @@
-"""The context one goal carries through its loop on this worker: its store, state, lease and agents,
-and how it records a change (fenced, in the store, then in Redis)."""
+"""The context one goal carries through its loop on this worker: its store, state, agents and system,
+and how it records a change (fenced, in the store, then in Redis and the fleet's events)."""
 
 from __future__ import annotations
 
-import json
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import structlog
+from typing import Any, ClassVar
 
 from service.core import keys
+from service.core.models.events import EventKind
 from service.core.models.goal import GoalSpec, GoalStep
-from service.core.models.goal_state import GoalState, IterationState, TraceEvent
-from service.core.settings import FleetSettings
+from service.core.models.goal_state import GoalSpend, GoalState, IterationState, TraceEvent
+from service.core.models.records import Usage
 from service.core.system import SystemRepo
 from service.goals.fleet import summary_of
 from service.goals.store import GoalStore
 from workers.adapters.goal_base import GoalAgent
-from workers.breaker import BreakerGate
-from workers.control import Controls
+from workers.job_run import JobRun
 from workers.lease import CaseLease
 from workers.runtime import WorkerRuntime
+from workers.tuning import TuningRuntime
 
-log = structlog.get_logger()
 
-
-class GoalRun:
+class GoalRun(JobRun):
     """One goal being pursued by this worker under one lease."""
+
+    requeued: ClassVar[EventKind] = EventKind.GOAL_REQUEUED
 
     def __init__(
         self,
-        *,
         runtime: WorkerRuntime,
+        lease: CaseLease,
+        tuning: TuningRuntime | None,
+        *,
         store: GoalStore,
         spec: GoalSpec,
         state: GoalState,
-        lease: CaseLease,
         planner: GoalAgent,
         worker_agent: GoalAgent,
         system_dir: Path,
     ) -> None:
-        self.settings: FleetSettings = runtime.settings
-        self.runtime = runtime
+        super().__init__(runtime, lease, tuning, {"goal": spec.id})
         self.store = store
         self.spec = spec
         self.state = state
-        self.lease = lease
         self.planner = planner
         self.worker_agent = worker_agent
         self.system_dir = system_dir
-        self.controls: Controls = runtime.controls
-        self.gate: BreakerGate = runtime.gate
-        self.worker = runtime.name
         self.workspace = SystemRepo(
             store.workspace_repo, store.workspace_snapshots, self.settings.git_timeout_s
         )
         self.step: GoalStep | None = None
         self.step_deadline = 0.0
         """The event loop's time at which the step under way is ended (set by the loop)."""
+        self.step_spent = Usage()
+        """What the step under way's agent calls spent (set to nothing by the loop as it starts)."""
+        self.step_ran = False
+        """Whether an agent call returned under this lease: until one has, a write clears no suspicion
+        (the goal has not shown yet that it does not take its worker down; workers.lease)."""
         self._sent = len(state.trace)
         """Trace events already in the stream (those of earlier holders are not sent again)."""
-        self.log = structlog.get_logger().bind(goal=spec.id, worker=self.worker)
 
     @property
-    def job_id(self) -> str:
-        return self.lease.job_id
+    def cancel_requested(self) -> bool:
+        return self.state.cancel is not None
+
+    @property
+    def step_under_way(self) -> str | None:
+        return self.step
 
     def agent_for(self, step: GoalStep) -> GoalAgent:
         return self.worker_agent if step == "work" else self.planner
 
     def step_dir(self, iteration: int, step: GoalStep) -> Path:
         """This lease's own folder for a step, so that a stale holder's agents never collide."""
-        return self.store.iteration_dir(iteration) / f"{step}-{self.lease.token}"
+        return self.store.iteration_dir(iteration) / self.work_name(step)
 
     def event(
         self,
-        kind: str,
+        kind: EventKind,
         iteration: IterationState | None = None,
         step: GoalStep | None = None,
         detail: str | None = None,
-        **data: Any,
-    ) -> None:
+        **fields: Any,
+    ) -> TraceEvent:
         """Add an event to the state's trace (written with the next `persist`)."""
-        self.state.trace.append(
-            TraceEvent(
-                seq=len(self.state.trace) + 1,
-                at=datetime.now(UTC),
-                kind=kind,
-                iteration=iteration.iteration if iteration else None,
-                step=step,
-                detail=detail,
-                worker=self.worker,
-                data=data,
-            )
-        )
+        number = iteration.iteration if iteration else None
+        return self.state.record(kind, self.worker, number, step, detail, **fields)
 
     async def persist(self) -> None:
-        """Write the state (fenced: refused once the lease moved on), then show it in Redis: the
-        goal's summary and the trace events this holder has not sent yet."""
+        """Write the state (fenced: refused once the lease moved on), with the spend of the ledger folded
+        in; then show it: the goal's summary, and the trace events this holder has not sent yet."""
+        self._fold_ledger()
         now = datetime.now(UTC)
         self.state.updated_at = now
         current = self.state.current()
         if current is not None:
             current.updated_at = now
-        await self.lease.check()
+        await self.lease.check(clears=self.step_ran)
         self.store.save(self.state)
-        summary = summary_of(self.state).model_copy(
-            update={"step": self.step, "worker": None if self.step is None else self.worker}
-        )
         new = self.state.trace[self._sent :]
-        async with self.runtime.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(keys.goals(), self.spec.id, summary.model_dump_json())
-            for event in new:
-                line = json.dumps(
-                    {
-                        "at": event.at.isoformat(),
-                        "kind": event.kind,
-                        "tuning": self.state.tuning or "",
-                        "goal": self.spec.id,
-                        "worker": self.worker,
-                        "detail": event.detail,
-                        "data": {"iteration": event.iteration, "step": event.step, **event.data},
-                    }
-                )
-                pipe.xadd(keys.events(), {"event": line}, maxlen=self.settings.events_max, approximate=True)
-            await pipe.execute()
-        self._sent = len(self.state.trace)
-        for event in new:
-            self.log.info(event.kind, iteration=event.iteration, step=event.step, detail=event.detail)
+        await asyncio.gather(self._show(self.step), *(self._send(event) for event in new))  # one round trip
+        self._sent += len(new)
+
+    async def _show(self, step: GoalStep | None) -> None:
+        summary = summary_of(self.state).model_copy(
+            update={"step": step, "worker": None if step is None else self.worker}
+        )
+        await self.runtime.batch.command("HSET", keys.goals(), self.spec.id, summary.model_dump_json())
+
+    async def _send(self, event: TraceEvent) -> None:
+        spent = event.spent or Usage()
+        await self.sink.emit(
+            event.kind,
+            self.state.tuning,
+            goal=self.spec.id,
+            iteration=event.iteration,
+            step=event.step,
+            detail=event.detail,
+            duration_ms=event.duration_ms,
+            tokens=spent.tokens or None,
+            unmeasured_tokens=spent.unmeasured_tokens or None,
+            cost_usd=spent.cost_usd or None,
+            data=event.data,
+        )
+
+    async def emit(self, kind: EventKind, **fields: Any) -> None:
+        """An event of the fleet's (a hand-back, a lost lease) that is no change of the goal's state."""
+        await self.sink.emit(kind, self.state.tuning, goal=self.spec.id, **fields)
+
+    async def let_go(self, kind: EventKind, detail: str, data: dict[str, Any] | None = None) -> None:
+        await self._show(None)
+        await super().let_go(kind, detail, data)
+
+    def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
+        """Into the goal's ledger at once: the next state write (this holder's or the next one's) adds it."""
+        spend = GoalSpend(at=datetime.now(UTC), iteration=where["iteration"], step=where["step"], usage=spent)
+        self.store.note_spend(spend)
+
+    async def settle_spend(self) -> None:
+        """Write the state with what its steps spent (measured, or in the ledger) while the lease holds."""
+        await self.persist()
+
+    def _fold_ledger(self) -> None:
+        """Add the ledger's new spends to the goal's and their iterations' `spent`, each with its event."""
+        spends, lines = self.store.spends(self.state.spent_lines)
+        for spend in spends:
+            self.state.spent = self.state.spent + spend.usage
+            for it in self.state.iterations:
+                if it.iteration == spend.iteration:
+                    it.spent = it.spent + spend.usage
+            detail = f"the {spend.step} step was cut short"
+            self.state.record(
+                EventKind.SPEND_RECORDED, self.worker, spend.iteration, spend.step, detail, spent=spend.usage
+            )
+        self.state.spent_lines = lines

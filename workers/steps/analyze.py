@@ -17,12 +17,13 @@ from pydantic import ValidationError
 
 from service.core.files import describe_validation, read_model
 from service.core.models.case import Case
+from service.core.models.events import EventKind
 from service.core.models.records import Feedback, Note, Phase, RunRecord, new_seal
 from service.core.system import tree_digest
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
-from workers.errors import CaseFault, KeyRefused, ProviderDown
-from workers.spend import check_case_budget, record_spend, refused_usage
+from workers.errors import JobFault, KeyRefused, ProviderDown
+from workers.spend import refused_usage
 
 ANALYZER_ROUNDS = 2
 
@@ -90,7 +91,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     recorded = _recorded(cr, paths.feedback, run)
     if recorded is not None:
         return recorded
-    check_case_budget(cr, phase)
+    cr.check_budget()
     where = cr.where(phase, attempt, "analyze")
     work: Path = where["step_dir"]
     run_work = paths.root / run.work
@@ -118,13 +119,13 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     )
     await cr.controls.wait_key_accepted(cr.tuning.name)
     cr.at("analyze", phase, attempt)
-    await cr.emit("step_started", step="analyze", phase=phase, attempt=attempt)
+    await cr.emit(EventKind.STEP_STARTED, step="analyze", phase=phase, attempt=attempt)
     began = datetime.now(UTC)
     feedback, report, dropped, source = await _analyze(cr, request)
     feedback = feedback.model_copy(update={"run_seal": run.seal, "seal": new_seal()})
     if before is not None and tree_digest(system) != before:
         await cr.emit(
-            "analysis_edited_system",
+            EventKind.ANALYSIS_EDITED_SYSTEM,
             phase=phase,
             attempt=attempt,
             detail="the analyzer edited its copy of the system; the edit was discarded",
@@ -151,7 +152,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         )
     )
     await cr.emit(
-        "step_finished",
+        EventKind.STEP_FINISHED,
         step="analyze",
         phase=phase,
         attempt=attempt,
@@ -197,11 +198,12 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
     ANALYZER_ROUNDS runs of the analyzer: only one that exited 0 with unusable feedback is asked again."""
     problem = ""
     for _ in range(ANALYZER_ROUNDS):
-        outcome = await cr.tuning.analyzer.analyze(request)
+        with cr.metered({"phase": request.phase, "attempt": request.attempt, "step": "analyze"}):
+            outcome = await cr.tuning.analyzer.analyze(request)
         stopped = outcome.exit.infra or outcome.exit.key_refused
         if stopped is not None and outcome.exit.spent is not None:  # paid for before the provider stopped
             why = f"analysis stopped: {stopped}"
-            await record_spend(cr, request.phase, request.attempt, "analyze", outcome.exit.spent, why)
+            await cr.record_spend(request.phase, request.attempt, "analyze", outcome.exit.spent, why)
         if outcome.exit.infra is not None:  # the provider is down: not this case's fault, no try spent
             raise ProviderDown(f"the analyzer's {outcome.exit.infra}")
         if outcome.exit.key_refused is not None:
@@ -211,12 +213,12 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
         except FeedbackInvalid as exc:
             problem = f"{exc} (the analyzer {_how_it_ended(outcome.exit)})"
             spent = outcome.exit.spent or refused_usage(outcome.feedback)
-            await record_spend(
-                cr, request.phase, request.attempt, "analyze", spent, f"feedback refused: {exc}"
+            await cr.record_spend(
+                request.phase, request.attempt, "analyze", spent, f"feedback refused: {exc}"
             )
             cr.log.warning("feedback_invalid", problem=problem, exit_code=outcome.exit.exit_code)
             if outcome.exit.error is not None or outcome.exit.exit_code != 0:
                 break  # timed out, failed or could not start: asking again would only repeat it
             continue
         return feedback, outcome.analysis, dropped, outcome.source
-    raise CaseFault(f"analysis wrote no usable feedback: {problem}")
+    raise JobFault(f"analysis wrote no usable feedback: {problem}")

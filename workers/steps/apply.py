@@ -18,12 +18,12 @@ from pydantic import ValidationError
 
 from service.core.errors import SystemRepoError
 from service.core.files import describe_validation, read_model
+from service.core.models.events import EventKind
 from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
-from workers.errors import CaseFault, KeyRefused, LockLost, ProviderDown
+from workers.errors import JobFault, KeyRefused, LockLost, ProviderDown
 from workers.lock import LockHold
-from workers.spend import check_case_budget, note_spend, record_spend
 
 TRAILER = "Tunefleet-Attempt"
 OUTPUT_TRAILER = "Tunefleet-Output"
@@ -42,16 +42,16 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
             return recorded
         if recorded is not None:
             cr.log.warning("apply_unsealed_ignored", file=str(paths.apply), feedback_seal=feedback.seal)
-        check_case_budget(cr, phase)
+        cr.check_budget()
         await cr.controls.wait_key_accepted(cr.tuning.name)
         cr.at("apply", phase, attempt, waiting="lock")
-        await cr.emit("apply_waits_for_lock", phase=phase, attempt=attempt)
+        await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
         try:
             async with cr.tuning.lock.held(cr.job_id) as hold:
                 cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
                 record = await _apply_holding(cr, phase, attempt, feedback, hold)
         except LockLost as exc:
-            await cr.emit("apply_abandoned", phase=phase, attempt=attempt, detail=str(exc))
+            await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
             continue
         await cr.write(paths.apply, record)
         await _finished(cr, phase, attempt, record)
@@ -62,7 +62,7 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord
     output = record.output
     outcome = "structural" if output.structural else "published" if record.version else "unchanged"
     await cr.emit(
-        "step_finished",
+        EventKind.STEP_FINISHED,
         step="apply",
         phase=phase,
         attempt=attempt,
@@ -88,7 +88,7 @@ async def _apply_holding(
     published = await cr.tuning.repo.find_published(tag, current) if started_before else None
     if published is not None:
         output = await _output_of(cr, published)
-        await cr.emit("apply_recovered", phase=phase, attempt=attempt, detail=published[:12])
+        await cr.emit(EventKind.APPLY_RECOVERED, phase=phase, attempt=attempt, detail=published[:12])
         return ApplyRecord(
             base_version=current,
             version=published,
@@ -102,7 +102,7 @@ async def _apply_holding(
     work: Path = where["step_dir"]
     work.mkdir(parents=True, exist_ok=True)
     await cr.emit(
-        "step_started",
+        EventKind.STEP_STARTED,
         step="apply",
         phase=phase,
         attempt=attempt,
@@ -112,19 +112,20 @@ async def _apply_holding(
     tree = await cr.tuning.repo.private_copy(current, work / "system")
     try:
         request = ApplyRequest(**where, case=cr.case, feedback=feedback, worktree_dir=tree)
-        outcome = await cr.tuning.applier.apply(request)
+        with cr.metered({"phase": phase, "attempt": attempt, "step": "apply"}):
+            outcome = await cr.tuning.applier.apply(request)
         if outcome.output is None and outcome.exit.spent is not None:  # paid for, and nothing to keep
             why = f"apply produced nothing: {outcome.exit.error or 'no output'}"
-            await record_spend(cr, phase, attempt, "apply", outcome.exit.spent, why)
+            await cr.record_spend(phase, attempt, "apply", outcome.exit.spent, why)
         output = _read_output(outcome)
         try:  # until published, the applier's usage is in no record: an apply that ends here counts it
             version = await _publish(cr, phase, attempt, output, tree, current, hold)
         except asyncio.CancelledError:  # stopped, or its lock lost (the watchdog cancels): no await
-            note_spend(cr, phase, attempt, "apply", output.usage, "apply stopped before it was published")
+            cr.note_spend(phase, attempt, "apply", output.usage, "apply stopped before it was published")
             raise
         except Exception as exc:
             why = "apply abandoned: lock lost" if isinstance(exc, LockLost) else f"apply failed: {exc}"
-            await record_spend(cr, phase, attempt, "apply", output.usage, why)
+            await cr.record_spend(phase, attempt, "apply", output.usage, why)
             raise
         if version is not None:
             await cr.tuning.repo.update_main(version, base=current)
@@ -156,7 +157,7 @@ async def _publish(
     try:
         version = await cr.tuning.repo.commit_folder(tree, current, message)
     except SystemRepoError as exc:
-        raise CaseFault(f"the apply's edits could not be committed: {exc}") from exc
+        raise JobFault(f"the apply's edits could not be committed: {exc}") from exc
     if version is not None:
         await hold.publish(version)
     return version
@@ -169,11 +170,11 @@ def _read_output(outcome: ApplyOutcome) -> ApplyOutput:
         raise KeyRefused(f"the applier's {outcome.exit.key_refused}")
     if outcome.output is None:
         why = outcome.exit.error or "wrote no output"
-        raise CaseFault(f"{outcome.source}: missing (the applier {why})")
+        raise JobFault(f"{outcome.source}: missing (the applier {why})")
     try:
         return ApplyOutput.model_validate_json(outcome.output)
     except ValidationError as exc:
-        raise CaseFault(f"{outcome.source}: {describe_validation(exc)}") from exc
+        raise JobFault(f"{outcome.source}: {describe_validation(exc)}") from exc
 
 
 async def _output_of(cr: CaseRun, version: str) -> ApplyOutput:

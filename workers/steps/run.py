@@ -8,13 +8,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.core.files import read_model
+from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Phase, RunOutput, RunRecord, SandboxTrips, new_seal
+from service.core.models.status import Hold, WaitCause
 from service.core.models.tuning import CommandAdapter
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
-from workers.errors import CaseFault, KeyRefused, ProviderDown
-from workers.spend import check_case_budget, tuning_hold
+from workers.errors import JobFault, KeyRefused, ProviderDown
 
+RUN_WAITS: dict[WaitCause, EventKind] = {
+    "resume": EventKind.RUN_WAITS_FOR_RESUME,
+    "hold": EventKind.RUN_WAITS_FOR_HOLD,
+    "sandbox": EventKind.RUN_WAITS_FOR_SANDBOX,
+}
 SANDBOX_TRIPS_FILE = "sandbox-trips.json"
 """In the case's folder: how often its runner reported the sandbox down with no sandbox to probe."""
 
@@ -29,40 +35,26 @@ def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
 
 async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
     """Hold the run start while the fleet is paused, the tuning is held (its budget spent, say), the
-    sandbox breaker is open or (if configured) an apply is pending; the milliseconds waited for applies.
-    Each wait is noted as the case's state (`CaseRun.at`) with the event that announces it."""
-    told_hold = False
-    while True:
-        if cr.controls.paused:
-            cr.at("run", phase, attempt, waiting="resume")
-            await cr.emit("run_waits_for_resume", phase=phase, attempt=attempt)
-            await cr.controls.wait_runnable()
-            told_hold = False
-        hold = await tuning_hold(cr)
+    sandbox breaker is open (workers.job_run) or (if configured) an apply is pending; the milliseconds
+    waited for applies. Each wait is noted as the case's state (`CaseRun.at`) with the event that
+    announces it."""
+
+    async def announce(cause: WaitCause, hold: Hold | None) -> None:
+        cr.at("run", phase, attempt, waiting=cause)
         if hold is None:
-            break
-        if not told_hold:
-            cr.at("run", phase, attempt, waiting="hold")
-            await cr.emit(
-                "run_waits_for_hold",
-                phase=phase,
-                attempt=attempt,
-                detail=hold.reason,
-                data={"kind": hold.kind},
-            )
-            told_hold = True
-        await cr.controls.wait_released(cr.tuning.name)
-    if cr.gate.is_open:
-        cr.at("run", phase, attempt, waiting="sandbox")
-        await cr.emit("run_waits_for_sandbox", phase=phase, attempt=attempt)
-        await cr.gate.wait_closed()
-    if not cr.settings.wait_for_apply:
+            await cr.emit(RUN_WAITS[cause], phase=phase, attempt=attempt)
+        else:
+            data = {"kind": hold.kind}
+            await cr.emit(RUN_WAITS[cause], phase=phase, attempt=attempt, detail=hold.reason, data=data)
+
+    await cr.wait_runnable(announce)
+    if not cr.waits_for_applies:
         return 0
     pending = await cr.tuning.lock.pending()
     if not pending:
         return 0
     cr.at("run", phase, attempt, waiting="apply")
-    await cr.emit("run_waits_for_apply", phase=phase, attempt=attempt, data={"applies": len(pending)})
+    await cr.emit(EventKind.RUN_WAITS_FOR_APPLY, phase=phase, attempt=attempt, data={"applies": len(pending)})
     waited_s = await cr.tuning.lock.wait_idle(cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s)
     return int(waited_s * 1000)
 
@@ -79,7 +71,7 @@ async def run_step(
     if recorded is not None:
         cr.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
     while True:  # not read again: only a run that ended writes the record (over anything left there)
-        check_case_budget(cr, phase)
+        cr.check_budget()
         apply_wait_ms = await wait_until_runnable(cr, phase, attempt)
         record = await _run_once(cr, phase, attempt, memory_from, apply_wait_ms, after)
         if record is not None:
@@ -109,13 +101,13 @@ async def count_sandbox_trip(cr: CaseRun) -> None:
         await cr.write(path, SandboxTrips(trips=trips))
         return
     await cr.write(path, SandboxTrips(trips=0))
-    raise CaseFault(f"the runner reported its sandbox down {trips} times with no sandbox to probe")
+    raise JobFault(f"the runner reported its sandbox down {trips} times with no sandbox to probe")
 
 
 async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
     usage = record.output.usage
     await cr.emit(
-        "step_finished",
+        EventKind.STEP_FINISHED,
         step="run",
         phase=phase,
         attempt=attempt,
@@ -144,7 +136,7 @@ async def _run_once(
         shutil.copytree(memory_from, memory, copy_function=shutil.copyfile)
     else:
         work.mkdir(parents=True)
-    version = await cr.tuning.current_version()
+    version = await cr.run_version()
     expected = expected_skills(cr, phase, attempt)
     request = RunRequest(
         **where,
@@ -158,7 +150,7 @@ async def _run_once(
     )
     cr.at("run", phase, attempt)
     await cr.emit(
-        "step_started",
+        EventKind.STEP_STARTED,
         step="run",
         phase=phase,
         attempt=attempt,
@@ -166,13 +158,14 @@ async def _run_once(
     )
     started_at = datetime.now(UTC)
     began = time.monotonic()
-    outcome = await cr.tuning.runner.run(request)
+    with cr.metered({"phase": phase, "attempt": attempt, "step": "run"}):
+        outcome = await cr.tuning.runner.run(request)
     if outcome.provider_down is not None:  # not this case's fault: handed back, no try spent
         raise ProviderDown(f"the runner's {outcome.provider_down}")
     if outcome.key_refused is not None:
         raise KeyRefused(f"the runner's {outcome.key_refused}")
     if outcome.sandbox_down is not None:
-        await cr.emit("run_sandbox_down", phase=phase, attempt=attempt, detail=outcome.sandbox_down)
+        await cr.emit(EventKind.RUN_SANDBOX_DOWN, phase=phase, attempt=attempt, detail=outcome.sandbox_down)
         await cr.gate.report_down(cr.tuning.name, outcome.sandbox_down)
         return None
     output = outcome.output

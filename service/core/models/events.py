@@ -1,29 +1,115 @@
-"""Events: one per step and per change of state, kept in the store and streamed through Redis."""
+"""The event contract: every kind of event the fleet emits (`EventKind`), and the one shape of an
+event (`Event`), kept in the store and streamed through Redis.
+
+A kind is a member of `EventKind` or it is not an event: `service.core.events.EventSink` refuses any
+other, the metrics, the watch view and the dashboard's JavaScript (`service/api/contract.py` exports the
+kinds to it) name kinds only through the enum. docs/architecture.md, "Events", has a row for each.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from service.core.models.case import State
+from service.core.models.goal import GoalStatus, GoalStep
 from service.core.models.records import Phase, StepName
 
 
+class EventKind(StrEnum):
+    """Every kind of event; its value is the snake_case name on the wire."""
+
+    # a case's life
+    CASE_QUEUED = "case_queued"
+    CASE_REQUEUED = "case_requeued"
+    CASE_STARTED = "case_started"
+    LEASE_LOST = "lease_lost"
+    PROVIDER_DOWN = "provider_down"
+    CASE_COMPLETED = "case_completed"
+    CASE_DIFFICULT = "case_difficult"
+    CASE_FAILED = "case_failed"
+    CASE_CANCELLED = "case_cancelled"
+    # a case's steps
+    STEP_STARTED = "step_started"
+    STEP_FINISHED = "step_finished"
+    RUN_WAITS_FOR_RESUME = "run_waits_for_resume"
+    RUN_WAITS_FOR_HOLD = "run_waits_for_hold"
+    RUN_WAITS_FOR_SANDBOX = "run_waits_for_sandbox"
+    RUN_WAITS_FOR_APPLY = "run_waits_for_apply"
+    RUN_SANDBOX_DOWN = "run_sandbox_down"
+    ATTEMPT_SET_ASIDE = "attempt_set_aside"
+    ANALYSIS_EDITED_SYSTEM = "analysis_edited_system"
+    APPLY_WAITS_FOR_LOCK = "apply_waits_for_lock"
+    APPLY_RECOVERED = "apply_recovered"
+    APPLY_ABANDONED = "apply_abandoned"
+    MEMORY_SUBMITTED = "memory_submitted"
+    SPEND_RECORDED = "spend_recorded"
+    # a tuning and the fleet
+    TUNING_HELD = "tuning_held"
+    TUNING_RELEASED = "tuning_released"
+    BREAKER_OPENED = "breaker_opened"
+    BREAKER_PROBED = "breaker_probed"
+    BREAKER_CLOSED = "breaker_closed"
+    # a goal's life (its steps start and finish with STEP_STARTED and STEP_FINISHED)
+    GOAL_STARTED = "goal_started"
+    GOAL_RESUMED = "goal_resumed"
+    ITERATION_STARTED = "iteration_started"
+    GOAL_REQUEUED = "goal_requeued"
+    STEP_WAITS_FOR_RESUME = "step_waits_for_resume"
+    STEP_WAITS_FOR_HOLD = "step_waits_for_hold"
+    STEP_WAITS_FOR_SANDBOX = "step_waits_for_sandbox"
+    STEP_SET_ASIDE = "step_set_aside"
+    PLAN_INVALID = "plan_invalid"
+    REVIEW_INVALID = "review_invalid"
+    REVIEW_COMPLETE_TOO_EARLY = "review_complete_too_early"
+    GOAL_COMPLETED = "goal_completed"
+    GOAL_INCOMPLETE = "goal_incomplete"
+    GOAL_FAILED = "goal_failed"
+    GOAL_CANCELLED = "goal_cancelled"
+    # an evaluation's life (its items' steps are a case's steps, with `data.eval`: service.evals.counters)
+    EVAL_CREATED = "eval_created"
+    EVAL_ITEM_STARTED = "eval_item_started"
+    EVAL_ITEM_SET_ASIDE = "eval_item_set_aside"
+    EVAL_ITEM_REQUEUED = "eval_item_requeued"
+    EVAL_ITEM_ENDED = "eval_item_ended"
+
+
+CASE_ENDS: dict[State, EventKind] = {
+    "completed": EventKind.CASE_COMPLETED,
+    "difficult": EventKind.CASE_DIFFICULT,
+    "failed": EventKind.CASE_FAILED,
+    "cancelled": EventKind.CASE_CANCELLED,
+}
+"""The kind that ends a case in each final state."""
+
+GOAL_ENDS: dict[GoalStatus, EventKind] = {
+    "completed": EventKind.GOAL_COMPLETED,
+    "incomplete": EventKind.GOAL_INCOMPLETE,
+    "failed": EventKind.GOAL_FAILED,
+    "cancelled": EventKind.GOAL_CANCELLED,
+}
+"""The kind that ends a goal with each final status."""
+
+
 class Event(BaseModel):
-    """One thing that happened in a tuning; `kind` is a snake_case name."""
+    """One thing that happened in a tuning or a goal. A finished step has one shape whatever the job:
+    its `step` and `duration_ms` (and for a goal, its `iteration`) at the top level."""
 
     model_config = ConfigDict(extra="forbid")
 
     at: datetime
-    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: EventKind
     tuning: str
     case: str | None = None
     goal: str | None = Field(default=None, description="The goal of a goal's event (its tuning may be '').")
     rev: int | None = None
+    iteration: int | None = Field(default=None, description="A goal's iteration (its events only).")
     phase: Phase | None = None
     attempt: int | None = None
-    step: StepName | None = None
+    step: StepName | GoalStep | None = None
     worker: str | None = None
     detail: str | None = None
     duration_ms: int | None = None
@@ -33,3 +119,9 @@ class Event(BaseModel):
     )
     cost_usd: float | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _a_finished_step_has_one_shape(self) -> Self:
+        if self.kind is EventKind.STEP_FINISHED and (self.step is None or self.duration_ms is None):
+            raise ValueError("a step_finished event names its step and its duration_ms (top level)")
+        return self

@@ -35,7 +35,10 @@ GOAL_PLACEHOLDERS: dict[str, frozenset[str]] = {
 """The `{name}` placeholders of a command agent's argv in goal steps, by role: the runner's agent works
 (work), the analyzer's plans and reviews (plan, review); docs/adapters.md, "Goal steps"."""
 
-Limit = Literal["min_iterations", "max_iterations", "timeout", "iteration_timeout", "reviewer_timeout"]
+Limit = Literal[
+    "min_iterations", "max_iterations", "timeout", "iteration_timeout", "reviewer_timeout", "budget"
+]
+"""What ended a goal `incomplete` (`budget`: its tuning's per-job budget, docs/goals.md)."""
 
 
 class GoalLimits(BaseModel):
@@ -48,7 +51,9 @@ class GoalLimits(BaseModel):
     timeout_s: float = Field(gt=0, description="The whole run's deadline, from its first start.")
     iteration_timeout_s: float = Field(gt=0, description="Each iteration's deadline, from its start.")
     reviewer_timeout_s: float = Field(gt=0, description="How long one review may take.")
-    attempts_per_task: int = Field(ge=1, description="Attempts the worker makes at each TODO task.")
+    attempts_per_task: int = Field(
+        ge=1, description="Attempts the fleet gives each TODO task: one call of the worker's agent each."
+    )
     max_voids: int = Field(ge=1, description="Void steps in a row before the goal ends failed.")
 
 
@@ -93,6 +98,10 @@ class GoalDemoKnobs(BaseModel):
         default_factory=dict, description="step -> how many of its first runs are void (per iteration)."
     )
     step_ms: int = Field(default=100, ge=0, description="How long each demo step takes.")
+    tokens: int = Field(default=0, ge=0, description="Tokens each demo step reports spending.")
+    kills_worker: int = Field(
+        default=0, ge=0, description="How many work steps SIGKILL their whole worker process (poison)."
+    )
 
 
 class GoalExpectation(BaseModel):

@@ -2,16 +2,19 @@
 (`GOAL_TRACE.jsonl`), as the fleet writes them: the worker holding the goal's lease is the only writer.
 
 The state carries every trace event (they are few); the trace file is derived from it, so a worker that
-resumes a goal appends exactly the events the file lacks and never one twice.
+resumes a goal appends exactly the events the file lacks and never one twice. Two things reach the goal
+besides its holder's writes: a cancel (`cancel`, written by whoever cancels, kept by every later write)
+and spend that no holder could write (`GOAL_SPENT.jsonl`, folded into `spent` by the next holder).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.core.models.events import GOAL_ENDS, EventKind
 from service.core.models.goal import GoalLimits, GoalStatus, GoalStep, Limit
 from service.core.models.records import Usage
 
@@ -64,13 +67,19 @@ class WorkerResult(BaseModel):
 
 
 class WorkRecord(BaseModel):
-    """The work step as the fleet recorded it: the agent's result and what the fleet measured."""
+    """The work step as the fleet recorded it: the agent's result and what the fleet observed."""
 
     model_config = ConfigDict(extra="forbid")
 
     result: WorkerResult
-    tasks_finished: int = Field(default=0, ge=0, description="Counted from the progress log.")
-    tasks_failed: int = Field(default=0, ge=0, description="Counted from the progress log.")
+    tasks_finished: int = Field(default=0, ge=0, description="Counted from the fleet's progress log.")
+    tasks_failed: int = Field(default=0, ge=0, description="Counted from the fleet's progress log.")
+    attempts: int = Field(
+        default=1, ge=1, description="Calls of the worker's agent (at most attempts_per_task)."
+    )
+    error: str | None = Field(
+        default=None, description="How the worker's agent failed, if it did (its exit, an unreadable result)."
+    )
     workspace_before: str | None = Field(default=None, description="The workspace's commit before the work.")
     workspace_after: str | None = Field(default=None, description="Its commit after the work.")
     duration_ms: int = Field(default=0, ge=0)
@@ -143,12 +152,35 @@ class TraceEvent(BaseModel):
 
     seq: int = Field(ge=1)
     at: datetime
-    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: EventKind
     iteration: int | None = None
     step: GoalStep | None = None
     detail: str | None = None
     worker: str | None = None
+    duration_ms: int | None = Field(default=None, ge=0, description="A finished step's duration.")
+    spent: Usage | None = Field(default=None, description="What a finished step (or a late spend) cost.")
     data: dict[str, Any] = Field(default_factory=dict)
+
+
+class CancelRequest(BaseModel):
+    """A cancel, written into the state at once by whoever cancels (the CLI, the API, the client), so
+    that it outlives Redis: the worker holding the goal ends it `cancelled`, or the next one to take it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+
+
+class GoalSpend(BaseModel):
+    """A line of `GOAL_SPENT.jsonl`: what a step's agent spent that no holder could record in the state
+    (the step was cut short and the lease then lost); the next holder adds it to the goal's `spent`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+    iteration: int = Field(ge=1)
+    step: GoalStep
+    usage: Usage
 
 
 class GoalState(BaseModel):
@@ -170,10 +202,47 @@ class GoalState(BaseModel):
     deadline_at: datetime
     iterations: list[IterationState] = Field(default_factory=list)
     completion: Completion | None = None
+    cancel: CancelRequest | None = Field(default=None, description="A cancel not carried out yet.")
+    spent_lines: int = Field(default=0, ge=0, description="Lines of GOAL_SPENT.jsonl added to `spent`.")
     trace: list[TraceEvent] = Field(default_factory=list)
 
     def current(self) -> IterationState | None:
         return self.iterations[-1] if self.iterations else None
+
+    def record(
+        self,
+        kind: EventKind,
+        worker: str | None,
+        iteration: int | None = None,
+        step: GoalStep | None = None,
+        detail: str | None = None,
+        **fields: Any,
+    ) -> TraceEvent:
+        """Add an event to the trace (`fields`: duration_ms, spent, data)."""
+        event = TraceEvent(
+            seq=len(self.trace) + 1,
+            at=datetime.now(UTC),
+            kind=kind,
+            iteration=iteration,
+            step=step,
+            detail=detail,
+            worker=worker,
+            **fields,
+        )
+        self.trace.append(event)
+        return event
+
+    def finish(self, completion: Completion, worker: str | None) -> None:
+        """End the goal: its status, its completion (and its current iteration's), its event."""
+        self.status = completion.status
+        self.completion = completion
+        self.cancel = None
+        current = self.current()
+        if current is not None:
+            current.completion = completion
+        iteration = current.iteration if current else None
+        data = {"limit": completion.limit}
+        self.record(GOAL_ENDS[completion.status], worker, iteration, None, completion.reason, data=data)
 
 
 class GoalSummary(BaseModel):

@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from abc import ABC, abstractmethod
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from service.core import keys
 from service.core.models.case import Slug
 
 CASE_FUNCTION = "run_case"
 GOAL_FUNCTION = "run_goal"
 
 
-class CaseJob(BaseModel):
-    """Run one case of a tuning to its end."""
+class LeasedJob(BaseModel, ABC):
+    """The payload of a job a worker runs under a lease (workers.envelope), whatever its kind."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @property
+    @abstractmethod
+    def job_id(self) -> str:
+        """The queue's id of the job: one per job, so that duplicates collapse."""
+
+    @property
+    @abstractmethod
+    def scope(self) -> str:
+        """Where the job's cancel is set (`tf:cancelled:<scope>`): its tuning, or its kind's own scope."""
+
+
+class CaseJob(LeasedJob):
+    """Run one case of a tuning to its end."""
 
     tuning: Slug
     case: Slug
@@ -26,17 +42,40 @@ class CaseJob(BaseModel):
     def job_id(self) -> str:
         return job_id_for(self.tuning, self.case, self.rev)
 
+    @property
+    def scope(self) -> str:
+        return self.tuning
 
-class GoalJob(BaseModel):
+
+class GoalJob(LeasedJob):
     """Pursue one goal (service.core.models.goal) to its end."""
-
-    model_config = ConfigDict(extra="forbid")
 
     goal: Slug
 
     @property
     def job_id(self) -> str:
         return f"goal:{self.goal}"
+
+    @property
+    def scope(self) -> str:
+        return keys.GOALS_SCOPE
+
+
+JobState = Literal["completed", "difficult", "incomplete", "graded", "failed", "cancelled"]
+"""How a job ends: a case `completed`, `difficult`, `failed` or `cancelled`; a goal `completed`,
+`incomplete`, `failed` or `cancelled`; an evaluation item `graded`, `failed` or `cancelled`."""
+
+
+class JobResult(BaseModel):
+    """arq's result of a leased job, whatever its kind: how it ended on the worker that ended it, or
+    the lease it lost (then another worker ends it, and nothing here was written)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: JobState | None = None
+    reason: str | None = None
+    steps: int | None = Field(default=None, ge=0, description="The steps the job recorded (cases).")
+    lease_lost: int | None = Field(default=None, description="The token of the lease that was lost.")
 
 
 def job_id_for(tuning: str, case: str, rev: int) -> str:

@@ -214,4 +214,7 @@ class SubmitReport(BaseModel):
     accepted: list[str] = Field(default_factory=list, description="case@rev enqueued now.")
     duplicates: list[str] = Field(default_factory=list, description="case@rev already queued or done.")
     refused: list[Refusal] = Field(default_factory=list)
+    held_out: list[str] = Field(
+        default_factory=list, description="case@rev not submitted: held out, never tuned on (`holdout`)."
+    )
     at: datetime | None = None

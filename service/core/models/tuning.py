@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.core.models.case import Slug
+from service.core.models.holdout import HoldoutConfig
 
 PLACEHOLDERS: dict[str, frozenset[str]] = {
     "runner": frozenset(
@@ -259,6 +260,9 @@ class TuningConfig(BaseModel):
     remote: str | None = Field(default=None, description="A git remote to mirror published versions to.")
     remote_branch: str = "tunefleet"
     budget: Budget = Field(default_factory=Budget, description="Spending limits (none by default).")
+    holdout: HoldoutConfig | None = Field(
+        default=None, description="Cases never tuned on, evaluated before and after (docs/evaluation.md)."
+    )
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> TuningConfig:

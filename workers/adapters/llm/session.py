@@ -29,6 +29,7 @@ from workers.adapters.llm.errors import (
     ProviderUnavailable,
 )
 from workers.adapters.llm.limits import ProviderLimits
+from workers.meter import follow_spend
 
 T = TypeVar("T")
 
@@ -44,6 +45,9 @@ class Meter:
     config: LlmAdapter
     input_tokens: int = 0
     output_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        follow_spend(self.usage)  # read by the fleet if the step is cut short (workers.meter)
 
     def add(self, completion: ChatCompletion) -> None:
         if completion.usage is not None:

@@ -1,0 +1,157 @@
+"""The evaluation endpoints of the HTTP API (service.api.app registers them with the others):
+
+    POST /api/tunings/{tuning}/evals      evaluate a version (an EvalRequest; bearer token)
+    GET  /api/evals                       every evaluation with its live progress
+    GET  /api/evals/{eval}                one evaluation's results (pass rate, rubric, cases, costs)
+    GET  /api/evals/{a}/compare/{b}       evaluation b against a: flips, paired test, difference
+    POST /api/evals/{eval}/cancel         cancel its unfinished items (bearer token)
+    GET  /api/tunings/{tuning}/report     the tuning's REPORT.md, as text/markdown
+    GET  /api/tunings/{tuning}/report.json  the same as JSON
+
+An evaluation asked over HTTP takes its cases from the tuning's split, never from a folder: a folder
+would be one of the daemon's machine, which the token does not give access to (`--cases` is the CLI's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from service.api.http import (
+    MAX_BODY_BYTES,
+    Endpoint,
+    Guard,
+    HttpError,
+    field_errors,
+    json_response,
+    read_body,
+    slug_param,
+)
+from service.client.client import TunefleetClient
+from service.evals.errors import EvalInputError, UnknownEvalError
+from service.evals.fleet import EvalFiles
+from service.evals.models import Comparison, EvalProgress, EvalResults, EvalSpec
+from service.evals.report import REPORT_FILE, TuningReport, build_report, render_report
+
+T = TypeVar("T")
+
+EVALS = "/api/evals"
+EVAL = EVALS + "/{eval}"
+REPORT = "/api/tunings/{tuning}/report"
+
+
+class EvalRequest(BaseModel):
+    """What `POST /api/tunings/{tuning}/evals` takes: `tunefleet eval TUNING` without `--cases`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(default="main", description="main, initial or a commit id.")
+    split: Literal["holdout", "train", "all"] | None = Field(
+        default=None, description="The part of the split (default: holdout when there is one, else all)."
+    )
+    repeats: int = Field(default=1, description="Runs of each case (1 or more).")
+    name: str | None = Field(default=None, description="The evaluation's id (a slug).")
+
+
+class EvalList(BaseModel):
+    evals: list[EvalProgress]
+
+
+class EvalCancelled(BaseModel):
+    id: str
+    cancelled: int = Field(description="Items cancelled now (running ones end within a poll).")
+
+
+class EvalApi:
+    """The evaluation handlers, bound to the API's fleet client and access guard."""
+
+    def __init__(self, client: TunefleetClient, guard: Guard) -> None:
+        self._client = client
+        self._guard = guard
+        self._files = EvalFiles(client.store)
+
+    def endpoints(self) -> list[Endpoint]:
+        E = Endpoint  # noqa: N806 (a table reads better with a short name)
+        read = (401, 404, 422, 503)
+        write = (401, 404, 413, 422, 503)
+        return [
+            E("GET", EVALS, self.list_evals, "Every evaluation's progress", EvalList, (401, 503)),
+            E("GET", EVAL, self.results, "An evaluation's results", EvalResults, read),
+            E("GET", EVAL + "/compare/{other}", self.compare, "Evaluation b against a", Comparison, read),
+            E("GET", REPORT, self.report, "The tuning's REPORT.md", "text/markdown", read),
+            E("GET", REPORT + ".json", self.report_json, "The tuning's report as JSON", TuningReport, read),
+            E(
+                "POST",
+                "/api/tunings/{tuning}/evals",
+                self.create,
+                "Evaluate a version",
+                EvalSpec,
+                write,
+                body=EvalRequest,
+            ),
+            E("POST", EVAL + "/cancel", self.cancel, "Cancel an evaluation", EvalCancelled, write),
+        ]
+
+    async def _read(self, read: Callable[[], T]) -> T:
+        """A read of the store (off the event loop); 404 for an evaluation the store does not hold."""
+        try:
+            return await run_in_threadpool(read)
+        except UnknownEvalError as exc:
+            raise HttpError(404, str(exc)) from None
+
+    async def list_evals(self, request: Request) -> Response:
+        return json_response(EvalList(evals=await self._client.evals.progress()))
+
+    async def results(self, request: Request) -> Response:
+        eval_id = slug_param(request, "eval")
+        return json_response(await self._read(lambda: self._files.results(eval_id)))
+
+    async def compare(self, request: Request) -> Response:
+        before, after = slug_param(request, "eval"), slug_param(request, "other")
+        return json_response(await self._read(lambda: self._files.compare(before, after)))
+
+    def _report(self, tuning: str) -> TuningReport:
+        return build_report(self._client.tuning_store(tuning), self._files.folder)
+
+    async def report(self, request: Request) -> Response:
+        tuning = slug_param(request, "tuning")
+        written = self._client.tuning_store(tuning).root / REPORT_FILE
+
+        def read() -> str:
+            return written.read_text() if written.exists() else render_report(self._report(tuning))
+
+        return Response(await self._read(read), media_type="text/markdown; charset=utf-8")
+
+    async def report_json(self, request: Request) -> Response:
+        tuning = slug_param(request, "tuning")
+        return json_response(await self._read(lambda: self._report(tuning)))
+
+    async def create(self, request: Request) -> Response:
+        self._guard.write(request)
+        tuning = slug_param(request, "tuning")
+        body = await read_body(request, MAX_BODY_BYTES, "an evaluation request")
+        try:
+            asked = EvalRequest.model_validate_json(body or b"{}")
+        except ValidationError as exc:
+            raise HttpError(422, "invalid evaluation request", field_errors(exc)) from None
+        try:
+            spec = await self._client.evals.create(
+                tuning, version=asked.version, split=asked.split, repeats=asked.repeats, name=asked.name
+            )
+        except EvalInputError as exc:
+            raise HttpError(422, str(exc)) from None
+        return json_response(spec, 201)
+
+    async def cancel(self, request: Request) -> Response:
+        self._guard.write(request)
+        eval_id = slug_param(request, "eval")
+        try:
+            count = await self._client.evals.cancel(eval_id)
+        except UnknownEvalError as exc:
+            raise HttpError(404, str(exc)) from None
+        return json_response(EvalCancelled(id=eval_id, cancelled=count))

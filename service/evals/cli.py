@@ -1,0 +1,212 @@
+"""`tunefleet eval`: evaluate a version of a tuning on the fleet, watch it, read and compare the results
+(docs/evaluation.md); and `tunefleet report TUNING`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from service.cli.render import out_console
+from service.cli.support import Format, FormatOption, fail, run
+from service.client.client import TunefleetClient
+from service.core.errors import TunefleetError
+from service.core.settings import FleetSettings
+from service.core.store import Store
+from service.evals import render
+from service.evals.fleet import EvalFiles
+from service.evals.models import EvalProgress, EvalSpec
+from service.evals.report import REPORT_FILE, build_report, render_report
+from service.evals.split import Part
+
+
+class EvalGroup(TyperGroup):
+    """`tunefleet eval TUNING ...` is `tunefleet eval run TUNING ...` (a tuning named like a subcommand
+    is evaluated with `eval run NAME`)."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().resolve_command(ctx, args)
+
+
+eval_app = typer.Typer(
+    cls=EvalGroup,
+    no_args_is_help=True,
+    help="Evaluate a version of a tuning on its cases (`tunefleet eval TUNING`), read and compare results.",
+)
+EvalArg = Annotated[str, typer.Argument(help="The evaluation's id.")]
+
+
+def _settings(ctx: typer.Context) -> FleetSettings:
+    settings: FleetSettings = ctx.obj
+    return settings
+
+
+def _files(ctx: typer.Context) -> EvalFiles:
+    return EvalFiles(Store(_settings(ctx).store))
+
+
+@eval_app.command("run")
+def run_eval(
+    ctx: typer.Context,
+    tuning: Annotated[str, typer.Argument(help="The tuning whose version is evaluated.")],
+    version: Annotated[
+        str, typer.Option(help="main (the current version), initial (as imported) or a commit id.")
+    ] = "main",
+    cases: Annotated[Path | None, typer.Option(help="A folder of cases to evaluate on.")] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(help="holdout, train or all (default: holdout when the tuning has a split, else all)."),
+    ] = None,
+    repeat: Annotated[int, typer.Option(help="Runs of each case (1 or more).")] = 1,
+    name: Annotated[
+        str | None, typer.Option(help="The evaluation's id (a slug); a fresh one if omitted.")
+    ] = None,
+) -> None:
+    """Evaluate a version: one job per (case, repeat) on the fleet, graded by the analyzer, never applied."""
+    if split is not None and split not in ("holdout", "train", "all"):
+        fail(f"--split {split!r}: expected holdout, train or all")
+    part: Part | None = split  # type: ignore[assignment]
+
+    async def go() -> EvalSpec:
+        async with TunefleetClient(_settings(ctx)) as client:
+            return await client.evals.create(
+                tuning, version=version, cases=cases, split=part, repeats=repeat, name=name
+            )
+
+    spec = run(go())
+    print(
+        f"eval {spec.id}: queued {spec.total} items ({len(spec.cases)} cases x {spec.repeats}) on version "
+        f"{spec.version[:12]} ({spec.version_asked}), cases: {spec.source}"
+    )
+
+
+@eval_app.command("status")
+def status(
+    ctx: typer.Context,
+    eval_id: Annotated[str | None, typer.Argument(help="One evaluation (read from the store).")] = None,
+    fmt: FormatOption = Format.table,
+) -> None:
+    """Every evaluation with its progress (live counters), or one evaluation's summary."""
+    if eval_id is not None:
+        try:
+            results = _files(ctx).results(eval_id)
+        except TunefleetError as exc:
+            fail(exc)
+        if fmt is Format.json:
+            print(results.model_dump_json(indent=2, exclude={"cases"}))
+        elif fmt is Format.tsv:
+            sys.stdout.write(render.summary_tsv(results))
+        else:
+            out_console().print(render.summary_lines(results))
+        return
+
+    async def go() -> list[EvalProgress]:
+        async with TunefleetClient(_settings(ctx)) as client:
+            return await client.evals.progress()
+
+    found = run(go())
+    if fmt is Format.json:
+        print(render.as_json([p.model_dump(mode="json") for p in found]))
+    elif fmt is Format.tsv:
+        sys.stdout.write(render.progress_tsv(found))
+    else:
+        out_console().print(render.progress_table(found))
+
+
+@eval_app.command("show")
+def show(ctx: typer.Context, eval_id: EvalArg, fmt: FormatOption = Format.table) -> None:
+    """An evaluation in full: summary, mean score per rubric item, flaky cases, infrastructure failures,
+    and one row per case."""
+    try:
+        results = _files(ctx).results(eval_id)
+    except TunefleetError as exc:
+        fail(exc)
+    if fmt is Format.json:
+        print(render.detail_json(results))
+    elif fmt is Format.tsv:
+        sys.stdout.write(render.summary_tsv(results) + "\n" + render.cases_tsv(results))
+    else:
+        out_console().print(render.detail_view(results))
+
+
+@eval_app.command("results")
+def results(ctx: typer.Context, eval_id: EvalArg, fmt: FormatOption = Format.table) -> None:
+    """One row per case: repeats graded and passed, pass fraction, outcome (pass, fail, flaky, failed)."""
+    try:
+        found = _files(ctx).results(eval_id)
+    except TunefleetError as exc:
+        fail(exc)
+    if fmt is Format.json:
+        print(render.as_json([row.model_dump(mode="json") for row in found.cases]))
+    elif fmt is Format.tsv:
+        sys.stdout.write(render.cases_tsv(found))
+    else:
+        out_console().print(render.cases_table(found))
+
+
+@eval_app.command("compare")
+def compare(
+    ctx: typer.Context,
+    before: Annotated[str, typer.Argument(help="Evaluation A (before).")],
+    after: Annotated[str, typer.Argument(help="Evaluation B (after).")],
+    fmt: FormatOption = Format.table,
+) -> None:
+    """B against A: flips, the exact McNemar test, the difference of pass rates with its interval, costs."""
+    try:
+        comparison = _files(ctx).compare(before, after)
+    except TunefleetError as exc:
+        fail(exc)
+    if fmt is Format.json:
+        print(comparison.model_dump_json(indent=2))
+    elif fmt is Format.tsv:
+        sys.stdout.write(render.compare_tsv(comparison))
+    else:
+        out_console().print(render.compare_view(comparison))
+
+
+@eval_app.command("cancel")
+def cancel(ctx: typer.Context, eval_id: EvalArg) -> None:
+    """Cancel an evaluation's unfinished items: queued ones end at once, running ones within a poll."""
+
+    async def go() -> int:
+        async with TunefleetClient(_settings(ctx)) as client:
+            return await client.evals.cancel(eval_id)
+
+    count = run(go())
+    print(
+        f"eval {eval_id}: cancelled {count} item(s)" if count else f"eval {eval_id}: nothing left to cancel"
+    )
+
+
+def report(
+    ctx: typer.Context,
+    tuning: Annotated[str, typer.Argument(help="The tuning's name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON.")] = False,
+) -> None:
+    """Print the tuning's REPORT.md: train outcomes, held-out pass rate before and after, costs."""
+    store = Store(_settings(ctx).store)
+    tuning_store = store.tuning(tuning)
+    if not tuning_store.exists():
+        fail(f"tuning {tuning!r} is not registered (known: {', '.join(store.tuning_names()) or 'none'})")
+    written = tuning_store.root / REPORT_FILE
+    try:
+        built = build_report(tuning_store, EvalFiles(store).folder)
+    except TunefleetError as exc:
+        fail(exc)
+    if as_json:
+        print(built.model_dump_json(indent=2))
+    elif written.exists():
+        print(written.read_text(), end="")
+    else:
+        print(render_report(built), end="")
+
+
+def add_commands(app: typer.Typer) -> None:
+    """`tunefleet eval ...` and `tunefleet report TUNING`."""
+    app.add_typer(eval_app, name="eval")
+    app.command("report")(report)

@@ -1,0 +1,264 @@
+"""How `tunefleet eval` prints evaluations: rich tables, tab-separated lines, or JSON."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from service.cli.render import tsv
+from service.evals.models import Comparison, EvalProgress, EvalResults
+from service.evals.report import TuningReport, percent
+
+
+def progress_rows(found: list[EvalProgress]) -> list[list[object]]:
+    return [
+        [
+            p.head.id,
+            p.head.tuning,
+            p.head.version[:12],
+            p.head.version_asked,
+            p.status,
+            f"{p.done}/{p.head.items}",
+            p.passed,
+            p.passed + p.failed_grade,
+            f"{p.rate.rate:.4f}",
+            f"{p.rate.low:.4f}",
+            f"{p.rate.high:.4f}",
+            p.failed,
+            p.cancelled,
+            p.voids,
+        ]
+        for p in found
+    ]
+
+
+PROGRESS_HEADER = [
+    "eval",
+    "tuning",
+    "version",
+    "asked",
+    "status",
+    "done",
+    "passed",
+    "graded",
+    "rate",
+    "low",
+    "high",
+    "failed",
+    "cancelled",
+    "voids",
+]
+
+
+def progress_tsv(found: list[EvalProgress]) -> str:
+    return tsv(PROGRESS_HEADER, progress_rows(found))
+
+
+def progress_table(found: list[EvalProgress]) -> Table:
+    """`tunefleet eval status`: every evaluation with its live counters."""
+    table = Table("eval", "tuning", "version", "status", "done", "pass rate (95 % CI)", "failed", box=None)
+    for p in found:
+        table.add_row(
+            p.head.id,
+            p.head.tuning,
+            f"{p.head.version[:12]} ({p.head.version_asked})",
+            p.status,
+            f"{p.done}/{p.head.items}",
+            percent(p.rate),
+            str(p.failed),
+        )
+    return table
+
+
+def summary_row(r: EvalResults) -> list[object]:
+    return [
+        r.id,
+        r.tuning,
+        r.version,
+        r.version_asked,
+        r.source,
+        r.repeats,
+        r.status,
+        r.done,
+        r.items,
+        r.passed,
+        r.graded,
+        f"{r.rate.rate:.4f}",
+        f"{r.rate.low:.4f}",
+        f"{r.rate.high:.4f}",
+        r.failed,
+        r.cancelled,
+        r.voids,
+        ",".join(r.flaky),
+        r.usage.tokens,
+        f"{r.usage.cost_usd:.6f}",
+    ]
+
+
+SUMMARY_HEADER = [
+    "eval",
+    "tuning",
+    "version",
+    "asked",
+    "source",
+    "repeats",
+    "status",
+    "done",
+    "items",
+    "passed",
+    "graded",
+    "rate",
+    "low",
+    "high",
+    "failed",
+    "cancelled",
+    "voids",
+    "flaky",
+    "tokens",
+    "cost_usd",
+]
+
+
+def summary_tsv(r: EvalResults) -> str:
+    """`tunefleet eval status ID --format tsv`: one line."""
+    return tsv(SUMMARY_HEADER, [summary_row(r)])
+
+
+def summary_lines(r: EvalResults) -> Text:
+    """`tunefleet eval status ID`: what it runs and how far it is."""
+    name = f" ({r.name})" if r.name and r.name != r.id else ""
+    lines = [
+        f"eval {r.id}{name}: tuning {r.tuning}, version {r.version[:12]} ({r.version_asked}), "
+        f"cases: {r.source}, {r.repeats} repeat(s)",
+        f"{r.status}: {r.done}/{r.items} items ended; pass rate {percent(r.rate)}",
+        f"failed for infrastructure: {r.failed}; cancelled: {r.cancelled}; void runs set aside: {r.voids}",
+        f"spent: {r.usage.tokens:,} tokens, ${r.usage.cost_usd:.4f}",
+    ]
+    return Text("\n".join(lines))
+
+
+CASES_HEADER = ["case", "rev", "repeats", "graded", "passed", "pass_fraction", "outcome", "failed", "pending"]
+
+
+def cases_rows(r: EvalResults) -> list[list[object]]:
+    return [
+        [
+            row.case,
+            row.rev,
+            row.repeats,
+            row.graded,
+            row.passed,
+            "" if row.pass_fraction is None else f"{row.pass_fraction:.4f}",
+            row.outcome,
+            row.failed,
+            row.pending,
+        ]
+        for row in r.cases
+    ]
+
+
+def cases_tsv(r: EvalResults) -> str:
+    """`tunefleet eval results ID --format tsv`: one line per case."""
+    return tsv(CASES_HEADER, cases_rows(r))
+
+
+def cases_table(r: EvalResults) -> Table:
+    """`tunefleet eval results ID`: one row per case; with repeats its pass fraction, and flaky marked."""
+    table = Table("case", "rev", "passed", "outcome", "failed (infra)", box=None)
+    for row in r.cases:
+        fraction = f"{row.passed}/{row.graded}" if row.graded else "-"
+        table.add_row(row.case, str(row.rev), fraction, row.outcome, str(row.failed) if row.failed else "")
+    return table
+
+
+def detail_view(r: EvalResults) -> Group:
+    """`tunefleet eval show ID`: the summary, the mean score of each rubric item, flaky cases, the items
+    that failed for infrastructure, then the cases."""
+    rubric = Table("rubric item", "mean score", box=None)
+    for rubric_id, score in r.rubric.items():
+        rubric.add_row(rubric_id, f"{score:.3f}")
+    parts: list[Text | Table] = [summary_lines(r), Text(""), rubric]
+    if r.flaky:
+        parts += [Text(f"\nflaky (passed some repeats, not all): {', '.join(r.flaky)}")]
+    if r.infra:
+        parts += [Text("\nfailed for infrastructure (not in the pass rate):")]
+        parts += [Text(f"  {f.case} #{f.repeat}: {f.reason or '?'}") for f in r.infra]
+    parts += [Text(""), cases_table(r)]
+    return Group(*parts)
+
+
+def detail_json(r: EvalResults) -> str:
+    return r.model_dump_json(indent=2)
+
+
+COMPARE_HEADER = ["case", "direction", "before", "after"]
+
+
+def compare_tsv(c: Comparison) -> str:
+    """`tunefleet eval compare A B --format tsv`: one line per flip, after a comment-free header."""
+    return tsv(COMPARE_HEADER, [[f.case, f.direction, f"{f.before:.4f}", f"{f.after:.4f}"] for f in c.flips])
+
+
+def compare_view(c: Comparison) -> Group:
+    """`tunefleet eval compare A B`: both sides, the paired test, the difference and the flips."""
+    sides = Table("", "eval", "version", "pass rate", "tokens", "cost (USD)", box=None)
+    for label, side in (("A (before)", c.before), ("B (after)", c.after)):
+        sides.add_row(
+            label, side.id, side.version[:12], percent(side.rate), f"{side.tokens:,}", f"{side.cost_usd:.4f}"
+        )
+    diff = c.difference
+    lines = [
+        f"pairs: {c.pairs} cases graded on both sides ({c.both} pass on both, {c.neither} on neither)",
+        f"gained (fail -> pass): {c.gained}; lost (pass -> fail): {c.lost}; "
+        f"exact McNemar p = {c.mcnemar_p:.4g}",
+        f"difference B - A: {100 * diff.difference:+.1f} points, 95 % CI {100 * diff.low:+.1f} to "
+        f"{100 * diff.high:+.1f} ({diff.method})",
+    ]
+    if c.unpaired:
+        lines.append(f"graded on one side only (left out): {', '.join(c.unpaired)}")
+    flips = Table("case", "flip", "A", "B", box=None)
+    for flip in c.flips:
+        arrow = "fail -> pass" if flip.direction == "gained" else "pass -> fail"
+        flips.add_row(flip.case, arrow, f"{flip.before:.2f}", f"{flip.after:.2f}")
+    return Group(sides, Text(""), Text("\n".join(lines)), Text(""), flips)
+
+
+def as_json(value: object) -> str:
+    return json.dumps(value, indent=2)
+
+
+def before_after(report: TuningReport) -> Group:
+    """The held-out pass rate before and after tuning, the paired test and the flips (`make demo`)."""
+    table = Table(
+        "held-out",
+        "version",
+        "pass rate (95 % CI)",
+        "failed (infra)",
+        title=f"tuning {report.tuning}: held-out cases, before and after",
+        title_justify="left",
+        box=None,
+    )
+    for label, which, results in (("before", "imported", report.before), ("after", "final", report.after)):
+        if results is None:
+            table.add_row(label, which, "not evaluated", "")
+            continue
+        table.add_row(label, f"{which} {results.version[:12]}", percent(results.rate), str(results.failed))
+    parts: list[Table | Text] = [table]
+    c = report.comparison
+    if c is not None:
+        diff = c.difference
+        gained = ", ".join(f.case for f in c.flips if f.direction == "gained") or "none"
+        lost = ", ".join(f.case for f in c.flips if f.direction == "lost") or "none"
+        parts.append(
+            Text(
+                f"difference {100 * diff.difference:+.1f} points (95 % CI {100 * diff.low:+.1f} to "
+                f"{100 * diff.high:+.1f}); exact McNemar p = {c.mcnemar_p:.4g}\n"
+                f"gained: {gained}\nlost: {lost}\n"
+                f"cost: tuning ${report.train.usage.cost_usd:.4f}, "
+                f"evaluation ${report.evaluation_usage.cost_usd:.4f}"
+            )
+        )
+    return Group(*parts)

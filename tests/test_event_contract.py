@@ -1,0 +1,146 @@
+"""The event contract: every kind the code emits is a member of EventKind and every member is emitted;
+the sink refuses any other kind; `step_finished` has one shape for cases and goals; the front ends
+(metrics, watch, the dashboard's JavaScript) take kinds from the contract, never from a literal. Each
+checker is proven on a planted mistake."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from service.api.app import create_app
+from service.api.contract import CONTRACT_PATH
+from service.client.client import TunefleetClient
+from service.core import keys
+from service.core.errors import UnknownEventKindError
+from service.core.events import EventSink
+from service.core.models.events import CASE_ENDS, GOAL_ENDS, Event, EventKind
+from service.core.settings import FleetSettings
+from tests.support.events import emit_sites, js_kind_literals, kind_literals
+from tests.support.imports import module_sources
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "service" / "dashboard"
+PLANTED = """
+
+async def planted(cr, sink, state):
+    await cr.emit("case_exploded")
+    await sink.emit(f"case_{state}", "t1")
+    await cr.emit(EventKind.CASE_EXPLODED)
+"""
+
+
+@pytest.fixture
+async def client(settings: FleetSettings) -> AsyncIterator[TunefleetClient]:
+    async with TunefleetClient(settings) as opened:
+        yield opened
+
+
+def test_every_kind_the_code_emits_is_in_the_contract() -> None:
+    """No emit site in service/ or workers/ gives text for its kind or names a member the enum lacks, and
+    the producers (core, client, daemon, workers) name every member: the contract has no dead kind."""
+    named, outside = emit_sites(module_sources(ROOT))
+    assert outside == []
+    assert named == {kind.value for kind in EventKind}
+
+
+def test_a_planted_unknown_kind_is_caught() -> None:
+    """An emit site that names its kind by string, by f-string or by a member the enum lacks is reported."""
+    sources = module_sources(ROOT)
+    sources["workers.loop"] += PLANTED
+    _, outside = emit_sites(sources)
+    assert [site.split(": ", 1)[1] for site in outside] == [
+        "'case_exploded'",
+        "f'case_{state}'",
+        "EventKind.CASE_EXPLODED",
+    ]
+    assert all(site.startswith("workers.loop:") for site in outside)
+
+
+def test_no_front_end_or_worker_matches_a_kind_by_string() -> None:
+    """No module compares an event's kind with a string or keeps a table keyed by kind strings; planted
+    ones are caught."""
+    sources = module_sources(ROOT)
+    assert kind_literals(sources) == []
+    sources["service.metrics"] += '\n\ndef planted(event):\n    return event.kind in ("step_finished", "x")\n'
+    sources["service.watch.fmt"] += '\nPLANTED = {"case_failed": "red", "goal_failed": "red"}\n'
+    found = [site.split(": ", 1)[1] for site in kind_literals(sources)]
+    assert found == ["'step_finished'", "'case_failed'", "'goal_failed'"]
+
+
+def test_the_dashboard_names_no_kind_by_string() -> None:
+    """The dashboard's JavaScript holds no event kind as a literal (it imports them); a planted one is
+    caught."""
+    scripts = sorted(DASHBOARD.glob("*.js"))
+    assert len(scripts) >= 4
+    assert {p.name: js_kind_literals(p.read_text()) for p in scripts} == {p.name: [] for p in scripts}
+    assert js_kind_literals('if (event.kind === "case_failed") { warn(`goal_failed`); }') == [
+        "case_failed",
+        "goal_failed",
+    ]
+
+
+async def test_the_dashboard_contract_module_is_the_enum(
+    client: TunefleetClient, settings: FleetSettings
+) -> None:
+    """The served contract.js (no token needed, as the static files) exports exactly the enum's kinds and
+    the case and goal ends, and the dashboard imports it."""
+    app = create_app(client, settings)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as web:
+        answer = await web.get(CONTRACT_PATH)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/javascript")
+    exports = {
+        name: json.loads(value)
+        for name, value in re.findall(r"^export const (\w+) = Object\.freeze\((.*)\);$", answer.text, re.M)
+    }
+    assert exports == {
+        "EVENT_KINDS": {kind.name: kind.value for kind in EventKind},
+        "CASE_ENDS": {state: kind.value for state, kind in CASE_ENDS.items()},
+        "GOAL_ENDS": {status: kind.value for status, kind in GOAL_ENDS.items()},
+    }
+    assert 'from "./contract.js"' in (DASHBOARD / "app.js").read_text()
+
+
+async def test_the_sink_refuses_an_unknown_kind_and_writes_nothing(
+    client: TunefleetClient, settings: FleetSettings
+) -> None:
+    """EventSink.emit and emit_many refuse a kind outside the contract, naming it, before any write: no
+    stream entry, no counter, no events.jsonl line; a known kind goes through."""
+    sink = EventSink(client.redis, client.store, settings.events_max)
+    with pytest.raises(UnknownEventKindError, match="'case_exploded' is not in the contract"):
+        await sink.emit("case_exploded", "t1", case="c1", rev=1)  # type: ignore[arg-type]
+    with pytest.raises(UnknownEventKindError, match="'case_exploded' is not in the contract"):
+        await sink.emit_many("case_exploded", "t1", [{"case": "c1", "rev": 1}])  # type: ignore[arg-type]
+    assert await client.redis.xlen(keys.events()) == 0
+    assert await client.redis.exists(keys.stats("t1")) == 0
+    assert not client.store.tuning("t1").events_file.exists()
+    await sink.emit(EventKind.CASE_QUEUED, "t1", case="c1", rev=1)
+    assert await client.redis.xlen(keys.events()) == 1
+
+
+def test_a_finished_step_has_one_shape_for_every_job() -> None:
+    """A step_finished event without its step or its duration_ms is refused, whatever the job; a goal's
+    finished step is accepted with its step, iteration and duration_ms at the top level."""
+    now = datetime.now(UTC)
+    with pytest.raises(ValidationError, match="duration_ms"):
+        Event(at=now, kind=EventKind.STEP_FINISHED, tuning="t1", case="c1", step="run")
+    with pytest.raises(ValidationError, match="duration_ms"):
+        Event(at=now, kind=EventKind.STEP_FINISHED, tuning="t1", case="c1", duration_ms=5)
+    finished = Event(at=now, kind=EventKind.STEP_FINISHED, tuning="", goal="g1", iteration=2, step="work",
+                     duration_ms=1250)  # fmt: skip
+    assert json.loads(finished.model_dump_json(exclude_defaults=True)) == {
+        "at": finished.model_dump(mode="json")["at"],
+        "kind": "step_finished",
+        "tuning": "",
+        "goal": "g1",
+        "iteration": 2,
+        "step": "work",
+        "duration_ms": 1250,
+    }

@@ -1,0 +1,104 @@
+"""Cases as a kind of leased job (workers.envelope): how one is loaded, pursued (the case loop,
+workers.loop) and ended."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import structlog
+
+from service.core.errors import CaseFileError, StoreError, TunefleetError
+from service.core.models.events import CASE_ENDS, EventKind
+from service.core.models.jobs import CASE_FUNCTION, CaseJob, JobResult
+from service.core.models.records import CaseResult, Note
+from service.evals.errors import HeldOutError
+from workers.case import CaseRun
+from workers.envelope import Ending, JobKind
+from workers.errors import LeaseLost
+from workers.lease import CaseLease, Grant
+from workers.loop import finish, run_loop
+from workers.runtime import WorkerRuntime
+
+log = structlog.get_logger()
+
+
+def result_of(result: CaseResult) -> JobResult:
+    return JobResult(state=result.state, reason=result.reason, steps=result.steps)
+
+
+class CaseKind(JobKind[CaseJob, CaseRun]):
+    """One case of a tuning, from its first missing step to its result."""
+
+    function, noun, payload = CASE_FUNCTION, "case", CaseJob
+
+    async def load(
+        self, runtime: WorkerRuntime, job: CaseJob, lease: CaseLease, grant: Grant, job_try: int
+    ) -> CaseRun:
+        """The case's run; TunefleetError naming the file when the tuning's config or the case file
+        cannot be read."""
+        try:
+            tuning = runtime.tuning(job.tuning)
+        except OSError as exc:  # the config vanished or turned unreadable between two reads
+            raise StoreError(f"tuning {job.tuning!r}: its config cannot be read: {exc}") from exc
+        if job.case in tuning.held_out:  # enqueued past the submission's check: never tuned on
+            raise HeldOutError(
+                f"case {job.case!r} is held out of tuning {job.tuning!r}: it is only evaluated"
+            )
+        store = tuning.store.case(job.case, job.rev)
+        case = store.load_case()
+        if case is None:
+            raise CaseFileError(
+                str(store.case_file), "(file)", "the submitted case is missing from the store"
+            )
+        cr = CaseRun(runtime, lease, tuning, case, store)
+        data = {
+            "lease": lease.token,
+            "lost_leases": grant.lost,
+            "suspect": grant.level or None,
+            "try": job_try,
+        }
+        await cr.emit(EventKind.CASE_STARTED, data=data)
+        return cr
+
+    async def unloadable(
+        self, runtime: WorkerRuntime, job: CaseJob, lease: CaseLease, state: Ending, reason: str
+    ) -> JobResult:
+        """Write the result (fenced) and send its event, even when the case's folder cannot be written;
+        the result it already had, if it had one."""
+        store = runtime.store.tuning(job.tuning).case(job.case, job.rev)
+        try:
+            done = store.result()
+            if done is not None:  # ended before (its event was sent then): nothing to do again
+                return result_of(done)
+            await lease.check()
+            result = CaseResult(case=job.case, rev=job.rev, state=state, reason=reason, at=datetime.now(UTC))
+            store.write_result(result)
+            if state == "failed":
+                store.add_note(
+                    Note(at=result.at, kind="failed", rev=job.rev, text=reason, worker=runtime.name)
+                )
+        except LeaseLost:
+            raise  # another worker owns the case now: it writes the result
+        except (OSError, TunefleetError) as unwritable:
+            log.error("case_result_unwritable", error=str(unwritable), reason=reason)
+        try:
+            await runtime.sink.emit(
+                CASE_ENDS[state],
+                job.tuning,
+                case=job.case,
+                rev=job.rev,
+                detail=reason,
+                running=(job.job_id, None),
+            )
+        except OSError as unwritable:  # the tuning's events file: the counters have not moved either
+            log.error("case_event_unwritable", error=str(unwritable), reason=reason)
+        return JobResult(state=state, reason=reason, steps=0)
+
+    async def pursue(self, run: CaseRun) -> JobResult:
+        return result_of(await run_loop(run))
+
+    async def end(self, run: CaseRun, state: Ending, reason: str) -> JobResult:
+        done = run.store.result()
+        if done is not None:
+            return result_of(done)
+        return result_of(await finish(run, state, None, reason))

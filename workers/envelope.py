@@ -1,0 +1,199 @@
+"""The life of a leased job, whatever its kind (docs/architecture.md, "Job kinds"):
+
+    take the lease (with the losses that count against the job, its suspicion and whether it was
+        cancelled: one script, workers.lease)
+    load the job                   one that cannot be loaded ends failed (or cancelled), naming why
+    cancelled before it started    ends cancelled
+    lost its lease too often       ends failed: poison
+    pursue it                      the kind's body, the lease's heartbeat beside it
+    on the way out                 every exception is one outcome, the same for every kind:
+        LeaseLost          another worker owns the job: write nothing, stop
+        RedisError         hand the job back (it runs again once Redis answers)
+        ProviderDown       hand it back for `provider_retry_s`: no try spent, nothing marked
+        KeyRefused         hold the job's tuning and hand the job back (no tuning to hold: it fails)
+        JobFault           end failed, with the fault as the reason
+        cancelled          by the user: end cancelled, naming the step it stopped; by a stopping
+                           worker (SIGTERM): hand the job back
+        anything else      end failed: internal error
+    and whatever the way out, what the agent call under way spent is recorded first.
+
+A kind (JobKind) brings only its own: its payload model, how it is loaded, its body (`pursue`) and how
+it ends; its run context (a workers.job_run.JobRun) carries the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable
+from typing import Any, Generic, Literal, NoReturn, TypeVar
+
+import structlog
+from arq import Retry
+from arq.typing import WorkerCoroutine
+from redis.exceptions import RedisError
+
+from service.core.errors import TunefleetError
+from service.core.models.events import EventKind
+from service.core.models.jobs import JobResult, LeasedJob
+from workers.errors import JobFault, KeyRefused, LeaseLost, ProviderDown
+from workers.job_run import JobRun
+from workers.lease import CaseLease, Grant
+from workers.runtime import WorkerRuntime
+from workers.tasks import quietly, watched
+
+log = structlog.get_logger()
+
+J = TypeVar("J", bound=LeasedJob)
+R = TypeVar("R", bound=JobRun)
+Ending = Literal["failed", "cancelled"]
+"""The ends the envelope itself gives a job; a kind's body gives the others."""
+
+
+class JobKind(ABC, Generic[J, R]):
+    """One kind of leased job: a third kind is a subclass of this, its models and its body."""
+
+    function: str
+    """arq's name of the job function (service.core.models.jobs)."""
+    noun: str
+    """The kind's word in reasons and logs."""
+    payload: type[J]
+    """The job's payload model."""
+
+    @abstractmethod
+    async def load(self, runtime: WorkerRuntime, job: J, lease: CaseLease, grant: Grant, job_try: int) -> R:
+        """The job's run context, its start announced; TunefleetError or OSError when it cannot be read."""
+
+    @abstractmethod
+    async def unloadable(
+        self, runtime: WorkerRuntime, job: J, lease: CaseLease, state: Ending, reason: str
+    ) -> JobResult:
+        """End a job that cannot be loaded (no run context) so that it is finished and not run again."""
+
+    @abstractmethod
+    async def pursue(self, run: R) -> JobResult:
+        """The kind's body: carry the job on from its first missing step to its end."""
+
+    @abstractmethod
+    async def end(self, run: R, state: Ending, reason: str) -> JobResult:
+        """End the job durably (or return how it ended, if it had ended already)."""
+
+    def function_for_arq(self) -> WorkerCoroutine:
+        """The coroutine arq runs for this kind, given the payload; its result is a JobResult as JSON."""
+
+        async def run_kind(ctx: dict[Any, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+            (payload,) = args
+            result = await run_job(self, ctx["runtime"], payload, ctx["job_try"])
+            return result.model_dump(mode="json", exclude_none=True)
+
+        run_kind.__name__ = run_kind.__qualname__ = self.function
+        return run_kind
+
+
+async def run_job(
+    kind: JobKind[J, R], runtime: WorkerRuntime, payload: dict[str, Any], job_try: int
+) -> JobResult:
+    """One job, under a lease, to its end or until the worker lets it go."""
+    job = kind.payload.model_validate(payload)
+    lease, grant = await runtime.acquire(job.job_id, job.scope)
+    structlog.contextvars.bind_contextvars(**job.model_dump(), worker=runtime.name)
+    try:
+        return await _outcome(runtime, lease, _start(kind, runtime, job, lease, grant, job_try))
+    finally:
+        runtime.controls.scopes.pop(job.job_id, None)
+
+
+async def _start(
+    kind: JobKind[J, R], runtime: WorkerRuntime, job: J, lease: CaseLease, grant: Grant, job_try: int
+) -> JobResult:
+    try:
+        run = await kind.load(runtime, job, lease, grant, job_try)
+    except LeaseLost:
+        raise
+    except (TunefleetError, OSError) as exc:
+        log.error(f"{kind.noun}_unreadable", error=str(exc))
+        state: Ending = "cancelled" if grant.cancelled else "failed"
+        reason = f"the {kind.noun} could not be loaded: {exc}"
+        return await kind.unloadable(runtime, job, lease, state, reason)
+    return await _lead(kind, run, grant)
+
+
+async def _outcome(runtime: WorkerRuntime, lease: CaseLease, ending: Awaitable[JobResult]) -> JobResult:
+    """The job's result; the ways out that leave the job to another worker, or to a later try."""
+    try:
+        return await ending
+    except LeaseLost as exc:
+        log.warning("lease_lost", error=str(exc))
+        return JobResult(lease_lost=lease.token)
+    except RedisError as exc:
+        log.warning("redis_lost_mid_job", error=str(exc))
+        await quietly(lease.requeue())
+        raise Retry(defer=runtime.settings.poll_delay_s) from None
+
+
+async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
+    settings = run.settings
+    try:
+        if grant.cancelled or run.cancel_requested:
+            return await kind.end(run, "cancelled", "cancelled before it started")
+        if grant.lost >= settings.max_lease_losses:
+            return await kind.end(run, "failed", f"poison: the {kind.noun} lost its lease {grant.lost} times")
+        async with watched(run.lease.heartbeat()):
+            return await kind.pursue(run)
+    except LeaseLost as exc:
+        await quietly(run.settle_spend())
+        await quietly(run.emit(EventKind.LEASE_LOST, detail=str(exc)))
+        raise
+    except KeyRefused as exc:
+        log.error("provider_key_refused", error=str(exc))
+        await run.settle_spend()
+        if run.tuning is None:
+            reason = f"{exc}; it has no tuning to hold: start it again once the key is accepted"
+            return await kind.end(run, "failed", reason)
+        await quietly(run.controls.hold(run.tuning.name, "auth", str(exc)))
+        await _hand_back(run, str(exc))
+    except ProviderDown as exc:
+        log.warning("provider_down", error=str(exc))
+        await run.settle_spend()
+        await _hand_back(run, str(exc))
+    except JobFault as fault:
+        await run.settle_spend()
+        return await kind.end(run, "failed", str(fault))
+    except RedisError:
+        await quietly(run.settle_spend())
+        raise
+    except asyncio.CancelledError:
+        if run.job_id not in run.controls.cancelling:
+            await asyncio.shield(_let_go(run))  # the worker is stopping: another resumes the job
+            raise
+        run.controls.cancelling.discard(run.job_id)
+        return await asyncio.shield(_cancelled(kind, run))
+    except Exception as exc:
+        # A defect or a broken environment, not the job's own doing: visible as failed, run again later.
+        log.exception(f"{kind.noun}_crashed")
+        await quietly(run.settle_spend())
+        return await kind.end(run, "failed", f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def _cancelled(kind: JobKind[J, R], run: R) -> JobResult:
+    await run.settle_spend()
+    step = run.step_under_way
+    return await kind.end(
+        run, "cancelled", f"cancelled by the user{f' during the {step} step' if step else ''}"
+    )
+
+
+async def _let_go(run: JobRun) -> None:
+    """The worker is stopping: record what was spent, give the job back to the queue at once."""
+    await quietly(run.settle_spend())
+    if await quietly(run.lease.requeue()):
+        await quietly(run.let_go(run.requeued, "the worker stopped"))
+
+
+async def _hand_back(run: JobRun, reason: str) -> NoReturn:
+    """An LLM provider stayed down (or refused the key): give the job back to the queue for
+    `provider_retry_s`, marking nothing and spending no try (the step runs again from its start)."""
+    defer_s = run.settings.provider_retry_s
+    if await quietly(run.lease.requeue(defer_s)):
+        await quietly(run.let_go(EventKind.PROVIDER_DOWN, reason, {"retry_in_s": defer_s}))
+    raise Retry(defer=defer_s) from None

@@ -1,0 +1,155 @@
+"""The context every leased job carries on this worker, whatever its kind: the lease and its fenced
+writes, the fleet's controls, breaker and event sink, the gate a step start waits at, and the meter of
+the agent call under way. A kind's run context (workers.case.CaseRun, workers.goals.run.GoalRun) adds
+its own subject and answers the few questions the envelope (workers.envelope) asks on the way out.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import structlog
+from pydantic import BaseModel
+
+from service.core import keys
+from service.core.events import COST_SCALE
+from service.core.files import write_atomic, write_model
+from service.core.models.events import EventKind
+from service.core.models.records import Usage
+from service.core.models.status import Hold, WaitCause
+from workers.lease import CaseLease
+from workers.meter import CURRENT, StepMeter
+from workers.runtime import WorkerRuntime
+from workers.tuning import TuningRuntime
+
+Announce = Callable[[WaitCause, Hold | None], Awaitable[None]]
+"""How a kind tells that a step start waits (and for what): its event, its live state."""
+
+
+class JobRun(ABC):
+    """One job this worker runs under one lease."""
+
+    requeued: ClassVar[EventKind]
+    """Its event when a stopping worker gives it back to the queue."""
+
+    def __init__(
+        self, runtime: WorkerRuntime, lease: CaseLease, tuning: TuningRuntime | None, context: dict[str, Any]
+    ) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.sink = runtime.sink
+        self.gate = runtime.gate
+        self.controls = runtime.controls
+        self.worker = runtime.name
+        self.lease = lease
+        self.tuning = tuning
+        """The tuning the job runs on (its holds, budget and counters), if any."""
+        self.log = structlog.get_logger().bind(worker=self.worker, **context)
+
+    @property
+    def job_id(self) -> str:
+        return self.lease.job_id
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the store says the job was cancelled (a cancel that outlives Redis)."""
+        return False
+
+    @property
+    def step_under_way(self) -> str | None:
+        """The step a cancel stops, named in the reason (None: the reason names none)."""
+        return None
+
+    def work_name(self, step: str) -> str:
+        """This lease's private folder name for a step, so a stale holder's agents never collide."""
+        return f"{step}-{self.lease.token}"
+
+    async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
+        """A fenced, durable write (with `also` files, written first and not flushed): refused
+        (LeaseLost) once the lease has moved on. Written on the event loop: handing the write to a
+        thread costs more CPU than the flush it would take off the loop (docs/benchmarks.md)."""
+        await self.lease.check()
+        for other, data in also:
+            write_atomic(other, data, durable=False)
+        write_model(path, model)
+
+    @abstractmethod
+    async def emit(self, kind: EventKind, **fields: Any) -> None:
+        """Send an event about this job through the fleet's sink."""
+
+    async def let_go(self, kind: EventKind, detail: str, data: dict[str, Any] | None = None) -> None:
+        """The job went back to the queue (its lease is given up): say so, with `kind`'s event."""
+        await self.emit(kind, detail=detail, data=data or {})
+
+    @contextmanager
+    def metered(self, where: dict[str, Any]) -> Iterator[StepMeter]:
+        """Meter one agent call: if it never returns (a deadline, a cancel, a stop), what the fleet's
+        adapters measured it spending is kept with `unfinished_spend` (at once, with no await: safe while
+        the call is being cancelled) and recorded for good by `settle_spend`."""
+        meter = StepMeter()
+        token = CURRENT.set(meter)
+        try:
+            yield meter
+        except BaseException:
+            spent = meter.usage()
+            if spent.tokens or spent.cost_usd:
+                self.unfinished_spend(spent, where)
+            raise
+        finally:
+            CURRENT.reset(token)
+
+    @abstractmethod
+    def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
+        """Keep what an agent call spent that never returned (no await)."""
+
+    @abstractmethod
+    async def settle_spend(self) -> None:
+        """Record for good what `unfinished_spend` kept (the envelope calls it on every way out)."""
+
+    async def wait_runnable(self, announce: Announce) -> None:
+        """Hold a step start while the fleet is paused, the job's tuning is held (its budget spent, a key
+        refused) or the sandbox breaker is open, announcing each wait."""
+        told_hold = False
+        while True:
+            if self.controls.paused:
+                await announce("resume", None)
+                await self.controls.wait_runnable()
+                told_hold = False
+            hold = await tuning_hold(self, self.tuning) if self.tuning is not None else None
+            if hold is None or self.tuning is None:
+                break
+            if not told_hold:
+                await announce("hold", hold)
+                told_hold = True
+            await self.controls.wait_released(self.tuning.name)
+        if self.gate.is_open:
+            await announce("sandbox", None)
+            await self.gate.wait_closed()
+
+
+async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:
+    """The hold of the tuning a job runs on, set here first if its spend (the live counters) is at or
+    past its budget and `tunefleet resume TUNING` did not waive that budget."""
+    held = run.controls.held(tuning.name)
+    if held is not None:
+        return held
+    cached = tuning.config.budget
+    if cached.tuning_max_tokens is None and cached.tuning_max_usd is None:
+        return None  # a tuning registered without one: no stat of its config at every step start
+    budget = tuning.current_budget()
+    if budget.tuning_max_tokens is None and budget.tuning_max_usd is None:
+        return None
+    async with run.sink.redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.stats(tuning.name), ["tokens", "cost_usd_micros"])
+        pipe.hget(keys.budget_waived(), tuning.name)
+        (tokens, micros), waived = await pipe.execute()
+    reason = budget.tuning_over(int(tokens or 0), int(micros or 0) / COST_SCALE)
+    if reason is None or (waived is not None and waived.decode() == budget.model_dump_json()):
+        return None
+    if await run.controls.hold(tuning.name, "budget", reason):
+        await run.emit(EventKind.TUNING_HELD, detail=reason, data={"kind": "budget"})
+    return run.controls.held(tuning.name)
