@@ -22,8 +22,11 @@ lint:
 	$(PY) -m ruff format --check service workers tests bench
 	$(PY) -m mypy
 
+# The tests run on TEST_WORKERS processes (pytest-xdist); each test has its own Redis, store and ports.
+# `make unit TEST_WORKERS=0` runs them in this one process.
+TEST_WORKERS ?= 3
 unit:
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 clean:
 	rm -rf var .venv .mypy_cache .ruff_cache .pytest_cache
