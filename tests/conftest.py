@@ -22,11 +22,14 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def settings(redis_server: RedisServer, tmp_path: Path) -> FleetSettings:
+    """Short leases and polls, so that faults play out in seconds. A lease is renewed every third of
+    lease_s, so a worker stalled for two thirds of it loses its cases: 3 s rides out the stalls of a
+    loaded 2-core machine running the tests side by side (at 1.5 s, workers lost leases they held)."""
     return FleetSettings(
         redis_url=redis_server.url,
         store=tmp_path / "store",
         poll_delay_s=0.05,
-        lease_s=1.5,
+        lease_s=3.0,
         stop_grace_s=3.0,
         lock_lease_s=3.0,
         breaker_probe_base_s=0.5,

@@ -196,6 +196,22 @@ def holder_pid(redis_server: RedisServer) -> int | None:
     return None if raw is None else int(json.loads(raw)["pid"])
 
 
+async def wait_in_charge(redis_server: RedisServer, daemon: subprocess.Popen[str]) -> None:
+    """Wait until `daemon` holds the lease and has renewed it once: its start (registering its tuning,
+    which renews nothing) is behind it, so a slow start on a loaded machine cannot let the lease lapse
+    later in the test."""
+    await wait_until(lambda: holder_pid(redis_server) == daemon.pid, 30, "the daemon's lease")
+    with redis_server.client() as r:
+        ttls_ms = [int(r.pttl(keys.daemon()))]
+
+        def renewed() -> bool:  # the lease's time to live went up between two looks
+            ttls_ms.append(int(r.pttl(keys.daemon())))
+            return ttls_ms[-1] > ttls_ms[-2]
+
+        await wait_until(renewed, 30, "the daemon to renew its lease")
+    assert holder_pid(redis_server) == daemon.pid
+
+
 async def test_a_frozen_daemon_loses_its_lease_and_stops(
     settings: FleetSettings, redis_server: RedisServer, tmp_path: Path
 ) -> None:
@@ -205,11 +221,11 @@ async def test_a_frozen_daemon_loses_its_lease_and_stops(
     first = start_daemon(cli_env(settings, TUNEFLEET_API_PORT="0", **lease), tuning_file(tmp_path, "t1"))
     second: subprocess.Popen[str] | None = None
     try:
-        await wait_until(lambda: holder_pid(redis_server) == first.pid, 30, "the first daemon's lease")
+        await wait_in_charge(redis_server, first)
         first.send_signal(signal.SIGSTOP)
         await wait_until(lambda: holder_pid(redis_server) is None, 10, "the frozen daemon's lease to lapse")
         second = start_daemon(cli_env(settings, TUNEFLEET_API_PORT="0", **lease), tuning_file(tmp_path, "t2"))
-        await wait_until(lambda: holder_pid(redis_server) == second.pid, 30, "the second daemon's lease")
+        await wait_in_charge(redis_server, second)
         first.send_signal(signal.SIGCONT)
         assert first.wait(30) == 2
         _, err = first.communicate()

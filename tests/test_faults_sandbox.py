@@ -9,14 +9,14 @@ from pathlib import Path
 
 from tests.support.fleet import Fleet, case, demo_adapter, event_time_s, wait_until, write_tuning
 
-OUTAGE_S = 20.0
+OUTAGE_S = 10.0
 WORKERS = 3
 
 
 async def test_an_outage_opens_one_breaker_paces_probes_and_marks_nothing(
     fleet: Fleet, tmp_path: Path
 ) -> None:
-    """20 s of sandbox outage with three workers: no case marked, one probe per interval fleet-wide (growing,
+    """10 s of sandbox outage with three workers: no case marked, one probe per interval fleet-wide (growing,
     capped), and every worker runs again within a poll of the breaker closing."""
     outage = tmp_path / "sandbox-down"
     adapter = demo_adapter(run_ms=400, analyze_ms=50, apply_ms=50, outage_file=str(outage))
@@ -30,7 +30,9 @@ async def test_an_outage_opens_one_breaker_paces_probes_and_marks_nothing(
     )
     outage.touch()
     down_at = time.time()
-    await asyncio.sleep(OUTAGE_S)  # the outage itself: the sandbox stays down this long
+    # The outage itself: the sandbox stays down this long, time enough for the probe interval to grow
+    # from breaker_probe_base_s to its cap and be spent there at least once.
+    await asyncio.sleep(OUTAGE_S)
     outage.unlink()
     up_at = time.time()
     rows = await fleet.wait_finished(len(cases), timeout_s=120)

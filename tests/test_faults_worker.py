@@ -52,14 +52,19 @@ async def test_a_killed_workers_case_resumes_elsewhere_within_lease_and_poll(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """SIGKILL mid-run: another worker restarts the case within lease + poll; it ends as it would have."""
+    # Both workers are up before the case is queued: a worker slow to start on a loaded machine cannot let
+    # the first run end (and the case go on) before the kill.
+    workers = [fleet.start_worker(), fleet.start_worker()]
+    pids = {w.pid for w in workers}
+    await wait_until(lambda: pids <= {int(w.split(":")[-1]) for w in _alive(fleet)}, 30, "both workers up")
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1", rules=["c1-a"])], adapter=SLOW_RUN))
-    first = fleet.start_worker()
     await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 1, 30, "the first run to start")
-    second = fleet.start_worker()
-    await wait_until(lambda: second.pid in {int(w.split(":")[-1]) for w in _alive(fleet)}, 30, "worker 2 up")
+    first = next(w for w in workers if started_by(fleet.events(), "c1")[0]["worker"].endswith(f":{w.pid}"))
+    second = next(w for w in workers if w is not first)
     first.send_signal(signal.SIGKILL)
     killed_at = time.time()
     first.wait()
+    assert step_finishes(fleet.events(), "c1") == {}, "the first run ended before the kill"
     await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 2, 30, "the run to start again")
     again = started_by(fleet.events(), "c1")[1]
     assert again["worker"].endswith(f":{second.pid}")

@@ -16,7 +16,7 @@ from service.core.models.goal_state import GoalSummary
 from service.core.settings import FleetSettings
 from service.goals.api import GoalCancelled, GoalDetail, GoalList
 from tests.support.fleet import Fleet, wait_until
-from tests.support.goals import goal_state, wait_goal_ended
+from tests.support.goals import goal_state, wait_goal_ended, wait_goal_shown_ended
 
 TOKEN = "tf-goal-token-19c4"
 GOOD = {"Authorization": f"Bearer {TOKEN}"}
@@ -45,6 +45,7 @@ async def test_a_goal_started_over_http_runs_and_reads_back(fleet: Fleet, api: h
     assert GoalSummary.model_validate_json(created.content).status == "queued"
     fleet.start_worker()
     await wait_goal_ended(fleet)
+    await wait_goal_shown_ended(fleet)
     listed = GoalList.model_validate_json((await api.get("/api/goals")).content).goals
     assert [(s.id, s.status, s.iteration) for s in listed] == [("g1", "completed", 2)]
     detail = GoalDetail.model_validate_json((await api.get("/api/goals/g1")).content)

@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -89,7 +90,14 @@ def pane(settings: FleetSettings, tmp_path: Path) -> Iterator[Pane]:
         check=True,
     )
     try:
-        yield Pane(binary, socket)
+        pane = Pane(binary, socket)
+        # Keys typed before the shell shows its prompt are echoed ahead of it, and the command's output
+        # then follows the prompt on its line: on a loaded machine bash may take a while to start.
+        deadline = time.monotonic() + SCREEN_TIMEOUT_S
+        while not pane.capture().strip():
+            assert time.monotonic() < deadline, "the pane's shell never showed its prompt"
+            time.sleep(0.05)
+        yield pane
     finally:
         subprocess.run([binary, "-S", str(socket), "kill-server"], capture_output=True, check=False)
 

@@ -1,7 +1,8 @@
 """A real process that uses the improvements lock, for the lock's fault tests.
 
-    lock_client.py hammer SECONDS LOG      take and release the lock at random for SECONDS; append each
-                                           hold interval (Redis TIME, microseconds) to LOG
+    lock_client.py hammer HOLDS LOG        print "ready", wait for a line on stdin, then take and release
+                                           the lock HOLDS times, holding and pausing for random spans;
+                                           append each hold interval (Redis TIME, microseconds) to LOG
     lock_client.py hold                    take the lock, print "holding <token>", then wait for a line on
                                            stdin; on it, try to publish a new version and print the outcome
     lock_client.py edit TEXT               take the lock, commit TEXT to rules.md in a worktree, print
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
-import time
 from pathlib import Path
 
 from redis.asyncio import Redis
@@ -36,10 +36,12 @@ async def redis_time_us(redis: Redis) -> int:
     return int(seconds) * 1_000_000 + int(micros)
 
 
-async def hammer(redis: Redis, lock: ImprovementsLock, seconds: float, log: Path) -> None:
-    deadline = time.monotonic() + seconds
+async def hammer(redis: Redis, lock: ImprovementsLock, holds: int, log: Path) -> None:
     member = f"hammer-{id(lock)}"
-    while time.monotonic() < deadline:
+    await redis.ping()
+    print("ready", flush=True)
+    await read_line()
+    for _ in range(holds):
         async with lock.held(member):
             began = await redis_time_us(redis)
             await asyncio.sleep(random.uniform(0, 0.01))
@@ -94,7 +96,7 @@ async def main(argv: list[str]) -> None:
     lock = ImprovementsLock(redis, TUNING, settings.lock_lease_s)
     try:
         if argv[0] == "hammer":
-            await hammer(redis, lock, float(argv[1]), Path(argv[2]))
+            await hammer(redis, lock, int(argv[1]), Path(argv[2]))
         elif argv[0] == "hold":
             await hold(lock)
         elif argv[0] == "edit":

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 
+from service.core import keys
 from service.core.models.goal import FINAL_STATUSES
-from service.core.models.goal_state import GoalState
+from service.core.models.goal_state import GoalState, GoalSummary
 from service.core.store import Store
 from service.goals.fleet import GoalFiles
 from tests.support.fleet import Fleet, settings_env, wait_until
@@ -59,6 +61,18 @@ async def wait_goal_ended(fleet: Fleet, goal_id: str = "g1", timeout_s: float = 
     state = goal_state(fleet, goal_id)
     assert state is not None
     return state
+
+
+async def wait_goal_shown_ended(fleet: Fleet, goal_id: str = "g1", timeout_s: float = 10.0) -> None:
+    """Wait until the goal's summary in Redis (what the API and `goal status` list) is final too: the
+    worker writes it just after the state, so on a loaded machine a read may fall between the two."""
+
+    def shown() -> bool:
+        with redis.Redis.from_url(fleet.settings.redis_url) as r:
+            raw = r.hget(keys.goals(), goal_id)
+        return raw is not None and GoalSummary.model_validate_json(raw).status in FINAL_STATUSES
+
+    await wait_until(shown, timeout_s, f"goal {goal_id}'s summary to show it ended")
 
 
 def goal_dir(fleet: Fleet, goal_id: str = "g1") -> Path:

@@ -1,13 +1,14 @@
 """redis-server processes started with arguments of a test's choosing (ACL file, TLS, replication,
-Sentinel); ready once their port accepts connections, since PING may need credentials or TLS."""
+Sentinel); ready once the process itself listens on its port, since PING may need credentials or TLS."""
 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from tests.support.ports import listens
 
 READY_TIMEOUT_S = 10.0
 
@@ -37,18 +38,17 @@ class RedisProcess:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
+        while not listens(self.proc.pid, self.port):  # its own socket: another process may hold the port
             if self.proc.poll() is not None:
                 raise RuntimeError(
                     f"redis-server exited at start ({self.proc.returncode}): {self.log[-800:]}"
                 )
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"redis-server did not listen on port {self.port} within {READY_TIMEOUT_S} s"
+                )
+            time.sleep(0.02)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

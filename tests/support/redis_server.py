@@ -1,9 +1,9 @@
-"""A private redis-server for one test: free port, own folder, optional AOF; can be killed and restarted."""
+"""A private redis-server for one test: free port (its own for sure), own folder, optional AOF; can be
+killed and restarted on the same port."""
 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -11,13 +11,12 @@ from typing import cast
 
 import redis
 
+from tests.support.ports import free_port, listens
+
 READY_TIMEOUT_S = 10.0
+START_ATTEMPTS = 20
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["RedisServer", "free_port"]
 
 
 class RedisServer:
@@ -34,6 +33,7 @@ class RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.appendonly = appendonly
         self.port = port or free_port()
+        self._may_move = port is None
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,6 +41,33 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Start the server and wait until it answers. A port that another process took meanwhile (a test
+        on another xdist worker, say) is given up for a new one, unless the port was chosen by the caller
+        or the server ran there before (a restart keeps its address)."""
+        for _ in range(START_ATTEMPTS if self._may_move else 1):
+            if self._launch():
+                break
+            self.port = free_port()
+        else:
+            raise RuntimeError(f"redis-server could not listen on a free port: {self.log_tail()}")
+        self._may_move = False
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        try:
+            while True:
+                try:
+                    if client.ping():
+                        return
+                except redis.ConnectionError:  # BusyLoadingError too, while an AOF loads
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
+    def _launch(self) -> bool:
+        """Start redis-server on self.port; True once it listens there itself, False if it exited (the
+        port was taken)."""
         args = [
             self.binary,
             "--port",
@@ -60,18 +87,21 @@ class RedisServer:
         ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + READY_TIMEOUT_S
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        try:
-            while True:
-                try:
-                    if client.ping():
-                        return
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.02)
-        finally:
-            client.close()
+        while not listens(self.proc.pid, self.port):
+            if self.proc.poll() is not None:
+                self.proc = None
+                if not self._may_move:
+                    raise RuntimeError(f"redis-server cannot listen on port {self.port}: {self.log_tail()}")
+                return False
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server did not listen within {READY_TIMEOUT_S} s")
+            time.sleep(0.01)
+        return True
+
+    def log_tail(self) -> str:
+        path = self.folder / "redis.log"
+        return path.read_text()[-800:] if path.exists() else "(no log)"
 
     def stop(self) -> None:
         """Stop the server for good (SIGKILL: nothing is saved beyond what AOF already holds)."""
