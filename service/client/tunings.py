@@ -8,10 +8,10 @@ import yaml
 from pydantic import ValidationError
 
 from service.core.errors import ConfigError
-from service.core.files import describe_validation
 from service.core.models.tuning import CommandAdapter, DemoAdapter, TuningConfig
 from service.core.store import TuningStore
 from service.core.system import SystemRepo
+from service.core.validation import describe_validation
 
 
 def load_tuning_file(path: Path) -> TuningConfig:
@@ -29,7 +29,7 @@ def load_tuning_file(path: Path) -> TuningConfig:
     try:
         config = TuningConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{path}: {describe_validation(exc)}") from exc
+        raise ConfigError(describe_validation(exc, path)) from exc
     updates: dict[str, object] = {"system": base / config.system, "cases": base / config.cases}
     for role in ("runner", "analyzer", "applier"):
         adapter = getattr(config, role)

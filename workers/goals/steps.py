@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.core.errors import SystemRepoError
-from service.core.files import describe_validation, write_atomic
+from service.core.files import write_atomic
 from service.core.models.goal import GoalStep
 from service.core.models.goal_state import (
     IterationState,
@@ -27,6 +27,7 @@ from service.core.models.goal_state import (
     WorkerResult,
     WorkRecord,
 )
+from service.core.validation import describe_validation
 from service.goals.store import (
     CHANGES_FILE,
     PROGRESS_FILE,

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.core.files import describe_validation, read_model
+from service.core.files import read_model
 from service.core.models.case import Case
 from service.core.models.records import Feedback, Note, Phase, RunRecord, new_seal
 from service.core.system import tree_digest
+from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
 from workers.errors import CaseFault, KeyRefused, ProviderDown
@@ -38,7 +39,7 @@ def read_feedback(path_text: str, raw: bytes | None, case: Case) -> tuple[Feedba
     try:
         feedback = Feedback.model_validate_json(raw)
     except ValidationError as exc:
-        raise FeedbackInvalid(f"{path_text}: {describe_validation(exc)}") from exc
+        raise FeedbackInvalid(describe_validation(exc, path_text)) from exc
     known = set(case.rubric_ids)
     dropped = sorted(set(feedback.rubric) - known)
     if dropped:
