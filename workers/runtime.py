@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 import structlog
 from arq import Retry
@@ -14,6 +13,7 @@ from service.core.batch import RedisBatch
 from service.core.errors import CaseFileError, StoreError
 from service.core.events import EventSink
 from service.core.models.jobs import CaseJob
+from service.core.models.status import WorkerPresence
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
@@ -124,5 +124,5 @@ class WorkerRuntime:
             worker=self.name,
         )
 
-    def describe(self) -> dict[str, Any]:
-        return {"worker": self.name, "slots": self.settings.concurrency, "cases": sorted(self.leases)}
+    def describe(self) -> WorkerPresence:
+        return WorkerPresence(worker=self.name, slots=self.settings.concurrency, cases=sorted(self.leases))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from redis.asyncio import Redis
@@ -23,6 +22,7 @@ from service.core.models.status import (
     RunningCase,
     TuningLock,
     TuningStatus,
+    WorkerPresence,
     WorkerStatus,
 )
 from service.core.store import PHASES, CaseStore, TuningStore
@@ -130,11 +130,13 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
         t.held = holds.get(t.name)
     workers = []
     for (name, seen), raw in zip(workers_raw, replies[len(names) * per :], strict=True):
-        if raw is None:
+        presence = WorkerPresence.parse(raw)
+        if presence is None:
             continue
-        info = json.loads(raw)
         workers.append(
-            WorkerStatus(name=name.decode(), slots=info["slots"], cases=info["cases"], last_seen_ms=int(seen))
+            WorkerStatus(
+                name=name.decode(), slots=presence.slots, cases=presence.cases, last_seen_ms=int(seen)
+            )
         )
     running = sum(t.running for t in tunings)
     return FleetStatus(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,6 +22,20 @@ WAIT_WORDS: dict[str, str] = {
 `resume` of the paused fleet, the release of its tuning's hold, the sandbox breaker to close (before
 a run), the applies pending to end (before a run, `wait_for_apply`), the improvements lock (before
 an apply)."""
+
+
+class RedisValue(BaseModel):
+    """A JSON value the fleet keeps in Redis: written as `model_dump_json()`, read back with `parse`."""
+
+    @classmethod
+    def parse(cls, raw: bytes | str | None) -> Self | None:
+        """The value; None when there is none or it is not one (a hand-written or garbled value)."""
+        if raw is None:
+            return None
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError:
+            return None
 
 
 class MirrorState(BaseModel):
@@ -52,7 +66,7 @@ class MirrorState(BaseModel):
             return None
 
 
-class Hold(BaseModel):
+class Hold(RedisValue):
     """A field of `tf:held`: why no run of a tuning starts (its cases wait, nothing is failed) until
     `tunefleet resume TUNING`, or a registration whose budget no longer holds it."""
 
@@ -62,16 +76,8 @@ class Hold(BaseModel):
     reason: str
     at: datetime
 
-    @classmethod
-    def parse(cls, raw: bytes | str) -> Hold | None:
-        """The hold in a hash field; None when it is not one (a hand-written value holds nothing)."""
-        try:
-            return cls.model_validate_json(raw)
-        except ValidationError:
-            return None
 
-
-class RunningCase(BaseModel):
+class RunningCase(RedisValue):
     """A value of `tf:running:<tuning>` (job id -> this JSON): where a case a worker holds is now, as the
     worker notes it (workers.case.CaseRun.at)."""
 
@@ -89,14 +95,6 @@ class RunningCase(BaseModel):
     fence: int | None = Field(
         default=None, description="The improvements lock's fencing token, while its apply holds the lock."
     )
-
-    @classmethod
-    def parse(cls, raw: bytes | str) -> RunningCase | None:
-        """The entry in a hash field; None when it is not one."""
-        try:
-            return cls.model_validate_json(raw)
-        except ValidationError:
-            return None
 
 
 class LockHolder(BaseModel):
@@ -155,6 +153,15 @@ class TuningStatus(BaseModel):
     )
     held: Hold | None = Field(default=None, description="Set while no run of the tuning starts.")
     lock: TuningLock = Field(default_factory=TuningLock, description="The improvements lock.")
+
+
+class WorkerPresence(RedisValue):
+    """The value of `tf:worker:<name>` (renewed every 2 s, gone 6 s after a worker's last beat): a live
+    worker's slots and the job ids it holds leases on."""
+
+    worker: str
+    slots: int = Field(ge=0)
+    cases: list[str] = Field(default_factory=list)
 
 
 class WorkerStatus(BaseModel):
