@@ -1,5 +1,5 @@
-"""The built-in demo agents' goal steps: in-process, deterministic, driven by the goal's `demo` knobs
-(service.core.models.goal.GoalDemoKnobs), writing the same `out/` files a command agent writes.
+"""The built-in demo agents' goal steps: in-process, deterministic, driven by the goal's demo knobs
+(workers.adapters.demo_knobs.GoalDemoKnobs), writing the same `out/` files a command agent writes.
 
 - plan: a TODO of `tasks` tasks, the previous review's remaining work first; an invalid one (no task)
   in the iterations listed in `invalid_todo`;
@@ -21,6 +21,7 @@ from typing import Literal
 from service.core.files import append_line, write_atomic
 from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
 from service.goals.todo import TodoError, parse_todo
+from workers.adapters.demo_knobs import GoalDemoKnobs, read_knobs
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (
     PLAN_OUTPUT,
@@ -38,7 +39,7 @@ class DemoGoalAgent:
 
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
         began = time.monotonic()
-        knobs = request.demo
+        knobs = read_knobs(GoalDemoKnobs, request.demo, f"goal {request.goal_id}")
         folder = StepFolder(request.step_dir)
         folder.prepare()
         append_line(request.log_file, f"demo-{request.step}: iteration {request.iteration} started")
@@ -53,11 +54,11 @@ class DemoGoalAgent:
                 exit_code=1, void="demo: injected infrastructure fault", duration_ms=_ms(began)
             )
         if request.step == "plan":
-            _plan(request, folder)
+            _plan(request, knobs, folder)
         elif request.step == "work":
-            _work(request, folder)
+            _work(request, knobs, folder)
         else:
-            _review(request, folder)
+            _review(request, knobs, folder)
         return GoalStepExit(duration_ms=_ms(began))
 
 
@@ -65,19 +66,19 @@ def _ms(began: float) -> int:
     return int((time.monotonic() - began) * 1000)
 
 
-def _plan(request: GoalStepRequest, folder: StepFolder) -> None:
+def _plan(request: GoalStepRequest, knobs: GoalDemoKnobs, folder: StepFolder) -> None:
     brief = request.brief
     lines = [f"# Iteration {request.iteration}: {brief.goal}", ""]
-    if request.iteration in request.demo.invalid_todo:
+    if request.iteration in knobs.invalid_todo:
         lines.append("Nothing is planned yet.")  # no checkbox item: the fleet refuses it
     else:
         titles = [*brief.remaining_work, *[f"work towards the goal, part {n}" for n in range(1, 51)]]
-        for n, title in enumerate(titles[: request.demo.tasks], start=1):
+        for n, title in enumerate(titles[: knobs.tasks], start=1):
             lines.append(f"- [ ] T{n}: {title}")
     write_atomic(folder.outputs / PLAN_OUTPUT, ("\n".join(lines) + "\n").encode(), durable=False)
 
 
-def _work(request: GoalStepRequest, folder: StepFolder) -> None:
+def _work(request: GoalStepRequest, knobs: GoalDemoKnobs, folder: StepFolder) -> None:
     try:
         tasks = parse_todo(request.inputs["todo"].read_text())
     except (OSError, KeyError, TodoError) as exc:
@@ -91,7 +92,7 @@ def _work(request: GoalStepRequest, folder: StepFolder) -> None:
         attempt = 0
         for attempt in range(1, request.brief.attempts_per_task + 1):
             _progress(progress, task.id, "started", f"attempt {attempt}", attempt)
-            if attempt > request.demo.task_failures:
+            if attempt > knobs.task_failures:
                 note = request.workspace_dir / "tasks" / f"{request.iteration:02d}-{task.id}.md"
                 note.parent.mkdir(parents=True, exist_ok=True)
                 note.write_text(f"# {task.title}\n\nDone in iteration {request.iteration}.\n")
@@ -118,14 +119,14 @@ def _progress(
     append_line(path, entry.model_dump_json())
 
 
-def _review(request: GoalStepRequest, folder: StepFolder) -> None:
-    complete = request.iteration >= request.demo.complete_at
+def _review(request: GoalStepRequest, knobs: GoalDemoKnobs, folder: StepFolder) -> None:
+    complete = request.iteration >= knobs.complete_at
     remaining = [] if complete else [f"continue the goal in iteration {request.iteration + 1}"]
     review = Review(
         decision="complete" if complete else "continue",
         complete=complete,
         summary=f"demo review of iteration {request.iteration}",
-        rationale=f"the demo reviewer completes the goal at iteration {request.demo.complete_at}",
+        rationale=f"the demo reviewer completes the goal at iteration {knobs.complete_at}",
         remaining_work=remaining,
     )
     write_atomic(folder.outputs / REVIEW_OUTPUT, review.model_dump_json().encode(), durable=False)

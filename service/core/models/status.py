@@ -187,8 +187,6 @@ class ResultRow(BaseModel):
     reason: str | None = None
     tokens: int = 0
     cost_usd: float = 0.0
-    expected: str | None = Field(default=None, description="The outcome a demo case declares.")
-    met: bool | None = None
     held: str | None = Field(
         default=None, description="Unfinished, and waiting: the reason its tuning is held."
     )
