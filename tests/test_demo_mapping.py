@@ -14,6 +14,7 @@ import pytest
 from service.core.models.case import Case
 from service.core.models.goal import GoalSpec
 from tests.support.fleet import RUBRIC, Fleet, case, settings_env, write_tuning
+from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from workers.adapters.demo_knobs import DemoKnobs, GoalDemoKnobs, read_knobs
 from workers.errors import CaseFault
 
@@ -62,6 +63,16 @@ async def test_a_case_with_a_bad_knob_is_taken_then_ends_failed(fleet: Fleet, tm
     rows = fleet.results()
     assert rows["fine"].state == "completed"
     assert rows["typo"].state == "failed" and "case typo: demo: field 'rulez'" in (rows["typo"].reason or "")
+
+
+async def test_a_goal_with_a_bad_knob_ends_failed_naming_it(fleet: Fleet, tmp_path: Path) -> None:
+    """A goal whose demo knob is ill-typed is started like any other; the demo agent ends it `failed`
+    with the field as its reason."""
+    fleet.start_worker()
+    await start_goal(fleet, write_goal(tmp_path / "goals", demo={"step_ms": "slow"}))
+    state = await wait_goal_ended(fleet, timeout_s=30)
+    assert state.status == "failed" and state.completion is not None
+    assert state.completion.reason.startswith("goal g1: demo: field 'step_ms': Input should be")
 
 
 async def test_the_demo_shows_each_case_beside_its_declared_outcome(fleet: Fleet, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from workers.adapters.goal_command import CommandGoalAgent
 from workers.adapters.goal_demo import DemoGoalAgent
 from workers.adapters.llm.goal import LlmGoalAgent
 from workers.adapters.process import AgentHost
-from workers.errors import KeyRefused, LeaseLost, ProviderDown
+from workers.errors import CaseFault, KeyRefused, LeaseLost, ProviderDown
 from workers.goals.loop import end, pursue
 from workers.goals.run import GoalRun
 from workers.goals.steps import GoalVoidsExhausted
@@ -67,7 +67,7 @@ async def run_goal(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
     except (ProviderDown, KeyRefused) as exc:
         log.warning("goal_provider_down", error=str(exc))
         await hand_back(lease, runtime.settings.provider_retry_s, runtime.settings.provider_retry_s)
-    except GoalVoidsExhausted as exc:
+    except (GoalVoidsExhausted, CaseFault) as exc:
         await end(gr, "failed", str(exc))
     except asyncio.CancelledError:
         if job.job_id not in runtime.controls.cancelling:
