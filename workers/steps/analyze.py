@@ -12,12 +12,13 @@ from __future__ import annotations
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
 from service.core.files import read_model
 from service.core.models.case import Case
-from service.core.models.records import Feedback, Note, Phase, RunRecord, new_seal
+from service.core.models.records import Feedback, Note, Phase, RunRecord, Verdict, new_seal
 from service.core.system import tree_digest
 from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
@@ -136,21 +137,10 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
     if dropped:
         await _note_dropped(cr, phase, attempt, source, dropped)
-    cr.store.add_note(
-        Note(
-            at=datetime.now(UTC),
-            kind="graded",
-            rev=cr.case.rev,
-            phase=phase,
-            attempt=attempt,
-            verdict=feedback.verdict,
-            rubric=feedback.rubric,
-            worker=cr.worker,
-            text=f"void: {feedback.infra}"
-            if feedback.verdict == "void"
-            else (feedback.summary or feedback.verdict),
-        )
+    graded = (
+        f"void: {feedback.infra}" if feedback.verdict == "void" else (feedback.summary or feedback.verdict)
     )
+    _note(cr, phase, attempt, "graded", graded, verdict=feedback.verdict, rubric=feedback.rubric)
     await cr.emit(
         "step_finished",
         step="analyze",
@@ -169,18 +159,35 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
 async def _note_dropped(cr: CaseRun, phase: Phase, attempt: int, source: str, dropped: list[str]) -> None:
     """Scores of rubric ids the case lacks were left out of the feedback: keep a note and log it."""
     cr.log.warning("feedback_rubric_dropped", ids=dropped, file=source, phase=phase, attempt=attempt)
-    cr.store.add_note(
-        Note(
-            at=datetime.now(UTC),
-            kind="dropped",
-            rev=cr.case.rev,
-            phase=phase,
-            attempt=attempt,
-            worker=cr.worker,
-            text=f"{source}: field 'rubric': dropped scores of ids not in the case's rubric: "
-            f"{', '.join(dropped)} (expected one of {', '.join(cr.case.rubric_ids)})",
-        )
+    text = (
+        f"{source}: field 'rubric': dropped scores of ids not in the case's rubric: "
+        f"{', '.join(dropped)} (expected one of {', '.join(cr.case.rubric_ids)})"
     )
+    _note(cr, phase, attempt, "dropped", text)
+
+
+def _note(
+    cr: CaseRun,
+    phase: Phase,
+    attempt: int,
+    kind: Literal["graded", "dropped"],
+    text: str,
+    verdict: Verdict | None = None,
+    rubric: dict[str, float] | None = None,
+) -> None:
+    """A note on the try in the case's notes, by this worker."""
+    note = Note(
+        at=datetime.now(UTC),
+        kind=kind,
+        rev=cr.case.rev,
+        phase=phase,
+        attempt=attempt,
+        verdict=verdict,
+        rubric=rubric or {},
+        text=text,
+        worker=cr.worker,
+    )
+    cr.store.add_note(note)
 
 
 def _how_it_ended(ended: StepExit) -> str:
