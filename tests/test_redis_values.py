@@ -1,5 +1,5 @@
 """Each JSON value the fleet keeps in Redis has one model, written and read by both sides through it
-(service.core.models.status.RedisValue); a value that is not one is left out, never a crash."""
+(service.core.models.redis_value.RedisValue); a value that is not one is left out, never a crash."""
 
 from __future__ import annotations
 

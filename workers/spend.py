@@ -156,7 +156,7 @@ async def tuning_hold(cr: CaseRun) -> Hold | None:
         pipe.hget(keys.budget_waived(), cr.tuning.name)
         (tokens, micros), waived = await pipe.execute()
     reason = budget.tuning_over(int(tokens or 0), int(micros or 0) / COST_SCALE)
-    if reason is None or (waived is not None and waived.decode() == budget.model_dump_json()):
+    if reason is None or Budget.parse(waived) == budget:
         return None
     if await cr.controls.hold(cr.tuning.name, "budget", reason):
         await cr.emit("tuning_held", detail=reason, data={"kind": "budget"})

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.errors import TunefleetError
-from service.core.models.status import RedisValue
+from service.core.models.redis_value import RedisValue
 
 log = structlog.get_logger()
 

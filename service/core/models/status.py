@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, StepName
+from service.core.models.redis_value import RedisValue
 
 WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock"]
 WAIT_WORDS: dict[str, str] = {
@@ -22,20 +23,6 @@ WAIT_WORDS: dict[str, str] = {
 `resume` of the paused fleet, the release of its tuning's hold, the sandbox breaker to close (before
 a run), the applies pending to end (before a run, `wait_for_apply`), the improvements lock (before
 an apply)."""
-
-
-class RedisValue(BaseModel):
-    """A JSON value the fleet keeps in Redis: written as `model_dump_json()`, read back with `parse`."""
-
-    @classmethod
-    def parse(cls, raw: bytes | str | None) -> Self | None:
-        """The value; None when there is none or it is not one (a hand-written or garbled value)."""
-        if raw is None:
-            return None
-        try:
-            return cls.model_validate_json(raw)
-        except ValidationError:
-            return None
 
 
 class MirrorState(BaseModel):
