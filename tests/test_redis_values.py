@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 
 from service.client.client import TunefleetClient
 from service.core import keys
 from service.core.connection import connect
+from service.core.models.goal_state import GoalSummary
 from service.core.models.status import RunningCase
 from service.core.settings import FleetSettings
 from workers.main import announce
@@ -50,3 +52,12 @@ async def test_running_entries_are_read_as_the_model_workers_write(settings: Fle
             mapping={"case:t1:c1:1": entry.model_dump_json(), "case:t1:c2:1": "not json"},
         )  # type: ignore[misc]
         assert await client.running("t1") == {"case:t1:c1:1": entry}
+
+
+async def test_goal_summaries_are_read_as_the_model_workers_write(settings: FleetSettings) -> None:
+    """The goals' summaries in `tf:goals` are read as GoalSummary, and a garbled one is left out of the
+    list instead of failing it."""
+    summary = GoalSummary(id="g1", status="running", iteration=2, updated_at=datetime.now(UTC))
+    async with TunefleetClient(settings) as client:
+        await client.redis.hset(keys.goals(), mapping={"g1": summary.model_dump_json(), "g2": '{"id": "g2"'})  # type: ignore[misc]
+        assert await client.goals.summaries() == [summary]

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.core.models.goal import GoalLimits, GoalStatus, GoalStep, Limit
 from service.core.models.records import Usage
+from service.core.models.redis_value import RedisValue
 
 GOAL_STATE_SCHEMA_VERSION: Literal[1] = 1
 
@@ -176,7 +177,7 @@ class GoalState(BaseModel):
         return self.iterations[-1] if self.iterations else None
 
 
-class GoalSummary(BaseModel):
+class GoalSummary(RedisValue):
     """A goal as status, the API and the metrics list it (the Redis hash `tf:goals`)."""
 
     model_config = ConfigDict(extra="forbid")
