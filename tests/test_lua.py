@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from redis.asyncio import Redis
 
 from service.core.lua import NOW
@@ -16,18 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TIME_CALL = re.compile(r"""redis\.call\(\s*['"]TIME['"]""", re.IGNORECASE)
 
 
-@pytest.fixture
-async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_server.url)
-    yield client
-    await client.aclose()
-
-
-async def test_prelude_reads_redis_clock_in_ms_and_us(redis: Redis) -> None:
+async def test_prelude_reads_redis_clock_in_ms_and_us(redis_server: RedisServer) -> None:
     """`now` and `now_us` are Redis's own clock, in milliseconds and microseconds, read at the call."""
-    before_s, before_us = await redis.time()
-    now_ms, now_us = await redis.eval(f"{NOW}\nreturn {{now, now_us}}", 0)  # type: ignore[misc]
-    after_s, after_us = await redis.time()
+    async with Redis.from_url(redis_server.url) as redis:
+        before_s, before_us = await redis.time()
+        now_ms, now_us = await redis.eval(f"{NOW}\nreturn {{now, now_us}}", 0)
+        after_s, after_us = await redis.time()
     low_us, high_us = before_s * 1_000_000 + before_us, after_s * 1_000_000 + after_us
     assert low_us <= now_us <= high_us
     assert now_ms == now_us // 1000
