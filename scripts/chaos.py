@@ -45,8 +45,8 @@ def demo_cases(copies: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, A
             rules = item.get("demo", {}).get("rules", [])
             item["demo"] = dict(item.get("demo", {}), rules=[f"{r}-x{n}" for r in rules])
             cases.append(item)
-            declared[item["id"]] = item["expect"]
-    cases.append({**cases[0], "id": POISON, "demo": {"kills_worker": 1_000}, "expect": {"state": "failed"}})
+            declared[item["id"]] = item["demo"]["expect"]
+    cases.append({**cases[0], "id": POISON, "demo": {"kills_worker": 1_000, "expect": {"state": "failed"}}})
     declared[POISON] = {"state": "failed", "reason": "poison: "}
     return cases, declared
 

@@ -184,24 +184,19 @@ class FleetMetrics:
             buckets=STEP_BUCKETS_S,
             registry=self.registry,
         )
-        self.lock_wait = Histogram(
-            f"{NAMESPACE}_improvements_lock_wait_seconds",
-            "Time an apply waited for the improvements lock.",
-            ["tuning"],
-            buckets=WAIT_BUCKETS_S,
-            registry=self.registry,
-        )
-        self.apply_wait = Histogram(
-            f"{NAMESPACE}_run_apply_wait_seconds",
-            "Time a run start waited for pending applies.",
-            ["tuning"],
-            buckets=WAIT_BUCKETS_S,
-            registry=self.registry,
-        )
+        lock_wait = "Time an apply waited for the improvements lock."
+        self.lock_wait = self._waits("improvements_lock_wait", lock_wait)
+        self.apply_wait = self._waits("run_apply_wait", "Time a run start waited for pending applies.")
         self.events = Counter(
             f"{NAMESPACE}_events", "Events seen on the stream, by kind.", ["kind"], registry=self.registry
         )
         self.last_id: bytes | None = None
+
+    def _waits(self, name: str, what: str) -> Histogram:
+        """A histogram of one kind of wait, per tuning: `tunefleet_<name>_seconds`."""
+        return Histogram(
+            f"{NAMESPACE}_{name}_seconds", what, ["tuning"], buckets=WAIT_BUCKETS_S, registry=self.registry
+        )
 
     async def refresh(self) -> StatusView | None:
         """Read the live state for the next collection; None (and redis_up 0) when Redis fails."""

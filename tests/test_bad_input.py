@@ -12,8 +12,11 @@ import yaml
 
 from service.client.tunings import load_tuning_file
 from service.core.cases import load_case
-from service.core.errors import CaseFileError, ConfigError
+from service.core.errors import CaseFileError, ConfigError, StoreError
+from service.core.files import read_model
+from service.core.models.records import CaseResult
 from service.core.models.tuning import LlmAdapter
+from service.goals.spec import load_goal_file
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
 
 BAD_FILES = {
@@ -106,3 +109,43 @@ def test_an_llm_adapters_own_prompts_are_found_beside_the_tuning_file(tmp_path: 
     config = load_tuning_file(path)
     assert isinstance(config.analyzer, LlmAdapter)
     assert config.analyzer.prompts["analyze"] == tmp_path.resolve() / "prompts" / "grade.md"
+
+
+def test_every_file_reader_words_a_bad_field_alike(tmp_path: Path) -> None:
+    """A tuning file, a case file, a goal spec and a stored record each name the file, the field's path
+    and what was expected, in the one wording of service.core.validation."""
+    tuning = write_tuning(tmp_path / "tuning", [case("a")], tries=0)
+    case_file = tmp_path / "case.yaml"
+    case_file.write_text(yaml.safe_dump({**case("c"), "rubric": [{"id": "r1", "text": ""}]}))
+    goal_file = tmp_path / "goal.yaml"
+    goal_file.write_text(yaml.safe_dump({"id": "g", "goal": "x", "limits": {"max_iterations": 0}}))
+    record = tmp_path / "result.json"
+    record.write_text('{"case": "c", "rev": "one"}')
+    messages = {}
+    with pytest.raises(ConfigError) as caught:
+        load_tuning_file(tuning)
+    messages["tuning"] = (str(caught.value), tuning, "tries")
+    with pytest.raises(CaseFileError) as bad_case:
+        load_case(case_file)
+    messages["case"] = (str(bad_case.value), case_file, "rubric.0.text")
+    with pytest.raises(ConfigError) as bad_goal:
+        load_goal_file(goal_file)
+    messages["goal"] = (str(bad_goal.value), goal_file, "limits.max_iterations")
+    with pytest.raises(StoreError) as bad_record:
+        read_model(record, CaseResult)
+    messages["record"] = (str(bad_record.value), record, "rev")
+    for what, (message, path, field) in messages.items():
+        assert message.startswith(f"{path}: field {field!r}: "), f"{what}: {message}"
+        assert message.split(f"field {field!r}: ")[1], f"{what}: nothing said of what was expected"
+
+
+def test_one_module_reads_validation_errors() -> None:
+    """No production module but service/core/validation.py takes a ValidationError's errors apart."""
+    root = Path(__file__).resolve().parents[1]
+    readers = [
+        str(path.relative_to(root))
+        for package in ("service", "workers")
+        for path in sorted((root / package).rglob("*.py"))
+        if ".errors()" in path.read_text(encoding="utf-8")
+    ]
+    assert readers == ["service/core/validation.py"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.core.models.case import Case, DemoKnobs, RubricItem
+from service.core.models.case import Case, RubricItem
 from service.core.models.records import ApplyOutput, Feedback, Phase, RunRecord
 from service.core.models.tuning import CommandAdapter, DemoAdapter, StepLatency
 from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunOutcome, RunRequest
@@ -24,7 +24,7 @@ FAST = DemoAdapter(latency=StepLatency(run_ms=0, analyze_ms=0, apply_ms=0))
 
 def _case(**knobs: object) -> Case:
     rubric = [RubricItem(id="r1", text="first"), RubricItem(id="r2", text="second")]
-    return Case(id="c1", input="do the thing", rubric=rubric, demo=DemoKnobs.model_validate(knobs))
+    return Case(id="c1", input="do the thing", rubric=rubric, demo=dict(knobs))
 
 
 class Attempt:

@@ -20,7 +20,6 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from service.cli.schema import SCHEMAS
-from service.core.models.case import DemoKnobs
 from service.core.models.events import EventKind
 from service.core.models.holdout import HoldoutConfig
 from service.core.models.tuning import (
@@ -37,6 +36,7 @@ from service.core.models.tuning import (
 )
 from service.core.settings import CONFIG_ENV, FleetSettings
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
+from workers.adapters.demo_knobs import DemoKnobs
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 CONFIGURATION = DOCS / "configuration.md"

@@ -3,8 +3,9 @@ goal knobs with their defaults, and the schema names it cites."""
 
 from __future__ import annotations
 
-from service.core.models.goal import GOAL_PLACEHOLDERS, GoalDemoKnobs
+from service.core.models.goal import GOAL_PLACEHOLDERS
 from tests.test_docs import ADAPTERS, render_default, section, table_rows
+from workers.adapters.demo_knobs import GoalDemoKnobs
 
 
 def test_every_goal_placeholder_is_documented_for_its_roles() -> None:

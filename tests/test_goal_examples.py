@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.goals.demo import example_specs, met
+from service.goals.demo import example_specs, expectation, met
 from tests.support.fleet import Fleet
 from tests.support.goals import goal_state, wait_goal_ended
 
@@ -12,9 +12,9 @@ EXAMPLES = Path(__file__).parent.parent / "examples" / "goals"
 
 
 async def test_every_example_goal_reaches_its_declared_outcome(fleet: Fleet) -> None:
-    """All example goals at once on one worker: each ends as its `expect` says, limit included."""
+    """All example goals at once on one worker: each ends as its `demo.expect` says, limit included."""
     specs = example_specs(EXAMPLES)
-    assert len(specs) >= 5 and all(spec.expect is not None for spec in specs)
+    assert len(specs) >= 5 and all(expectation(spec) is not None for spec in specs)
     fleet.start_worker()
     async with fleet.client() as client:
         for spec in specs:

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from service.core import keys
 from service.core.errors import ConfigError
 from service.core.files import read_model
-from service.core.models.case import Case, DemoKnobs, RubricItem
+from service.core.models.case import Case, RubricItem
 from service.core.models.records import Feedback, Improvement, RunOutput, RunRecord, Usage
 from service.core.models.tuning import LlmAdapter, ModelPrice, TuningConfig
 from tests.support.fake_openai import Drop, FakeOpenAI, Reply, Scripted, Status
@@ -101,7 +101,7 @@ def step_fields(tmp_path: Path, step: str) -> dict[str, Any]:
         "attempt_dir": tmp_path,
         "step_dir": step_dir,
         "log_file": step_dir / f"{step}.log",
-        "demo": DemoKnobs(),
+        "demo": {},
     }
 
 
@@ -498,7 +498,7 @@ def command_runner() -> dict[str, Any]:
 
 def cases(count: int) -> list[dict[str, Any]]:
     """`count` copies of the_case(), as case files: c1, c2, ..."""
-    case = the_case().model_dump(mode="json", exclude={"demo", "expect"})
+    case = the_case().model_dump(mode="json", exclude={"demo"})
     return [{**case, "id": f"c{n}"} for n in range(1, count + 1)]
 
 

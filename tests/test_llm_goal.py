@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.core.models.goal import GoalDemoKnobs, GoalStep
+from service.core.models.goal import GoalStep
 from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter, ModelPrice
@@ -106,7 +106,7 @@ def request(tmp_path: Path, step: GoalStep) -> GoalStepRequest:
         workspace_dir=workspace,
         system_dir=tmp_path / "no-system",
         inputs=inputs,
-        demo=GoalDemoKnobs(),
+        demo={},
     )
 
 

@@ -18,18 +18,17 @@ from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.events import EventSink
+from service.core.lua import NOW
 from service.core.models.events import EventKind
 from workers.adapters.base import Prober
 from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
 
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
-
 TRIP = f"""
 -- KEYS: breaker ; ARGV: reason base_ms tuning
 if redis.call('HGET', KEYS[1], 'state') == 'open' then return 0 end
-{_NOW_MS}
+{NOW}
 redis.call('HSET', KEYS[1], 'state', 'open', 'opened_ms', now, 'interval_ms', ARGV[2],
   'next_probe_ms', now + tonumber(ARGV[2]), 'probing_until_ms', 0, 'reason', ARGV[1], 'tuning', ARGV[3])
 redis.call('HINCRBY', KEYS[1], 'trips', 1)
@@ -39,7 +38,7 @@ return 1
 CLAIM_PROBE = f"""
 -- KEYS: breaker ; ARGV: probe_timeout_ms  -> -1 closed, 0 not now, 1 you probe
 if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return -1 end
-{_NOW_MS}
+{NOW}
 local next_probe = tonumber(redis.call('HGET', KEYS[1], 'next_probe_ms') or '0')
 local probing = tonumber(redis.call('HGET', KEYS[1], 'probing_until_ms') or '0')
 if now < next_probe or now < probing then return 0 end
@@ -55,7 +54,7 @@ if ARGV[1] == '1' then
   redis.call('HSET', KEYS[1], 'state', 'closed', 'probing_until_ms', 0)
   return 1
 end
-{_NOW_MS}
+{NOW}
 local interval = math.min(tonumber(redis.call('HGET', KEYS[1], 'interval_ms')) * 2, tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'interval_ms', interval, 'next_probe_ms', now + interval + tonumber(ARGV[3]),
   'probing_until_ms', 0, 'reason', ARGV[4])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from service.core import keys
+from service.core.lua import NOW
 from workers.lease import LOSS_VERDICT
 
 CLAIM = f"""
@@ -29,8 +30,7 @@ CLAIM = f"""
 -- (suspects: how many this worker runs; isolated: 1 if one of them is isolated)
 -- returns {{job id, score, suspect level ('' / group / isolate), ...}}
 {LOSS_VERDICT}
-local t = redis.call('TIME')
-local clock = t[1] * 1000 + math.floor(t[2] / 1000)
+{NOW}
 local free = tonumber(ARGV[5])
 local suspects = tonumber(ARGV[7])
 local isolated = ARGV[8] == '1'
@@ -41,9 +41,9 @@ for i = 1, #entries, 2 do
     local sep = string.find(entries[i + 1], ':', 1, true)
     local slots = tonumber(string.sub(entries[i + 1], 1, sep - 1))
     local seen = tonumber(string.sub(entries[i + 1], sep + 1))
-    if seen >= clock - tonumber(ARGV[6]) then
+    if seen >= now - tonumber(ARGV[6]) then
       others = others + slots
-    elseif seen < clock - 60000 then
+    elseif seen < now - 60000 then
       redis.call('HDEL', KEYS[2], entries[i])
     end
   end
@@ -79,7 +79,7 @@ for i = 1, take do
   claimed[#claimed + 1] = job[2]
   claimed[#claimed + 1] = job[3]
 end
-redis.call('HSET', KEYS[2], ARGV[4], (free - take) .. ':' .. clock)
+redis.call('HSET', KEYS[2], ARGV[4], (free - take) .. ':' .. now)
 return claimed
 """
 

@@ -73,7 +73,7 @@ class Controls:
         if created:
             log.warning("tuning_held", tuning=tuning, kind=kind, reason=reason)
         else:
-            hold = Hold.parse(await self._redis.hget(keys.held(), tuning) or b"") or hold  # type: ignore[misc]
+            hold = Hold.parse(await self._redis.hget(keys.held(), tuning)) or hold  # type: ignore[misc]
         self._holds_set += 1
         self._set_holds({**self._holds, tuning: hold})
         return created

@@ -28,6 +28,7 @@ from arq.worker import Function
 from redis.exceptions import RedisError
 
 from service.core import keys
+from service.core.lua import NOW
 from service.core.models.jobs import dump_job, load_job
 from workers.claim import Claimer
 from workers.jobs import JOB_KINDS
@@ -41,7 +42,7 @@ MAX_TRIES = 1_000_000
 """Infrastructure interruptions never use up a case's tries; lease losses are counted instead."""
 KEEP_RESULT_S = 24 * 3600
 
-FINISH = """
+FINISH = f"""
 -- KEYS: lease holder losses in_progress retry job abort queue result suspect my_cases my_suspects
 -- ARGV: token finish result result_ms defer_ms job_id
 redis.call('SREM', KEYS[11], ARGV[6])
@@ -67,8 +68,8 @@ if ARGV[2] == '1' then
 elseif tonumber(ARGV[5]) > 0 then
   -- a retry: due `defer_ms` from now (arq would add the time since the claim's score to the score,
   -- which renewals have moved on since: that pushed a case away by its whole run)
-  local t = redis.call('TIME')
-  redis.call('ZADD', KEYS[8], 'XX', t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[5]), ARGV[6])
+  {NOW}
+  redis.call('ZADD', KEYS[8], 'XX', now + tonumber(ARGV[5]), ARGV[6])
 end
 return 1
 """

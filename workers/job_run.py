@@ -21,6 +21,7 @@ from service.core.files import write_atomic, write_model
 from service.core.models.events import EventKind
 from service.core.models.records import Usage
 from service.core.models.status import Hold, WaitCause
+from service.core.models.tuning import Budget
 from workers.lease import CaseLease
 from workers.meter import CURRENT, StepMeter
 from workers.runtime import WorkerRuntime
@@ -148,7 +149,7 @@ async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:
         pipe.hget(keys.budget_waived(), tuning.name)
         (tokens, micros), waived = await pipe.execute()
     reason = budget.tuning_over(int(tokens or 0), int(micros or 0) / COST_SCALE)
-    if reason is None or (waived is not None and waived.decode() == budget.model_dump_json()):
+    if reason is None or Budget.parse(waived) == budget:
         return None
     if await run.controls.hold(tuning.name, "budget", reason):
         await run.emit(EventKind.TUNING_HELD, detail=reason, data={"kind": "budget"})

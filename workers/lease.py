@@ -21,12 +21,11 @@ import structlog
 
 from service.core import keys
 from service.core.batch import RedisBatch
+from service.core.lua import NOW
 from workers.errors import LeaseLost
 from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
-
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 
 LOSS_VERDICT = """
 -- a lease of `job` left behind by `holder` (`<token>@<worker>`): whether the loss counts against the
@@ -73,7 +72,7 @@ if level ~= '' then
 else
   redis.call('DEL', KEYS[8])
 end
-{_NOW_MS}
+{NOW}
 redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[1]), ARGV[2])
 return {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2]), level}}
 """
@@ -83,7 +82,7 @@ RENEW = f"""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
-{_NOW_MS}
+{NOW}
 redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[2]), ARGV[3])
 return 1
 """
@@ -109,7 +108,7 @@ redis.call('SREM', KEYS[5], ARGV[2])
 redis.call('SREM', KEYS[6], ARGV[2])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-{_NOW_MS}
+{NOW}
 redis.call('ZADD', KEYS[4], 'XX', now + tonumber(ARGV[3]), ARGV[2])
 return 1
 """

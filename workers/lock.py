@@ -19,13 +19,12 @@ from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.batch import RedisBatch
+from service.core.lua import NOW
 from workers.errors import LockLost
 from workers.outage import RedisOutage, every
 from workers.tasks import watched
 
 log = structlog.get_logger()
-
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 
 ACQUIRE = """
 -- KEYS: lock fence holder ; ARGV: lease_ms member
@@ -60,14 +59,14 @@ return 1
 
 MARK_PENDING = f"""
 -- KEYS: pending ; ARGV: member ttl_ms (ttl_ms 0 removes)
-{_NOW_MS}
+{NOW}
 if tonumber(ARGV[2]) == 0 then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 """
 
 PENDING = f"""
 -- KEYS: pending ; ARGV: members to look for (none: all) -> the ones still pending
-{_NOW_MS}
+{NOW}
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if #ARGV == 0 then return redis.call('ZRANGE', KEYS[1], 0, -1) end
 local still = {{}}

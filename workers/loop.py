@@ -7,14 +7,13 @@ so calling `run_loop` again after any interruption carries on at the first missi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.core.files import write_json
+from service.core.files import read_model
 from service.core.models.events import CASE_ENDS, EventKind
-from service.core.models.records import CaseResult, Feedback, Note, Phase, RunRecord
+from service.core.models.records import CaseResult, Feedback, Note, Phase, RunRecord, VoidBaseline
 from workers.case import CaseRun
 from workers.errors import OverBudget, VoidsExhausted
 from workers.spend import case_usage
@@ -117,18 +116,14 @@ def voids_in_a_row(cr: CaseRun, phase: Phase, attempt: int) -> int:
 
 
 def _void_baseline(cr: CaseRun) -> dict[str, int]:
-    try:
-        data = json.loads(cr.store.voids_file.read_text())
-    except FileNotFoundError:
-        return {}
-    return {str(k): int(v) for k, v in data.items()}
+    baseline = read_model(cr.store.voids_file, VoidBaseline)
+    return dict(baseline.root) if baseline is not None else {}
 
 
 async def mark_voids_seen(cr: CaseRun, phase: Phase, attempt: int) -> None:
     baseline = _void_baseline(cr)
     baseline[f"{phase}-{attempt}"] = len(cr.store.voids(phase, attempt))
-    await cr.lease.check()
-    write_json(cr.store.voids_file, baseline)
+    await cr.write(cr.store.voids_file, VoidBaseline(baseline))
 
 
 async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | None) -> CaseResult:

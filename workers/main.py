@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import structlog
@@ -30,7 +29,7 @@ async def announce(redis: Redis, runtime: WorkerRuntime) -> None:
             async with redis.pipeline(transaction=False) as pipe:
                 pipe.set(
                     keys.worker(runtime.name),
-                    json.dumps(runtime.describe()),
+                    runtime.describe().model_dump_json(),
                     px=int(PRESENCE_INTERVAL_S * 3000),
                 )
                 pipe.zadd(keys.workers(), {runtime.name: int(time.time() * 1000)})

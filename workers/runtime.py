@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 import structlog
 from arq import Retry
@@ -12,6 +11,7 @@ from arq.connections import ArqRedis
 
 from service.core.batch import RedisBatch
 from service.core.events import EventSink
+from service.core.models.status import WorkerPresence
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
@@ -97,5 +97,5 @@ class WorkerRuntime:
     def _cleared(self, job_id: str) -> None:
         self.suspects.pop(job_id, None)
 
-    def describe(self) -> dict[str, Any]:
-        return {"worker": self.name, "slots": self.settings.concurrency, "cases": sorted(self.leases)}
+    def describe(self) -> WorkerPresence:
+        return WorkerPresence(worker=self.name, slots=self.settings.concurrency, cases=sorted(self.leases))

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from service.core.models.api import ErrorBody, FieldError
 from service.core.models.case import SLUG_RE
 from service.core.settings import FleetSettings
+from service.core.validation import field_problems
 
 READ_COOKIE = "tunefleet_read"
 Access = Literal["public", "read", "write"]
@@ -61,10 +62,8 @@ def json_response(model: BaseModel, status: int = 200) -> Response:
 
 def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
     return [
-        FieldError(
-            field=".".join([prefix, *(str(p) for p in e["loc"])]).strip(".") or "(body)", message=e["msg"]
-        )
-        for e in exc.errors()
+        FieldError(field=".".join([prefix, p.field]).strip(".") or "(body)", message=p.expected)
+        for p in field_problems(exc, top="")
     ]
 
 

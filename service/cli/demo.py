@@ -1,4 +1,5 @@
-"""`tunefleet demo`: the demo tuning end to end with live progress, then the result table."""
+"""`tunefleet demo`: the demo tuning end to end with live progress, then the result table, each case
+beside the outcome it declares (`demo.expect` in its case file, read here only)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,22 @@ import signal
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
-from service.cli.render import out_console, results_table, status_table
+from service.cli.render import Declared, out_console, results_table, status_table
 from service.client.client import TunefleetClient
+from service.client.tunings import load_tuning_file
 from service.core import keys
+from service.core.cases import case_files, load_case
+from service.core.errors import CaseFileError, ConfigError
+from service.core.models.case import State
 from service.core.models.goal import GoalSpec
 from service.core.models.status import ResultRow
 from service.core.settings import FleetSettings
+from service.core.validation import describe_validation
 from service.daemon.main import Daemon
 from service.evals.fleet import EvalFiles
 from service.evals.render import before_after
@@ -28,6 +35,44 @@ from service.goals import demo as demo_goals
 
 REFRESH_S = 0.5
 EVENT_ROWS = 12
+
+
+class CaseExpectation(BaseModel):
+    """A demo case's `demo.expect`: the outcome it is built to reach."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: State
+    reason: str | None = Field(default=None, description="Prefix the real reason must start with.")
+
+    def declared(self, row: ResultRow) -> Declared:
+        """The declaration beside the case's row, and whether the row meets it (None: no result yet)."""
+        words = self.state + (f": {self.reason}" if self.reason else "")
+        if row.state == "unfinished":
+            return Declared(words, None)
+        met = row.state == self.state and (self.reason is None or (row.reason or "").startswith(self.reason))
+        return Declared(words, met)
+
+
+def expectations(tuning_file: Path) -> dict[str, CaseExpectation]:
+    """What the tuning's case files declare, by case id (the newest rev's); ConfigError naming the file
+    and the field when a declaration is not one. A case file that cannot be read declares nothing (the
+    tuning's registration names it)."""
+    found: dict[str, tuple[int, CaseExpectation | None]] = {}
+    for path in case_files(load_tuning_file(tuning_file).cases):
+        try:
+            case = load_case(path)
+        except CaseFileError:
+            continue
+        if case.id in found and found[case.id][0] > case.rev:
+            continue
+        declared = case.demo.get("expect")
+        try:
+            expect = None if declared is None else CaseExpectation.model_validate(declared)
+        except ValidationError as exc:
+            raise ConfigError(describe_validation(exc, f"{path}: demo.expect")) from None
+        found[case.id] = (case.rev, expect)
+    return {case_id: expect for case_id, (_, expect) in found.items() if expect is not None}
 
 
 async def recent_events(client: TunefleetClient, count: int) -> Table:
@@ -73,6 +118,7 @@ async def run_demo(
     """0 when every demo case and every example goal (in `goals_dir`) reached the outcome it declares."""
     console = out_console()
     specs = demo_goals.example_specs(goals_dir) if goals_dir is not None else []
+    expected = expectations(tuning_file)
     async with TunefleetClient(settings) as client:
         daemon = Daemon(client)
         reports = await daemon.start([tuning_file])
@@ -92,8 +138,9 @@ async def run_demo(
         goals_table, missed_goals = demo_goals.results_table(client.goals, specs)
     console.print(last)
     console.print()
-    console.print(results_table(rows))
-    code = _summary(console, rows)
+    declared = {r.case: expected[r.case].declared(r) for r in rows if r.case in expected}
+    console.print(results_table(rows, declared))
+    code = _summary(console, rows, declared)
     if report_file is not None:
         code = code or _held_out(console, client, name)
     if not specs:
@@ -145,8 +192,8 @@ async def _follow(
             await asyncio.sleep(REFRESH_S)
 
 
-def _summary(console: Console, rows: list[ResultRow]) -> int:
-    missed = [r for r in rows if r.expected is not None and not r.met]
+def _summary(console: Console, rows: list[ResultRow], declared: dict[str, Declared]) -> int:
+    missed = [r for r in rows if r.case in declared and not declared[r.case].met]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1

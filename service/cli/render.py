@@ -6,7 +6,8 @@ cut). Anywhere else (a pipe, a file) `out_console` is wide enough that every val
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -61,7 +62,7 @@ def status_tsv(status: FleetStatus) -> str:
 
 def results_tsv(rows: list[ResultRow]) -> str:
     """`tunefleet results --format tsv`: one line per case, every value whole."""
-    header = ["case", "rev", "state", "reason", "tokens", "cost_usd", "declared", "met", "held"]
+    header = ["case", "rev", "state", "reason", "tokens", "cost_usd", "held"]
     cells = [
         [
             r.case,
@@ -70,8 +71,6 @@ def results_tsv(rows: list[ResultRow]) -> str:
             r.reason or "",
             r.tokens,
             f"{r.cost_usd:.6f}",
-            r.expected or "",
-            "" if r.met is None else ("yes" if r.met else "no"),
             r.held or "",
         ]
         for r in rows
@@ -190,10 +189,17 @@ def mirror_line(tuning: TuningStatus) -> Text:
     return Text.assemble((where, "bold"), (pushed, "green"))
 
 
-def results_table(rows: list[ResultRow]) -> Table:
+class Declared(NamedTuple):
+    """The outcome a demo case declares (`tunefleet demo`), and whether its result met it (None: no
+    result yet)."""
+
+    words: str
+    met: bool | None
+
+
+def results_table(rows: list[ResultRow], declared: Mapping[str, Declared] | None = None) -> Table:
     """One row per case. Every column but the reason is as wide as its widest value (so never cut); the
-    reason takes what width is left and wraps."""
-    show_expected = any(r.expected for r in rows)
+    reason takes what width is left and wraps. With `declared` (by case id), the demo's two columns too."""
 
     def widest(header: str, values: Iterable[str]) -> int:
         return max([len(header), *(len(v) for v in values)])
@@ -215,7 +221,7 @@ def results_table(rows: list[ResultRow]) -> Table:
         no_wrap=True,
         min_width=widest("cost $", (f"{r.cost_usd:.4f}" for r in rows)),
     )
-    if show_expected:
+    if declared:
         table.add_column("declared", overflow="fold", ratio=1)
         table.add_column("met", no_wrap=True, min_width=3)
     for r in rows:
@@ -227,9 +233,12 @@ def results_table(rows: list[ResultRow]) -> Table:
             f"{r.tokens:,}",
             f"{r.cost_usd:.4f}",
         ]
-        if show_expected:
-            met = "" if r.met is None else ("yes" if r.met else "NO")
-            cells += [r.expected or "", Text(met, "green" if r.met else "bold red")]
+        if declared:
+            words, met = declared.get(r.case, Declared("", None))
+            cells += [
+                words,
+                Text("" if met is None else ("yes" if met else "NO"), "green" if met else "bold red"),
+            ]
         table.add_row(*cells)
     return table
 

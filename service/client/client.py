@@ -11,7 +11,6 @@ It configures no logging (see service.core.logs).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +30,15 @@ from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.core.models.records import CaseResult
-from service.core.models.status import CaseDetail, FleetStatus, Hold, Refusal, ResultRow, SubmitReport
+from service.core.models.status import (
+    CaseDetail,
+    FleetStatus,
+    Hold,
+    Refusal,
+    ResultRow,
+    RunningCase,
+    SubmitReport,
+)
 from service.core.models.tuning import TuningConfig
 from service.core.settings import FleetSettings
 from service.core.startup import check_redis_address
@@ -340,10 +347,11 @@ class TunefleetClient:
         await self._sink().emit(EventKind.TUNING_RELEASED, tuning, detail=why)
         return True
 
-    async def running(self, tuning: str) -> dict[str, dict[str, object]]:
-        """The cases of a tuning under way now: job id -> worker, step, phase, attempt, since."""
+    async def running(self, tuning: str) -> dict[str, RunningCase]:
+        """The cases of a tuning under way now: job id -> where each is (an unreadable entry left out)."""
         raw = await self.redis.hgetall(keys.running(tuning))  # type: ignore[misc]
-        return {k.decode(): json.loads(v) for k, v in raw.items()}
+        parsed = {job.decode(): RunningCase.parse(value) for job, value in raw.items()}
+        return {job: entry for job, entry in parsed.items() if entry is not None}
 
     async def status(self) -> FleetStatus:
         return await fleet_status(self.redis, self.settings.queue)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from redis.asyncio import Redis
@@ -23,6 +22,7 @@ from service.core.models.status import (
     RunningCase,
     TuningLock,
     TuningStatus,
+    WorkerPresence,
     WorkerStatus,
 )
 from service.core.store import PHASES, CaseStore, TuningStore
@@ -130,11 +130,13 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
         t.held = holds.get(t.name)
     workers = []
     for (name, seen), raw in zip(workers_raw, replies[len(names) * per :], strict=True):
-        if raw is None:
+        presence = WorkerPresence.parse(raw)
+        if presence is None:
             continue
-        info = json.loads(raw)
         workers.append(
-            WorkerStatus(name=name.decode(), slots=info["slots"], cases=info["cases"], last_seen_ms=int(seen))
+            WorkerStatus(
+                name=name.decode(), slots=presence.slots, cases=presence.cases, last_seen_ms=int(seen)
+            )
         )
     running = sum(t.running for t in tunings)
     return FleetStatus(
@@ -176,19 +178,7 @@ def results(store: TuningStore, hold: Hold | None = None) -> list[ResultRow]:
     """One row per case (its newest rev), finished or not; an unfinished one names the tuning's `hold`."""
     rows = []
     for case_store in store.latest_revs():
-        try:
-            case = case_store.load_case()
-        except StoreError:  # a case file gone bad: its row still shows how the case ended
-            case = None
         result = case_store.result()
-        expected = None
-        met = None
-        if case is not None and case.expect is not None:
-            expected = case.expect.state + (f": {case.expect.reason}" if case.expect.reason else "")
-            if result is not None:
-                met = result.state == case.expect.state and (
-                    case.expect.reason is None or (result.reason or "").startswith(case.expect.reason)
-                )
         rows.append(
             ResultRow(
                 case=case_store.case_id,
@@ -197,8 +187,6 @@ def results(store: TuningStore, hold: Hold | None = None) -> list[ResultRow]:
                 reason=result.reason if result else None,
                 tokens=result.usage.tokens if result else 0,
                 cost_usd=result.usage.cost_usd if result else 0.0,
-                expected=expected,
-                met=met,
                 held=hold.reason if hold is not None and result is None else None,
             )
         )

@@ -8,10 +8,10 @@ import yaml
 from pydantic import ValidationError
 
 from service.core.errors import ConfigError
-from service.core.files import describe_validation
 from service.core.models.tuning import CommandAdapter, DemoAdapter, TuningConfig
 from service.core.store import TuningStore
 from service.core.system import SystemRepo
+from service.core.validation import describe_validation
 from service.evals.split import draw, keep_split
 
 
@@ -30,7 +30,7 @@ def load_tuning_file(path: Path) -> TuningConfig:
     try:
         config = TuningConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{path}: {describe_validation(exc)}") from exc
+        raise ConfigError(describe_validation(exc, path)) from exc
     updates: dict[str, object] = {"system": base / config.system, "cases": base / config.cases}
     if config.holdout is not None and config.holdout.cases is not None:
         updates["holdout"] = config.holdout.model_copy(update={"cases": base / config.holdout.cases})

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from service.core.errors import CaseFileError
 from service.core.models.case import Case
+from service.core.validation import TOP_LEVEL, field_problems
 
 CASE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -33,13 +34,12 @@ def load_case(path: Path) -> Case:
         kind = "JSON" if path.suffix == ".json" else "YAML"
         raise CaseFileError(str(path), "(file)", f"valid {kind}: {exc}".replace("\n", " ")) from exc
     if not isinstance(data, dict):
-        raise CaseFileError(str(path), "(top level)", "a mapping with id, input and rubric")
+        raise CaseFileError(str(path), TOP_LEVEL, "a mapping with id, input and rubric")
     try:
         return Case.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise CaseFileError(str(path), where, _expected(where, first["msg"])) from exc
+        first = field_problems(exc)[0]
+        raise CaseFileError(str(path), first.field, _expected(first.field, first.expected)) from exc
 
 
 def _expected(field: str, message: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from service.core.errors import StoreError
+from service.core.validation import describe_validation
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -144,15 +145,6 @@ def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     write_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode(), durable=durable)
 
 
-def describe_validation(error: ValidationError) -> str:
-    """One line per problem: `field.path: what was expected`."""
-    parts = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        parts.append(f"field {where!r}: {item['msg']}")
-    return "; ".join(parts)
-
-
 def read_model(path: Path, model: type[M]) -> M | None:
     """The validated model in `path`, None if the file does not exist; StoreError if it is invalid."""
     try:
@@ -164,7 +156,7 @@ def read_model(path: Path, model: type[M]) -> M | None:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        raise StoreError(f"{path}: {describe_validation(exc)}") from exc
+        raise StoreError(describe_validation(exc, path)) from exc
 
 
 def append_line(path: Path, line: str) -> None:

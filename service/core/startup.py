@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from service.core.errors import ConfigError
 from service.core.settings import CONFIG_ENV, FleetSettings
+from service.core.validation import field_problems
 
 
 def load_settings() -> FleetSettings:
@@ -73,11 +74,10 @@ def check_redis_address(settings: FleetSettings) -> None:
 
 def validation_line(exc: ValidationError) -> str:
     """A settings ValidationError as one line: each field named with what is wrong with it."""
-    parts = []
-    for error in exc.errors():
-        field = ".".join(str(p) for p in error["loc"]) or "(settings)"
-        parts.append(f"{field} (TUNEFLEET_{field.split('.')[0].upper()}): {error['msg']}")
-    return "; ".join(parts)
+    return "; ".join(
+        f"{p.field} (TUNEFLEET_{p.field.split('.')[0].upper()}): {p.expected}"
+        for p in field_problems(exc, top="(settings)")
+    )
 
 
 def one_line(text: str) -> str:

@@ -16,12 +16,12 @@ import socket
 from datetime import UTC, datetime
 
 import structlog
-from pydantic import BaseModel
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.errors import TunefleetError
+from service.core.models.redis_value import RedisValue
 
 log = structlog.get_logger()
 
@@ -41,7 +41,7 @@ return 0
 """
 
 
-class DaemonHolder(BaseModel):
+class DaemonHolder(RedisValue):
     """The value of `tf:daemon`: who holds the fleet's daemon lease."""
 
     host: str
@@ -106,9 +106,8 @@ def describe(raw: bytes | str | None, ttl_ms: int | None) -> str:
     """Who holds the lease, since when, and when it ends if that daemon is gone."""
     if raw is None:
         return "its lease just ended; start again"
-    try:
-        holder = DaemonHolder.model_validate_json(raw)
-    except ValueError:
+    holder = DaemonHolder.parse(raw)
+    if holder is None:
         return f"an unreadable holder {raw!r}"
     text = f"pid {holder.pid} on {holder.host} (API {holder.api}) since {holder.since:%Y-%m-%d %H:%M:%S} UTC"
     if ttl_ms is not None and ttl_ms > 0:

@@ -24,6 +24,7 @@ from service.client.client import TunefleetClient
 from service.client.queries import stored_runs
 from service.core import keys
 from service.core.events import COST_SCALE
+from service.core.lua import NOW
 from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
 from service.core.models.status import SubmitReport
@@ -40,12 +41,11 @@ EPOCH_CHECK_S = 1.0
 WORKER_QUIET_S = 60.0
 """A worker whose presence was not renewed for this long is dropped from the workers set."""
 
-FENCE_FLOOR = """
+FENCE_FLOOR = f"""
 -- KEYS: fence. Fencing tokens must only grow, even when Redis lost the counter: raise it to Redis's clock
 -- in microseconds, far above any count of grants made before.
-local t = redis.call('TIME')
-local floor = t[1] * 1000000 + t[2]
-if tonumber(redis.call('GET', KEYS[1]) or '0') < floor then redis.call('SET', KEYS[1], floor) end
+{NOW}
+if tonumber(redis.call('GET', KEYS[1]) or '0') < now_us then redis.call('SET', KEYS[1], now_us) end
 return 1
 """
 

@@ -254,8 +254,7 @@ async function loadCases() {
     el("td", {}, el("span", { class: `badge ${r.state}` }, r.state)),
     el("td", { class: "detail" }, r.reason || ""),
     el("td", { class: "num" }, fmtInt(r.tokens)),
-    el("td", { class: "num" }, fmtUsd(r.cost_usd)),
-    el("td", { class: r.met === false ? "bad" : "" }, r.expected || "")));
+    el("td", { class: "num" }, fmtUsd(r.cost_usd))));
   fillBody($("cases"), rows);
 }
 

@@ -1,12 +1,12 @@
 // The case page: one column per try (void tries included), one row per thing a try leaves.
 
-import { $, el, fillBody, fmtInt, fmtUsd, getJSON, short } from "./dom.js";
+import { $, DetailFeed, el, fillBody, fmtInt, fmtUsd, short } from "./dom.js";
 
-let shown = "";
+const feed = new DetailFeed("case-error");
 
 /** Forget what is on the page, so that the next load draws it afresh. */
 export function resetCase() {
-  shown = "";
+  feed.reset();
 }
 
 function usageOf(attempt) {
@@ -69,18 +69,9 @@ const ROWS = [
 ];
 
 export async function loadCase(tuning, caseId) {
-  let detail;
-  try {
-    detail = await getJSON(`api/tunings/${encodeURIComponent(tuning)}/cases/${encodeURIComponent(caseId)}`);
-    $("case-error").hidden = true;
-  } catch (err) {
-    $("case-error").textContent = err.message;
-    $("case-error").hidden = false;
-    return;
-  }
-  const seen = JSON.stringify(detail);
-  if (seen === shown) return;  // unchanged: keep the page (and open details) as it is
-  shown = seen;
+  const path = `api/tunings/${encodeURIComponent(tuning)}/cases/${encodeURIComponent(caseId)}`;
+  const detail = await feed.changed(path);
+  if (detail === null) return;
   $("case-title").textContent = `${detail.tuning} / ${detail.case} r${detail.rev}`;
   const result = detail.result;
   $("case-result").replaceChildren(result

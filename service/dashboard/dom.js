@@ -36,6 +36,37 @@ export async function getJSON(path) {
   return response.json();
 }
 
+/** A detail page fed from the API: `changed(path)` gives the JSON at `path` when it differs from what
+ * the page shows, else null (unchanged: the page, open details included, stays as it is; unreadable:
+ * the error is shown in the page's `errorId` element). */
+export class DetailFeed {
+  constructor(errorId) {
+    this.errorId = errorId;
+    this.shown = "";
+  }
+
+  /** Forget what is on the page, so that the next load draws it afresh. */
+  reset() {
+    this.shown = "";
+  }
+
+  async changed(path) {
+    let detail;
+    try {
+      detail = await getJSON(path);
+      $(this.errorId).hidden = true;
+    } catch (err) {
+      $(this.errorId).textContent = err.message;
+      $(this.errorId).hidden = false;
+      return null;
+    }
+    const seen = JSON.stringify(detail);
+    if (seen === this.shown) return null;
+    this.shown = seen;
+    return detail;
+  }
+}
+
 export const fmtInt = (n) => Number(n || 0).toLocaleString("en-US");
 export const fmtUsd = (n) => Number(n || 0).toFixed(4);
 export const short = (v) => (v ? String(v).slice(0, 10) : "–");

@@ -1,9 +1,9 @@
 // Goals: the list on the fleet view, and a goal's page with one column per iteration (its TODO, the
 // worker's result, the reviewer's verdict) and the remaining work the last review left.
 
-import { $, el, fillBody, getJSON } from "./dom.js";
+import { $, DetailFeed, el, fillBody, getJSON } from "./dom.js";
 
-let shown = "";
+const feed = new DetailFeed("goal-error");
 
 export const goalHref = (id) => `#/goal/${encodeURIComponent(id)}`;
 
@@ -19,7 +19,7 @@ export function goalRoute(hash) {
 
 /** Forget what is on the goal page, so that the next load draws it afresh. */
 export function resetGoal() {
-  shown = "";
+  feed.reset();
 }
 
 const badge = (status) => el("span", { class: `badge goal-${status}` }, status);
@@ -109,18 +109,8 @@ function remainingWork(state) {
 }
 
 export async function loadGoal(id) {
-  let detail;
-  try {
-    detail = await getJSON(`api/goals/${encodeURIComponent(id)}`);
-    $("goal-error").hidden = true;
-  } catch (err) {
-    $("goal-error").textContent = err.message;
-    $("goal-error").hidden = false;
-    return;
-  }
-  const seen = JSON.stringify(detail);
-  if (seen === shown) return;  // unchanged: keep the page as it is
-  shown = seen;
+  const detail = await feed.changed(`api/goals/${encodeURIComponent(id)}`);
+  if (detail === null) return;
   const state = detail.state;
   $("goal-title").textContent = state ? `${detail.id}: ${state.goal}` : detail.id;
   $("goal-result").replaceChildren(outcomeLine(detail));

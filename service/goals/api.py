@@ -128,7 +128,7 @@ class GoalApi:
         goal_id = slug_param(request, "goal")
         state = await self._read(self._files.state, goal_id)
         raw = await self._client.redis.hget(keys.goals(), goal_id)  # type: ignore[misc]
-        summary = GoalSummary.model_validate_json(raw) if raw is not None else None
+        summary = GoalSummary.parse(raw)
         status = state.status if state is not None else summary.status if summary is not None else "queued"
         note = None if state is not None else QUEUED_NOTE
         return json_response(GoalDetail(id=goal_id, status=status, summary=summary, state=state, note=note))

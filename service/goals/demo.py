@@ -1,25 +1,56 @@
 """The demo's goals: start the example goals beside the demo tuning, show them live, and compare each
-with the outcome it declares (`expect`)."""
+with the outcome it declares (`demo.expect` in its spec, read here only)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from rich.table import Table
 
-from service.core.models.goal import FINAL_STATUSES, GoalSpec
+from service.core.errors import ConfigError
+from service.core.models.goal import FINAL_STATUSES, GoalSpec, Limit
 from service.core.models.goal_state import GoalState, GoalSummary
+from service.core.validation import describe_validation
 from service.goals.fleet import GoalFiles, Goals
 from service.goals.spec import load_goal_file
 
 GOAL_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+class GoalExpectation(BaseModel):
+    """A demo goal's `demo.expect`: the outcome it is built to reach, shown beside the real one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["completed", "incomplete", "failed", "cancelled"]
+    limit: Limit | None = None
+
+
+def expectation(spec: GoalSpec, source: str | Path | None = None) -> GoalExpectation | None:
+    """The outcome `spec` declares, if it declares one; ConfigError naming `source` (the spec's file, else
+    the goal) and the field when it is not one."""
+    declared = spec.demo.get("expect")
+    if declared is None:
+        return None
+    try:
+        return GoalExpectation.model_validate(declared)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation(exc, f"{source or f'goal {spec.id}'}: demo.expect")) from None
+
+
 def example_specs(folder: Path) -> list[GoalSpec]:
-    """The goal specs in `folder`, by file name (none when it does not exist)."""
+    """The goal specs in `folder`, by file name (none when it does not exist), each with a valid
+    expectation if it declares one."""
     if not folder.is_dir():
         return []
-    return [load_goal_file(p) for p in sorted(folder.iterdir()) if p.suffix in GOAL_SUFFIXES]
+    specs = []
+    for path in sorted(p for p in folder.iterdir() if p.suffix in GOAL_SUFFIXES):
+        spec = load_goal_file(path)
+        expectation(spec, path)
+        specs.append(spec)
+    return specs
 
 
 async def start_examples(goals: Goals, specs: list[GoalSpec]) -> None:
@@ -40,12 +71,13 @@ def live_table(summaries: list[GoalSummary]) -> Table:
 
 
 def met(spec: GoalSpec, state: GoalState | None) -> bool:
-    if spec.expect is None:
+    expect = expectation(spec)
+    if expect is None:
         return True
-    if state is None or state.status != spec.expect.status:
+    if state is None or state.status != expect.status:
         return False
     limit = state.completion.limit if state.completion else None
-    return spec.expect.limit is None or spec.expect.limit == limit
+    return expect.limit is None or expect.limit == limit
 
 
 def results_table(files: GoalFiles, specs: list[GoalSpec]) -> tuple[Table, list[str]]:
@@ -59,7 +91,8 @@ def results_table(files: GoalFiles, specs: list[GoalSpec]) -> tuple[Table, list[
         ok = met(spec, state)
         if not ok:
             missed.append(spec.id)
-        expected = f"{spec.expect.status} {spec.expect.limit or ''}".strip() if spec.expect else ""
+        expect = expectation(spec)
+        expected = f"{expect.status} {expect.limit or ''}".strip() if expect else ""
         limit = state.completion.limit if state and state.completion else None
         table.add_row(
             spec.id,

@@ -186,9 +186,9 @@ class Goals(GoalFiles):
             return state, True
 
     async def summaries(self) -> list[GoalSummary]:
-        """Every goal as Redis knows it (kept current by the workers), by id."""
+        """Every goal as Redis knows it (kept current by the workers), by id (an unreadable one left out)."""
         raw = await self._redis.hgetall(keys.goals())  # type: ignore[misc]
-        found = [GoalSummary.model_validate_json(value) for value in raw.values()]
+        found = [summary for value in raw.values() if (summary := GoalSummary.parse(value)) is not None]
         return sorted(found, key=lambda s: s.id)
 
     async def reconcile(self) -> int:

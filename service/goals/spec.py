@@ -12,10 +12,10 @@ import yaml
 from pydantic import ValidationError
 
 from service.core.errors import ConfigError
-from service.core.files import describe_validation
 from service.core.models.goal import GOAL_PLACEHOLDERS, GoalLimits, GoalSpec
 from service.core.models.tuning import CommandAdapter, DemoAdapter, TuningConfig
 from service.core.settings import FleetSettings
+from service.core.validation import describe_validation
 
 
 def load_goal_file(path: Path) -> GoalSpec:
@@ -35,7 +35,7 @@ def load_goal_file(path: Path) -> GoalSpec:
     try:
         spec = GoalSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{path}: {describe_validation(exc)}") from exc
+        raise ConfigError(describe_validation(exc, path)) from exc
     base = path.parent.resolve()
     updates: dict[str, object] = {}
     if spec.workspace is not None:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.models.case import Case, DemoKnobs, RunTask
+from service.core.models.case import Case, DemoMapping, RunTask
 from service.core.models.records import SEAL_FIELDS, Feedback, Phase, RunOutput, RunRecord, Usage
 
 
@@ -41,7 +41,7 @@ class StepRequest(BaseModel):
     attempt_dir: Path = Field(description="The attempt's folder of records (in-process adapters only).")
     step_dir: Path = Field(description="The step's own folder for this attempt and lease.")
     log_file: Path = Field(description="The agent's stdout and stderr, appended line by line.")
-    demo: DemoKnobs = Field(description="The demo agents' knobs for this case (in-process adapters only).")
+    demo: DemoMapping = Field(description="The case's demo mapping, for the in-process demo adapters only.")
 
 
 class RunRequest(StepRequest):

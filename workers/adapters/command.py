@@ -19,6 +19,7 @@ from service.core.errors import ConfigError
 from service.core.files import write_atomic
 from service.core.models.records import SEAL_FIELDS, RunOutput
 from service.core.models.tuning import PLACEHOLDERS, CommandAdapter
+from service.core.validation import describe_validation
 from workers.adapters.base import (
     AnalyzeOutcome,
     AnalyzeRequest,
@@ -114,12 +115,6 @@ def _written(path: Path) -> bytes | None:
         return None
 
 
-def _invalid_output(path: Path, exc: ValidationError) -> str:
-    fields = [(".".join(str(part) for part in err["loc"]) or "(root)", err["msg"]) for err in exc.errors()]
-    problems = "; ".join(f"field {name!r}: {msg}" for name, msg in fields)
-    return f"{path}: invalid RunOutput: {problems}"
-
-
 def _parse_run_output(path: Path) -> RunOutput | None:
     """The runner's output file, None if it wrote none; an unreadable or invalid one becomes a RunOutput
     with an error naming the file and the fields."""
@@ -130,7 +125,7 @@ def _parse_run_output(path: Path) -> RunOutput | None:
     except OSError as exc:
         return RunOutput(error=f"{path}: cannot read: {exc.strerror or exc}")
     except ValidationError as exc:
-        return RunOutput(error=_invalid_output(path, exc))
+        return RunOutput(error=describe_validation(exc, f"{path}: invalid RunOutput"))
 
 
 def _read_run_output(path: Path, result: ProcessResult) -> RunOutput | None:

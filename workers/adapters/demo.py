@@ -4,7 +4,8 @@ steps validate it against the same schema), write the run's memory and a log, an
 worktree, but make no input or output files: nothing reads them.
 
 The system's prose holds a rule when one of its files has a line `- rule: <slug>`; a skill is a
-file `skills/<name>.md`. A case's `demo` knobs say which rules it needs and which faults it injects.
+file `skills/<name>.md`. A case's demo knobs (workers.adapters.demo_knobs) say which rules it needs
+and which faults it injects.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from workers.adapters.base import (
     StepExit,
     StepRequest,
 )
+from workers.adapters.demo_knobs import DemoKnobs, read_knobs
 
 log = structlog.get_logger()
 
@@ -103,28 +105,32 @@ class _DemoStep:
         key = (self._config.seed, request.tuning, request.case_id, request.phase, request.attempt, run_index)
         return random.Random("|".join(map(str, (*key, step))))
 
-    async def _pause(self, request: StepRequest, base_ms: int, rng: random.Random) -> None:
-        latency_ms = request.demo.latency_ms
-        latency_ms = base_ms if latency_ms is None else latency_ms
+    async def _pause(self, knobs: DemoKnobs, base_ms: int, rng: random.Random) -> None:
+        latency_ms = base_ms if knobs.latency_ms is None else knobs.latency_ms
         varied_ms = latency_ms * (1 + self._config.jitter * (2 * rng.random() - 1))
         await asyncio.sleep(max(0.0, varied_ms) / 1000)
 
-    def _usage(self, request: StepRequest) -> Usage:
-        tokens = request.demo.tokens
+    def _usage(self, knobs: DemoKnobs) -> Usage:
+        tokens = knobs.tokens
         input_tokens = tokens * 7 // 10
         cost_usd = round(tokens / 1000 * self._config.usd_per_1k_tokens, 6)
         return Usage(input_tokens=input_tokens, output_tokens=tokens - input_tokens, cost_usd=cost_usd)
 
 
-def _maybe_kill_worker(request: RunRequest, log: _StepLog) -> None:
+def knobs_of(request: StepRequest) -> DemoKnobs:
+    """The case's demo knobs; JobFault when its demo mapping does not hold valid ones."""
+    return read_knobs(DemoKnobs, request.demo, f"case {request.case_id}")
+
+
+def _maybe_kill_worker(request: RunRequest, knobs: DemoKnobs, log: _StepLog) -> None:
     """The `kills_worker` fault: the run takes its whole worker process down (SIGKILL), as a poison case
     does. Marker files in the case's folder (the attempt folder's grandparent, `r<rev>/`) count how
     often it already did, across processes, attempts and runs set aside: the knob is per case."""
-    if request.demo.kills_worker == 0:
+    if knobs.kills_worker == 0:
         return
     case_dir = request.attempt_dir.parents[1]
     done = len(list(case_dir.glob("worker-killed-*")))
-    if done < request.demo.kills_worker:
+    if done < knobs.kills_worker:
         (case_dir / f"worker-killed-{done + 1}").touch()
         log.say("taking the worker down")
         log.flush()
@@ -147,13 +153,13 @@ class DemoRunner(_DemoStep):
         if outage is not None and outage.exists():
             log.say(f"sandbox is down: {outage} exists")
             return RunOutcome(exit_code=OUTAGE_EXIT, duration_ms=0, sandbox_down="demo sandbox is down")
+        knobs = knobs_of(request)
         rng = self._rng(request, "run", request.run_index)
         random_void = rng.random() < self._config.void_rate
-        knobs = request.demo
         log.say(f"case {request.case_id} {request.phase} try {request.attempt}")
-        await self._pause(request, self._config.latency.run_ms, rng)
+        await self._pause(knobs, self._config.latency.run_ms, rng)
         key = f"{request.phase}-{request.attempt}"
-        _maybe_kill_worker(request, log)
+        _maybe_kill_worker(request, knobs, log)
         kills = knobs.kills.get(key, 0)
         if request.run_index <= kills:
             log.say("Killed")
@@ -162,13 +168,12 @@ class DemoRunner(_DemoStep):
             )
         if request.run_index <= kills + knobs.voids.get(key, 0) or random_void:
             log.say("error: the tool server went away")
-            output = RunOutput(error=INJECTED_FAULT, usage=self._usage(request))
+            output = RunOutput(error=INJECTED_FAULT, usage=self._usage(knobs))
         else:
-            output = self._attempt(request, rng, log)
+            output = self._attempt(request, knobs, rng, log)
         return RunOutcome(exit_code=0, duration_ms=_elapsed_ms(started), output=output)
 
-    def _attempt(self, request: RunRequest, rng: random.Random, log: _StepLog) -> RunOutput:
-        knobs = request.demo
+    def _attempt(self, request: RunRequest, knobs: DemoKnobs, rng: random.Random, log: _StepLog) -> RunOutput:
         present, skills = self._version_view(request.version, request.system_dir)
         missing = [rule for rule in knobs.rules if rule not in present]
         has_memory = (request.memory_dir / MEMORY_FILE).is_file()
@@ -188,7 +193,7 @@ class DemoRunner(_DemoStep):
             log.say(f"wrote {MEMORY_FILE}")
         log.say(f"answer: {answer}")
         return RunOutput(
-            answer=answer, turns=rng.randint(2, 9), skills_loaded=skills, usage=self._usage(request)
+            answer=answer, turns=rng.randint(2, 9), skills_loaded=skills, usage=self._usage(knobs)
         )
 
 
@@ -199,8 +204,9 @@ class DemoAnalyzer(_DemoStep):
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
         started = time.monotonic()
-        await self._pause(request, self._config.latency.analyze_ms, self._rng(request, "analyze"))
-        feedback = self._grade(request)
+        knobs = knobs_of(request)
+        await self._pause(knobs, self._config.latency.analyze_ms, self._rng(request, "analyze"))
+        feedback = self._grade(request, knobs)
         none = "(none)\n"
         scores = "".join(f"- {item}: {score:.1f}\n" for item, score in feedback.rubric.items()) or none
         changes = "".join(f"- ({imp.target}) {imp.lead}\n" for imp in feedback.improvements) or none
@@ -216,9 +222,9 @@ class DemoAnalyzer(_DemoStep):
             source="the demo analyzer's feedback",
         )
 
-    def _grade(self, request: AnalyzeRequest) -> Feedback:
-        run, knobs, ids = request.run, request.demo, request.case.rubric_ids
-        usage = self._usage(request)
+    def _grade(self, request: AnalyzeRequest, knobs: DemoKnobs) -> Feedback:
+        run, ids = request.run, request.case.rubric_ids
+        usage = self._usage(knobs)
         error = run.output.error or ""
         if run.void or error.startswith("demo: injected"):
             infra = run.void or error
@@ -267,16 +273,17 @@ class DemoApplier(_DemoStep):
 
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
         started = time.monotonic()
-        await self._pause(request, self._config.latency.apply_ms, self._rng(request, "apply"))
-        if request.demo.structural:
+        knobs = knobs_of(request)
+        await self._pause(knobs, self._config.latency.apply_ms, self._rng(request, "apply"))
+        if knobs.structural:
             output = ApplyOutput(
                 structural="the instructions need a new section hierarchy (planning before execution)",
-                usage=self._usage(request),
+                usage=self._usage(knobs),
             )
         else:
-            added = self._add_rules(request)
+            added = self._add_rules(request, knobs.rules_per_apply)
             summary = f"added rules: {', '.join(added)}" if added else "nothing to add"
-            output = ApplyOutput(skills=added, summary=summary, usage=self._usage(request))
+            output = ApplyOutput(skills=added, summary=summary, usage=self._usage(knobs))
         log = _StepLog(request.log_file, "apply")
         log.say(output.structural or output.summary)
         log.flush()
@@ -286,7 +293,7 @@ class DemoApplier(_DemoStep):
             source="the demo applier's output",
         )
 
-    def _add_rules(self, request: ApplyRequest) -> list[str]:
+    def _add_rules(self, request: ApplyRequest, rules_per_apply: int) -> list[str]:
         worktree = request.worktree_dir
         present = system_rules(worktree)
         wanted: list[str] = []
@@ -295,7 +302,7 @@ class DemoApplier(_DemoStep):
             is_add = improvement.lead.startswith(ADD_RULE_LEAD) and SLUG_RE.match(slug) is not None
             if is_add and slug not in present and slug not in wanted:
                 wanted.append(slug)
-        added = wanted[: request.demo.rules_per_apply]
+        added = wanted[:rules_per_apply]
         if not added:
             return []
         rules_file = worktree / RULES_FILE

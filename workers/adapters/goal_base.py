@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.models.goal import GoalDemoKnobs, GoalStep
+from service.core.models.case import DemoMapping
+from service.core.models.goal import GoalStep
 from service.core.models.records import Usage
 
 PLAN_OUTPUT = "TODO.md"
@@ -83,7 +84,7 @@ class GoalStepRequest(BaseModel):
         description="The step's input files in `in/` by name: todo, progress, worker_result, changes.",
     )
     run_index: int = Field(default=1, ge=1, description="1 for the step's first run, +1 per void one.")
-    demo: GoalDemoKnobs = Field(description="The demo agents' knobs (in-process adapters only).")
+    demo: DemoMapping = Field(description="The spec's demo mapping, for the in-process demo agents only.")
 
 
 class GoalStepExit(BaseModel):

@@ -1,5 +1,5 @@
 """The built-in demo agents' goal steps: in-process, deterministic, driven by the goal's `demo` knobs
-(service.core.models.goal.GoalDemoKnobs), writing the same `out/` files a command agent writes.
+(workers.adapters.demo_knobs.GoalDemoKnobs), writing the same `out/` files a command agent writes.
 
 - plan: a TODO of `tasks` tasks, the previous review's remaining work first, and its summary
   (`out/plan.json`); an invalid one (no task) in the iterations listed in `invalid_todo`;
@@ -27,6 +27,7 @@ from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
 from service.core.models.records import Usage
 from service.core.models.tuning import DemoAdapter
 from service.goals.todo import TodoError, parse_todo
+from workers.adapters.demo_knobs import GoalDemoKnobs, read_knobs
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (
     PLAN_OUTPUT,
@@ -49,7 +50,7 @@ class DemoGoalAgent:
 
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
         began = time.monotonic()
-        knobs = request.demo
+        knobs = read_knobs(GoalDemoKnobs, request.demo, f"goal {request.goal_id}")
         folder = StepFolder(request.step_dir)
         folder.prepare()
         append_line(request.log_file, f"demo-{request.step}: iteration {request.iteration} started")
@@ -70,12 +71,12 @@ class DemoGoalAgent:
                 exit_code=1, void="demo: injected infrastructure fault", duration_ms=_ms(began), spent=spent
             )
         if request.step == "plan":
-            _plan(request, folder)
+            _plan(request, knobs, folder)
         elif request.step == "work":
-            _kill_worker(request)
-            _work(request, folder)
+            _kill_worker(request, knobs)
+            _work(request, knobs, folder)
         else:
-            _review(request, folder)
+            _review(request, knobs, folder)
         return GoalStepExit(duration_ms=_ms(began), spent=spent)
 
     def _spend(self, tokens: int) -> Usage | None:
@@ -85,12 +86,12 @@ class DemoGoalAgent:
         return Usage(input_tokens=tokens, cost_usd=cost_usd, source="api")
 
 
-def _kill_worker(request: GoalStepRequest) -> None:
+def _kill_worker(request: GoalStepRequest, knobs: GoalDemoKnobs) -> None:
     """The `kills_worker` fault: this work step takes its whole worker down (SIGKILL), counted by
     marker files in the goal's folder (across workers and attempts)."""
     goal_dir = request.step_dir.parents[2]
     killed = len(list(goal_dir.glob("worker-killed-*")))
-    if killed < request.demo.kills_worker:
+    if killed < knobs.kills_worker:
         (goal_dir / f"worker-killed-{killed + 1}").touch()
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -99,21 +100,21 @@ def _ms(began: float) -> int:
     return int((time.monotonic() - began) * 1000)
 
 
-def _plan(request: GoalStepRequest, folder: StepFolder) -> None:
+def _plan(request: GoalStepRequest, knobs: GoalDemoKnobs, folder: StepFolder) -> None:
     brief = request.brief
     lines = [f"# Iteration {request.iteration}: {brief.goal}", ""]
-    if request.iteration in request.demo.invalid_todo:
+    if request.iteration in knobs.invalid_todo:
         lines.append("Nothing is planned yet.")  # no checkbox item: the fleet refuses it
     else:
         titles = [*brief.remaining_work, *[f"work towards the goal, part {n}" for n in range(1, 51)]]
-        for n, title in enumerate(titles[: request.demo.tasks], start=1):
+        for n, title in enumerate(titles[: knobs.tasks], start=1):
             lines.append(f"- [ ] T{n}: {title}")
-        summary = PlanSummary(summary=f"{request.demo.tasks} tasks towards: {brief.goal}")
+        summary = PlanSummary(summary=f"{knobs.tasks} tasks towards: {brief.goal}")
         write_atomic(folder.outputs / PLAN_SUMMARY, summary.model_dump_json().encode(), durable=False)
     write_atomic(folder.outputs / PLAN_OUTPUT, ("\n".join(lines) + "\n").encode(), durable=False)
 
 
-def _work(request: GoalStepRequest, folder: StepFolder) -> None:
+def _work(request: GoalStepRequest, knobs: GoalDemoKnobs, folder: StepFolder) -> None:
     """One attempt (the brief's) at each task of the TODO: it fails while within `task_failures`."""
     try:
         tasks = parse_todo(request.inputs["todo"].read_text())
@@ -126,7 +127,7 @@ def _work(request: GoalStepRequest, folder: StepFolder) -> None:
     finished = 0
     for task in tasks:
         _progress(progress, task.id, "started", f"attempt {attempt}", attempt)
-        if attempt <= request.demo.task_failures:
+        if attempt <= knobs.task_failures:
             _progress(progress, task.id, "failed", "demo: the task failed", attempt)
             continue
         note = request.workspace_dir / "tasks" / f"{request.iteration:02d}-{task.id}.md"
@@ -148,14 +149,14 @@ def _progress(
     append_line(path, entry.model_dump_json())
 
 
-def _review(request: GoalStepRequest, folder: StepFolder) -> None:
-    complete = request.iteration >= request.demo.complete_at
+def _review(request: GoalStepRequest, knobs: GoalDemoKnobs, folder: StepFolder) -> None:
+    complete = request.iteration >= knobs.complete_at
     remaining = [] if complete else [f"continue the goal in iteration {request.iteration + 1}"]
     review = Review(
         decision="complete" if complete else "continue",
         complete=complete,
         summary=f"demo review of iteration {request.iteration}",
-        rationale=f"the demo reviewer completes the goal at iteration {request.demo.complete_at}",
+        rationale=f"the demo reviewer completes the goal at iteration {knobs.complete_at}",
         remaining_work=remaining,
     )
     write_atomic(folder.outputs / REVIEW_OUTPUT, review.model_dump_json().encode(), durable=False)

@@ -19,10 +19,11 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from service.core.files import describe_validation, write_atomic
+from service.core.files import write_atomic
 from service.core.models.events import EventKind
 from service.core.models.goal import GoalStep
 from service.core.models.goal_state import IterationState, PlanRecord, Review, ReviewRecord
+from service.core.validation import describe_validation
 from service.goals.store import CHANGES_FILE, PROGRESS_FILE, REVIEW_FILE, TODO_FILE, WORKER_RESULT_FILE
 from service.goals.todo import TodoError, parse_todo
 from workers.adapters.folder import StepFolder

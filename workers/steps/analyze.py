@@ -12,14 +12,16 @@ from __future__ import annotations
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
-from service.core.files import describe_validation, read_model
+from service.core.files import read_model
 from service.core.models.case import Case
 from service.core.models.events import EventKind
-from service.core.models.records import Feedback, Note, Phase, RunRecord, new_seal
+from service.core.models.records import Feedback, Note, Phase, RunRecord, Verdict, new_seal
 from service.core.system import tree_digest
+from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, ProviderDown
@@ -39,7 +41,7 @@ def read_feedback(path_text: str, raw: bytes | None, case: Case) -> tuple[Feedba
     try:
         feedback = Feedback.model_validate_json(raw)
     except ValidationError as exc:
-        raise FeedbackInvalid(f"{path_text}: {describe_validation(exc)}") from exc
+        raise FeedbackInvalid(describe_validation(exc, path_text)) from exc
     known = set(case.rubric_ids)
     dropped = sorted(set(feedback.rubric) - known)
     if dropped:
@@ -136,21 +138,10 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
     if dropped:
         await _note_dropped(cr, phase, attempt, source, dropped)
-    cr.store.add_note(
-        Note(
-            at=datetime.now(UTC),
-            kind="graded",
-            rev=cr.case.rev,
-            phase=phase,
-            attempt=attempt,
-            verdict=feedback.verdict,
-            rubric=feedback.rubric,
-            worker=cr.worker,
-            text=f"void: {feedback.infra}"
-            if feedback.verdict == "void"
-            else (feedback.summary or feedback.verdict),
-        )
+    graded = (
+        f"void: {feedback.infra}" if feedback.verdict == "void" else (feedback.summary or feedback.verdict)
     )
+    _note(cr, phase, attempt, "graded", graded, verdict=feedback.verdict, rubric=feedback.rubric)
     await cr.emit(
         EventKind.STEP_FINISHED,
         step="analyze",
@@ -169,18 +160,35 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
 async def _note_dropped(cr: CaseRun, phase: Phase, attempt: int, source: str, dropped: list[str]) -> None:
     """Scores of rubric ids the case lacks were left out of the feedback: keep a note and log it."""
     cr.log.warning("feedback_rubric_dropped", ids=dropped, file=source, phase=phase, attempt=attempt)
-    cr.store.add_note(
-        Note(
-            at=datetime.now(UTC),
-            kind="dropped",
-            rev=cr.case.rev,
-            phase=phase,
-            attempt=attempt,
-            worker=cr.worker,
-            text=f"{source}: field 'rubric': dropped scores of ids not in the case's rubric: "
-            f"{', '.join(dropped)} (expected one of {', '.join(cr.case.rubric_ids)})",
-        )
+    text = (
+        f"{source}: field 'rubric': dropped scores of ids not in the case's rubric: "
+        f"{', '.join(dropped)} (expected one of {', '.join(cr.case.rubric_ids)})"
     )
+    _note(cr, phase, attempt, "dropped", text)
+
+
+def _note(
+    cr: CaseRun,
+    phase: Phase,
+    attempt: int,
+    kind: Literal["graded", "dropped"],
+    text: str,
+    verdict: Verdict | None = None,
+    rubric: dict[str, float] | None = None,
+) -> None:
+    """A note on the try in the case's notes, by this worker."""
+    note = Note(
+        at=datetime.now(UTC),
+        kind=kind,
+        rev=cr.case.rev,
+        phase=phase,
+        attempt=attempt,
+        verdict=verdict,
+        rubric=rubric or {},
+        text=text,
+        worker=cr.worker,
+    )
+    cr.store.add_note(note)
 
 
 def _how_it_ended(ended: StepExit) -> str:

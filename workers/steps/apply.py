@@ -17,9 +17,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.core.errors import SystemRepoError
-from service.core.files import describe_validation, read_model
+from service.core.files import read_model
 from service.core.models.events import EventKind
 from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
+from service.core.validation import describe_validation
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, LockLost, ProviderDown
@@ -174,7 +175,7 @@ def _read_output(outcome: ApplyOutcome) -> ApplyOutput:
     try:
         return ApplyOutput.model_validate_json(outcome.output)
     except ValidationError as exc:
-        raise JobFault(f"{outcome.source}: {describe_validation(exc)}") from exc
+        raise JobFault(describe_validation(exc, outcome.source)) from exc
 
 
 async def _output_of(cr: CaseRun, version: str) -> ApplyOutput:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.models.case import Slug
+from service.core.models.case import DemoMapping, Slug
 from service.core.models.tuning import Adapter
 
 GoalStep = Literal["plan", "work", "review"]
@@ -71,48 +71,6 @@ class GoalLimitsSpec(BaseModel):
     max_voids: int | None = Field(default=None, ge=1)
 
 
-class StepHang(BaseModel):
-    """A demo step that never ends by itself (a limit or a cancel must end it)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    step: GoalStep
-    iteration: int = Field(default=1, ge=1)
-
-
-class GoalDemoKnobs(BaseModel):
-    """How the built-in demo agents behave on this goal (ignored by other adapters); deterministic."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tasks: int = Field(default=2, ge=1, le=50, description="Tasks in each TODO the demo planner writes.")
-    task_failures: int = Field(
-        default=0, ge=0, description="Failed attempts of every task before one succeeds."
-    )
-    complete_at: int = Field(default=1, ge=1, description="The iteration whose review says complete.")
-    invalid_todo: list[int] = Field(
-        default_factory=list, description="Iterations whose plan is an invalid TODO (no tasks)."
-    )
-    hang: StepHang | None = None
-    voids: dict[GoalStep, int] = Field(
-        default_factory=dict, description="step -> how many of its first runs are void (per iteration)."
-    )
-    step_ms: int = Field(default=100, ge=0, description="How long each demo step takes.")
-    tokens: int = Field(default=0, ge=0, description="Tokens each demo step reports spending.")
-    kills_worker: int = Field(
-        default=0, ge=0, description="How many work steps SIGKILL their whole worker process (poison)."
-    )
-
-
-class GoalExpectation(BaseModel):
-    """The outcome a demo goal is built to reach, shown beside the real one."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    status: Literal["completed", "incomplete", "failed", "cancelled"]
-    limit: Limit | None = None
-
-
 class GoalSpec(BaseModel):
     """`GOAL_SPEC.json`; the YAML a user writes has the same fields."""
 
@@ -135,5 +93,6 @@ class GoalSpec(BaseModel):
     runner: Adapter | None = Field(default=None, description="The worker's agent (default: demo).")
     analyzer: Adapter | None = Field(default=None, description="The planner's and reviewer's agent.")
     limits: GoalLimitsSpec = Field(default_factory=GoalLimitsSpec)
-    demo: GoalDemoKnobs = Field(default_factory=GoalDemoKnobs)
-    expect: GoalExpectation | None = Field(default=None, description="The outcome a demo goal is built for.")
+    demo: DemoMapping = Field(
+        default_factory=dict, description="For the demo agents only (docs/adapters.md, `GoalDemoKnobs`)."
+    )

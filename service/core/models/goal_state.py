@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.core.models.events import GOAL_ENDS, EventKind
 from service.core.models.goal import GoalLimits, GoalStatus, GoalStep, Limit
 from service.core.models.records import Usage
+from service.core.models.redis_value import RedisValue
 
 GOAL_STATE_SCHEMA_VERSION: Literal[1] = 1
 
@@ -245,7 +246,7 @@ class GoalState(BaseModel):
         self.record(GOAL_ENDS[completion.status], worker, iteration, None, completion.reason, data=data)
 
 
-class GoalSummary(BaseModel):
+class GoalSummary(RedisValue):
     """A goal as status, the API and the metrics list it (the Redis hash `tf:goals`)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -20,7 +20,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    RootModel,
     SerializerFunctionWrapHandler,
+    StringConstraints,
     model_serializer,
     model_validator,
 )
@@ -246,6 +248,15 @@ class SandboxTrips(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     trips: int = Field(default=0, ge=0)
+
+
+TryKey = Annotated[str, StringConstraints(pattern=r"^(nomem|mem)-[1-9][0-9]*$")]
+"""One try of a case: `<phase>-<attempt>`, e.g. `nomem-1`."""
+
+
+class VoidBaseline(RootModel[dict[TryKey, Annotated[int, Field(ge=0)]]]):
+    """`void-baseline.json`: per try, the void runs already counted when the case last ended failed for
+    voids, so that running it again starts a fresh count (workers.loop)."""
 
 
 class CaseResult(BaseModel):

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, StepName
+from service.core.models.redis_value import RedisValue
 
 WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock"]
 WAIT_WORDS: dict[str, str] = {
@@ -52,7 +53,7 @@ class MirrorState(BaseModel):
             return None
 
 
-class Hold(BaseModel):
+class Hold(RedisValue):
     """A field of `tf:held`: why no run of a tuning starts (its cases wait, nothing is failed) until
     `tunefleet resume TUNING`, or a registration whose budget no longer holds it."""
 
@@ -62,16 +63,8 @@ class Hold(BaseModel):
     reason: str
     at: datetime
 
-    @classmethod
-    def parse(cls, raw: bytes | str) -> Hold | None:
-        """The hold in a hash field; None when it is not one (a hand-written value holds nothing)."""
-        try:
-            return cls.model_validate_json(raw)
-        except ValidationError:
-            return None
 
-
-class RunningCase(BaseModel):
+class RunningCase(RedisValue):
     """A value of `tf:running:<tuning>` (job id -> this JSON): where a case a worker holds is now, as the
     worker notes it (workers.case.CaseRun.at)."""
 
@@ -89,14 +82,6 @@ class RunningCase(BaseModel):
     fence: int | None = Field(
         default=None, description="The improvements lock's fencing token, while its apply holds the lock."
     )
-
-    @classmethod
-    def parse(cls, raw: bytes | str) -> RunningCase | None:
-        """The entry in a hash field; None when it is not one."""
-        try:
-            return cls.model_validate_json(raw)
-        except ValidationError:
-            return None
 
 
 class LockHolder(BaseModel):
@@ -157,6 +142,15 @@ class TuningStatus(BaseModel):
     lock: TuningLock = Field(default_factory=TuningLock, description="The improvements lock.")
 
 
+class WorkerPresence(RedisValue):
+    """The value of `tf:worker:<name>` (renewed every 2 s, gone 6 s after a worker's last beat): a live
+    worker's slots and the job ids it holds leases on."""
+
+    worker: str
+    slots: int = Field(ge=0)
+    cases: list[str] = Field(default_factory=list)
+
+
 class WorkerStatus(BaseModel):
     name: str
     slots: int
@@ -180,8 +174,6 @@ class ResultRow(BaseModel):
     reason: str | None = None
     tokens: int = 0
     cost_usd: float = 0.0
-    expected: str | None = Field(default=None, description="The outcome a demo case declares.")
-    met: bool | None = None
     held: str | None = Field(
         default=None, description="Unfinished, and waiting: the reason its tuning is held."
     )

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.core.models.case import Slug
 from service.core.models.holdout import HoldoutConfig
+from service.core.models.redis_value import RedisValue
 
 PLACEHOLDERS: dict[str, frozenset[str]] = {
     "runner": frozenset(
@@ -200,10 +201,11 @@ class LlmAdapter(BaseModel):
 Adapter = Annotated[DemoAdapter | CommandAdapter | LlmAdapter, Field(discriminator="kind")]
 
 
-class Budget(BaseModel):
+class Budget(RedisValue):
     """What a case and the whole tuning may spend (None: no limit). A case at or past its limit ends
     `difficult: budget` before its next step starts; a tuning at or past its limit is held: no run
-    starts until the budget is raised or `tunefleet resume TUNING` (docs/operations.md, "Budgets")."""
+    starts until the budget is raised or `tunefleet resume TUNING` (docs/operations.md, "Budgets"),
+    which keeps the budget it waived in `tf:budget-waived`."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -28,10 +28,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.asyncio import Redis
 
-from service.core.files import append_line, describe_validation, write_atomic
+from service.core.files import append_line, write_atomic
 from service.core.models.goal import GOAL_STEPS, GoalStep
 from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
 from service.core.models.tuning import LlmAdapter
+from service.core.validation import describe_validation
 from service.goals.todo import TodoError, parse_todo
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (

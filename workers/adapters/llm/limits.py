@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.errors import ConfigError
+from service.core.lua import NOW
 from service.core.models.tuning import LlmAdapter
 from workers.tasks import watched
 
@@ -39,11 +40,9 @@ POLL_MIN_S = 0.05
 POLL_MAX_S = 1.0
 """The backoff between two tries for a permit, or two looks at the window: doubled up to the max."""
 
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
-
 ACQUIRE = f"""
 -- KEYS: permits ; ARGV: holder limit lease_ms -> 1 granted, 0 not now
-{_NOW_MS}
+{NOW}
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
@@ -55,7 +54,7 @@ return 0
 
 RENEW = f"""
 -- KEYS: permits ; ARGV: holder lease_ms -> 1 renewed, 0 lost (it expired)
-{_NOW_MS}
+{NOW}
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry or tonumber(expiry) < now then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
@@ -71,7 +70,7 @@ return redis.call('ZREM', KEYS[1], ARGV[1])
 WAIT_FOR_TOKENS = f"""
 -- KEYS: tokens ; ARGV: window_ms limit -> 0 when the window's tokens are under the limit, else the
 -- milliseconds until enough of them have left it
-{_NOW_MS}
+{NOW}
 local window = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
@@ -90,7 +89,7 @@ return 1
 
 SPEND = f"""
 -- KEYS: tokens ; ARGV: call_id tokens window_ms
-{_NOW_MS}
+{NOW}
 redis.call('ZADD', KEYS[1], now, ARGV[1] .. ':' .. ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1

@@ -1,0 +1,34 @@
+"""What is wrong with input that failed validation, said one way everywhere: the source (a file, a
+body), each field by its dotted path, and what was expected there.
+
+Every reader of user or agent input words a pydantic `ValidationError` through `field_problems`:
+as one line (`describe_validation`), one `error:` line per setting (service.core.startup), one
+field of a case file (service.core.cases) or the field list of an HTTP 422 (service.api.http).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from pydantic import ValidationError
+
+TOP_LEVEL = "(top level)"
+
+
+class FieldProblem(NamedTuple):
+    field: str
+    """The field's dotted path (`rubric.0.id`), or the name given for the whole input."""
+    expected: str
+    """What was expected there, as pydantic words it."""
+
+
+def field_problems(exc: ValidationError, top: str = TOP_LEVEL) -> list[FieldProblem]:
+    """Each problem of `exc`, in order; `top` names the whole input (a problem with no field)."""
+    return [FieldProblem(".".join(str(p) for p in e["loc"]) or top, e["msg"]) for e in exc.errors()]
+
+
+def describe_validation(exc: ValidationError, source: str | Path | None = None) -> str:
+    """One line: `<source>: field 'a.b': what was expected; field 'c': …` (no prefix without a source)."""
+    problems = "; ".join(f"field {p.field!r}: {p.expected}" for p in field_problems(exc))
+    return problems if source is None else f"{source}: {problems}"
