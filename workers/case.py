@@ -10,7 +10,7 @@ import structlog
 from pydantic import BaseModel
 
 from service.core.events import EventSink
-from service.core.files import write_atomic, write_model
+from service.core.files import model_bytes, write_atomic
 from service.core.models.case import Case
 from service.core.models.records import Phase, StepName
 from service.core.models.status import RunningCase, WaitCause
@@ -76,12 +76,12 @@ class CaseRun:
 
     async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
         """A fenced, durable write (with `also` files, written first and not flushed): refused
-        (LeaseLost) once the lease has moved on. Written on the event loop: handing the write to a
-        thread costs more CPU than the flush it would take off the loop (docs/benchmarks.md)."""
+        (LeaseLost) once the lease has moved on. Flushed to disk with the other cases' writes of the
+        moment, off the event loop (service.core.disk_batch)."""
         await self.lease.check()
         for other, data in also:
             write_atomic(other, data, durable=False)
-        write_model(path, model)
+        await self.tuning.disk.write(path, model_bytes(model))
 
     async def emit(self, kind: str, **fields: Any) -> None:
         where, self._where = self._where, None

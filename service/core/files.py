@@ -53,6 +53,22 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
 
 
+def temp_beside(path: Path, data: bytes) -> str:
+    """The first half of `write_atomic(path, data)`, without its flush: `data` in a new temp file beside
+    `path` (its folder made when missing); the temp file's name (`os.replace` it onto `path` once it is
+    flushed: service.core.disk_batch)."""
+    fd, tmp = _create_temp(path)
+    try:
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 def write_temp(folder: Path, name: str, data: bytes) -> str:
     """The first half of an atomic write, without its fsync: `data` in a new temp file `.<name>...tmp`
     in `folder`, which must exist; the temp file's name. `publish_temps` ends several such writes at once."""
@@ -110,7 +126,7 @@ def publish_temps(temps: Sequence[tuple[str, Path]], filesystem: Path) -> None:
     try:
         if not sync_filesystem(filesystem):
             for tmp, _ in temps:
-                _fsync_file(tmp)
+                fsync_file(tmp)
         for tmp, path in temps:
             _make_folder(os.path.dirname(path))
             os.replace(tmp, path)
@@ -123,7 +139,8 @@ def publish_temps(temps: Sequence[tuple[str, Path]], filesystem: Path) -> None:
         raise
 
 
-def _fsync_file(path: str) -> None:
+def fsync_file(path: str) -> None:
+    """Flush one file's content to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
