@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import time
 from collections.abc import Callable, Coroutine
@@ -76,7 +77,8 @@ class FleetWorker:
         """When the poll loop last turned (monotonic): the worker's liveness (workers.health)."""
         self._poll_failures = 0
         self._wake = asyncio.Event()
-        self._stopping = False
+        self._stopper: asyncio.Task[None] | None = None
+        """Set on the first SIGTERM/SIGINT: lets the running jobs hand themselves back, then stops."""
         self._stopped = asyncio.Event()
         runtime.outage.on_answer(self._wake.set)
 
@@ -120,9 +122,9 @@ class FleetWorker:
         for job in claimed:
             if job.level:
                 self.runtime.suspects[job.job_id] = job.level
-            task = asyncio.create_task(self._run(job), name=f"job {job.job_id}")
+            task = asyncio.create_task(self._run(job))
             self.tasks[job.job_id] = task
-            task.add_done_callback(self._ran)
+            task.add_done_callback(functools.partial(self._ran, job.job_id))
 
     async def _pause(self) -> None:
         """Wait `poll_delay_s` (longer while Redis is away), or until a slot frees or an outage ends."""
@@ -139,8 +141,7 @@ class FleetWorker:
         except RedisError:
             return False
 
-    def _ran(self, task: asyncio.Task[None]) -> None:
-        job_id = task.get_name().removeprefix("job ")
+    def _ran(self, job_id: str, task: asyncio.Task[None]) -> None:
         self.tasks.pop(job_id, None)
         self.runtime.suspects.pop(job_id, None)
         self._wake.set()
@@ -159,8 +160,9 @@ class FleetWorker:
         except JobFormatError as exc:
             log.error("job_unreadable", job_id=job_id, error=str(exc))
             self.jobs_failed += 1
-            stub = JobRecord("?", (), {}, None, 0)
-            await self._finish(job_id, stub, claimed.job_try, Ending(False, str(exc), start_ms, _now_ms()))
+            unknown = JobRecord("?", (), {}, None, 0)
+            ending = Ending(False, str(exc), start_ms, _now_ms())
+            await self._finish(job_id, self._ended(job_id, unknown, claimed.job_try, ending))
             return
         job_try = max(claimed.job_try, job.job_try or 0)
         ctx = {
@@ -172,35 +174,36 @@ class FleetWorker:
         }
         task = asyncio.create_task(function(ctx, *job.args, **job.kwargs))
         self.job_tasks[job_id] = task
-        ending: Ending | int
         try:
-            ending = Ending(True, await task, start_ms, _now_ms())
+            result = await task
+            outcome = self._ended(job_id, job, job_try, Ending(True, result, start_ms, _now_ms()))
             self.jobs_complete += 1
         except Retry as retry:
-            ending = retry.defer_score or 0
+            outcome = Outcome(ended=False, defer_ms=retry.defer_score or 0)
             self.jobs_retried += 1
         except asyncio.CancelledError:
             self.jobs_retried += 1
             if asyncio.current_task().cancelling():  # type: ignore[union-attr]
-                await asyncio.shield(self._finish(job_id, job, job_try, 0))  # stopped past the grace
+                await asyncio.shield(self._finish(job_id, Outcome(ended=False)))  # stopped past the grace
                 raise
-            ending = 0  # the job let go (the worker stops): it handed itself back
+            outcome = Outcome(ended=False)  # the job let go (the worker stops): it handed itself back
         except Exception as exc:  # the job function's own defect: arq would fail the job for good
             log.exception("job_crashed", job_id=job_id)
             ending = Ending(False, f"{type(exc).__name__}: {exc}", start_ms, _now_ms())
+            outcome = self._ended(job_id, job, job_try, ending)
             self.jobs_failed += 1
         finally:
             self.job_tasks.pop(job_id, None)
-        await asyncio.shield(self._finish(job_id, job, job_try, ending))
+        await asyncio.shield(self._finish(job_id, outcome))
 
-    async def _finish(self, job_id: str, job: JobRecord, job_try: int, ending: Ending | int) -> None:
-        """End the job with `ending`, or put it back due in `ending` ms."""
+    def _ended(self, job_id: str, job: JobRecord, job_try: int, ending: Ending) -> Outcome:
+        """The outcome of a job that ended, with arq's result record."""
+        record = result_record(job_id, job, job_try, ending, self.runtime.settings.queue, dump_job)
+        return Outcome(ended=True, result=record)
+
+    async def _finish(self, job_id: str, outcome: Outcome) -> None:
+        """Apply the outcome, fenced by this process's lease on the job (workers.finish)."""
         token = self.runtime.leases.pop(job_id, None)
-        if isinstance(ending, int):
-            outcome = Outcome(ended=False, defer_ms=ending)
-        else:
-            record = result_record(job_id, job, job_try, ending, self.runtime.settings.queue, dump_job)
-            outcome = Outcome(ended=True, result=record)
         try:
             await self._finisher.finish(job_id, token, outcome)
         except RedisError as exc:  # the lease lapses, and the job is resumed then
@@ -210,14 +213,13 @@ class FleetWorker:
             self.runtime.outage.answered()
 
     def handle_sig(self, signum: int) -> None:
-        if self._stopping:
+        if self._stopper is not None:
             return
-        self._stopping = True
         self.allow_pick_jobs = False
         log.info("worker_stopping", signal=signal.Signals(signum).name, running=len(self.job_tasks))
         for task in list(self.job_tasks.values()):
             task.cancel()
-        asyncio.get_running_loop().create_task(self._stop_when_released())
+        self._stopper = asyncio.create_task(self._stop_when_released())
 
     async def _stop_when_released(self) -> None:
         with contextlib.suppress(RedisError):
