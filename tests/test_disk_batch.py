@@ -4,30 +4,11 @@ or not at all, flushed together with the writes of the same moment, on the real 
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from service.core.disk_batch import DiskBatch
-
-
-class SyncfsCounter:
-    """The filesystem flushes this process makes while `counting`: `files.sync_filesystem` looks `syncfs`
-    up in the C library each time, which the interpreter audits (the hook stays for the process's life)."""
-
-    def __init__(self) -> None:
-        self.counting = False
-        self.calls = 0
-
-    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.counting and event == "ctypes.dlsym" and args[1] == "syncfs":
-            self.calls += 1
-
-
-SYNCFS = SyncfsCounter()
-sys.addaudithook(SYNCFS)
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -36,27 +17,22 @@ def leftovers(folder: Path) -> list[str]:
 
 async def test_a_burst_of_writes_lands_whole_with_one_flush(tmp_path: Path) -> None:
     """Fifty writes made in one loop turn are each whole under their name when awaited, with no temp file
-    left, after a single flush of the filesystem; a write alone later is flushed by itself."""
-    disk = DiskBatch(tmp_path)
+    left, after a single flush; a write alone later has a flush of its own."""
+    disk = DiskBatch()
     paths = [tmp_path / f"cases/c{i}/run.json" for i in range(50)]
-    SYNCFS.calls, SYNCFS.counting = 0, True
-    try:
-        await asyncio.gather(*(disk.write(p, f'{{"n": {i}}}\n'.encode()) for i, p in enumerate(paths)))
-        burst = SYNCFS.calls
-        await disk.write(paths[0], b'{"n": "again"}\n')
-        alone = SYNCFS.calls - burst
-    finally:
-        SYNCFS.counting = False
+    await asyncio.gather(*(disk.write(p, f'{{"n": {i}}}\n'.encode()) for i, p in enumerate(paths)))
+    burst = disk.flushes
+    await disk.write(paths[0], b'{"n": "again"}\n')
     assert [p.read_text() for p in paths[1:]] == [f'{{"n": {i}}}\n' for i in range(1, 50)]
     assert paths[0].read_text() == '{"n": "again"}\n'
-    assert (burst, alone) == (1, 0)
+    assert (burst, disk.flushes) == (1, 2)
     assert all(leftovers(p.parent) == [] for p in paths)
 
 
 async def test_a_cancelled_writer_still_lands_its_write_before_the_cancellation(tmp_path: Path) -> None:
     """A case cancelled while its record is being flushed sees the cancellation only once the record is
     in place, as with a synchronous write: no half-done record is left for the next owner to meet."""
-    disk = DiskBatch(tmp_path)
+    disk = DiskBatch()
     target = tmp_path / "feedback.json"
     task = asyncio.create_task(disk.write(target, b"{}\n"))
     await asyncio.sleep(0)  # the write is queued; its flush has not ended
@@ -69,7 +45,7 @@ async def test_a_cancelled_writer_still_lands_its_write_before_the_cancellation(
 async def test_a_write_that_cannot_take_its_name_fails_alone(tmp_path: Path) -> None:
     """A write whose path turned into a folder meanwhile fails with OSError to its own caller, leaving no
     temp file; the other writes of its batch land."""
-    disk = DiskBatch(tmp_path)
+    disk = DiskBatch()
     blocked = tmp_path / "result.json"
     write = asyncio.gather(
         disk.write(blocked, b"{}\n"), disk.write(tmp_path / "ok.json", b"{}\n"), return_exceptions=True

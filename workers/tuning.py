@@ -31,7 +31,7 @@ class TuningRuntime:
         self.config_mtime_ns = store.config_file.stat().st_mtime_ns
         self.name = self.config.name
         self.repo = SystemRepo(store.repo, store.snapshots, git_timeout_s)
-        self.disk = DiskBatch(store.root)
+        self.disk = DiskBatch()
         """The cases' durable writes (records, results), flushed to disk together (a group commit)."""
         self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
         self.runner: Runner = build_runner(self.config.runner, host, batch.redis)
