@@ -6,11 +6,12 @@ case goes on. Flushing each one (`fsync`) on the event loop held the loop for th
 once per record: on a busy disk, a hundred records cost a hundred flushes one after the other
 (0.15 s to 0.4 s measured here), while the other cases waited. `DiskBatch` writes each record to a
 temp file beside its path at once (no flush), flushes the records of a burst off the event loop, in
-parallel (`FLUSH_THREADS` at a time: 13 to 18 ms for a hundred here), and only then gives each its
-name. So the guarantee is `files.write_atomic`'s: when a write returns, the file is whole and
-durable under its name; a crash before leaves the old file. Writes that arrive while a flush is
-under way go in the next one. (`syncfs`, one flush of the whole filesystem, was as fast on a quiet
-disk but also flushes what other processes wrote: up to 0.1 s per burst on this shared machine.)
+parallel (`FLUSH_THREADS` at a time: 8 to 21 ms for a hundred here, 15 to 48 ms eight at a time),
+and only then gives each its name. So the guarantee is `files.write_atomic`'s: when a write returns,
+the file is whole and durable under its name; a crash before leaves the old file. Writes that
+arrive while a flush is under way go in the next one. (`syncfs`, one flush of the whole filesystem,
+was as fast on a quiet disk but also flushes what other processes wrote: up to 0.1 s per burst on
+this shared machine.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from service.core.files import fsync_file, temp_beside
 
-FLUSH_THREADS = 8
+FLUSH_THREADS = 32
 
 
 @dataclass(frozen=True)
