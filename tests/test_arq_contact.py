@@ -111,7 +111,7 @@ async def test_a_job_enqueue_job_wrote_is_claimed_run_and_finished_as_arq_reads_
     await pool.enqueue_job(CASE_FUNCTION, JOB.model_dump(), _job_id=JOB.job_id)
     runtime = WorkerRuntime(settings, pool, name="w:1")
     claimer = Claimer(pool, settings.queue, runtime.name, 100, 1_000)
-    finisher = Finisher(pool, settings.queue, runtime.name, 60_000)
+    finisher = Finisher(runtime.batch, settings.queue, runtime.name, 60_000)
     job = Job(JOB.job_id, pool, settings.queue, load_job)
 
     (claimed,) = await claimer.claim(5, 10_000, [])

@@ -251,7 +251,7 @@ async def test_a_retried_case_is_due_after_its_delay_not_after_its_run(
         lease, _ = await CaseLease.acquire(runtime.batch, settings.queue, job_id, 30.0, "t1", runtime.name)
         assert lease is not None
         defer_ms = 500
-        finisher = Finisher(redis_pool, settings.queue, runtime.name, 60_000)
+        finisher = Finisher(runtime.batch, settings.queue, runtime.name, 60_000)
         assert await finisher.finish(job_id, lease.token, Outcome(ended=False, defer_ms=defer_ms))
         seconds, micros = await redis_pool.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000

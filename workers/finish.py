@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import structlog
-from redis.asyncio import Redis
 
 from service.core import keys
+from service.core.batch import RedisBatch
 from workers.lease import RESUME_AT
 
 log = structlog.get_logger()
@@ -55,17 +55,20 @@ class Outcome:
 
 
 class Finisher:
-    """The FINISH script of one worker process."""
+    """The FINISH script of one worker process (sent with the other calls of its loop turn: a burst of
+    cases ending is one round trip)."""
 
-    def __init__(self, redis: Redis, queue: str, worker: str, keep_result_ms: int) -> None:
-        self._script = redis.register_script(FINISH)
+    def __init__(self, batch: RedisBatch, queue: str, worker: str, keep_result_ms: int) -> None:
+        self._batch = batch
+        self._script = batch.redis.register_script(FINISH)
         self._queue = queue
         self._worker = worker
         self._keep_result_ms = keep_result_ms
 
     async def finish(self, job_id: str, token: int | None, outcome: Outcome) -> bool:
         """Apply the outcome unless the lease has moved on (False: another worker owns the job now)."""
-        done = await self._script(
+        done = await self._batch.script(
+            self._script,
             [
                 keys.lease(job_id),
                 keys.holder(job_id),

@@ -66,9 +66,11 @@ class FleetWorker:
         read_limit = settings.queue_read_limit or max(5 * self.max_jobs, DEFAULT_READ_LIMIT)
         stale_ms = int((3 * settings.poll_delay_s + settings.outage_backoff_max_s) * 1000)
         self._claimer = Claimer(runtime.redis, settings.queue, runtime.name, read_limit, stale_ms)
-        self._finisher = Finisher(runtime.redis, settings.queue, runtime.name, KEEP_RESULT_S * 1000)
+        self._finisher = Finisher(runtime.batch, settings.queue, runtime.name, KEEP_RESULT_S * 1000)
         self.tasks: dict[str, asyncio.Task[None]] = {}
         """Job id -> the task that runs it from its claim to its finish."""
+        self._slots: set[str] = set()
+        """The jobs that hold a slot: claimed, and their function not ended yet (a finish holds none)."""
         self.job_tasks: dict[str, asyncio.Task[Any]] = {}
         """Job id -> the job function's task: cancelling it stops the job (its function says how)."""
         self.allow_pick_jobs = True
@@ -106,7 +108,7 @@ class FleetWorker:
         outage is logged once (workers.outage) and the polls back off until it ends."""
         self._wake.clear()
         self.polled_at_s = time.monotonic()
-        free = self.max_jobs - len(self.tasks)
+        free = self.max_jobs - len(self._slots)
         if not self.allow_pick_jobs or free <= 0:
             return
         try:
@@ -124,6 +126,7 @@ class FleetWorker:
                 self.runtime.suspects[job.job_id] = job.level
             task = asyncio.create_task(self._run(job))
             self.tasks[job.job_id] = task
+            self._slots.add(job.job_id)
             task.add_done_callback(functools.partial(self._ran, job.job_id))
 
     async def _pause(self) -> None:
@@ -141,8 +144,14 @@ class FleetWorker:
         except RedisError:
             return False
 
+    def _free(self, job_id: str) -> None:
+        """The job's slot is free (its function ended): the poll may fill it at once."""
+        self._slots.discard(job_id)
+        self._wake.set()
+
     def _ran(self, job_id: str, task: asyncio.Task[None]) -> None:
         self.tasks.pop(job_id, None)
+        self._slots.discard(job_id)
         self.runtime.suspects.pop(job_id, None)
         self._wake.set()
         if not task.cancelled() and task.exception() is not None:
@@ -160,6 +169,7 @@ class FleetWorker:
         except JobFormatError as exc:
             log.error("job_unreadable", job_id=job_id, error=str(exc))
             self.jobs_failed += 1
+            self._free(job_id)
             unknown = JobRecord("?", (), {}, None, 0)
             ending = Ending(False, str(exc), start_ms, _now_ms())
             await self._finish(job_id, self._ended(job_id, unknown, claimed.job_try, ending))
@@ -194,6 +204,7 @@ class FleetWorker:
             self.jobs_failed += 1
         finally:
             self.job_tasks.pop(job_id, None)
+            self._free(job_id)
         await asyncio.shield(self._finish(job_id, outcome))
 
     def _ended(self, job_id: str, job: JobRecord, job_try: int, ending: Ending) -> Outcome:
