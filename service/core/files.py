@@ -58,22 +58,19 @@ def temp_beside(path: Path, data: bytes) -> str:
     `path` (its folder made when missing); the temp file's name (`os.replace` it onto `path` once it is
     flushed: service.core.disk_batch)."""
     fd, tmp = _create_temp(path)
-    try:
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return tmp
+    return _fill_temp(fd, tmp, data)
 
 
 def write_temp(folder: Path, name: str, data: bytes) -> str:
     """The first half of an atomic write, without its fsync: `data` in a new temp file `.<name>...tmp`
     in `folder`, which must exist; the temp file's name. `publish_temps` ends several such writes at once."""
     tmp = f"{folder}/.{name}.{os.getpid()}.{threading.get_native_id()}.{time.monotonic_ns()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    return _fill_temp(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), tmp, data)
+
+
+def _fill_temp(fd: int, tmp: str, data: bytes) -> str:
+    """Write `data` into the new temp file `tmp` (open as `fd`) and close it; `tmp`. The file is removed
+    when that fails."""
     try:
         try:
             _write_all(fd, data)
