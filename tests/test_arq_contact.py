@@ -114,7 +114,7 @@ async def test_a_job_enqueue_job_wrote_is_claimed_run_and_finished_as_arq_reads_
     finisher = Finisher(runtime.batch, settings.queue, runtime.name, 60_000)
     job = Job(JOB.job_id, pool, settings.queue, load_job)
 
-    (claimed,) = await claimer.claim(5, 10_000, [])
+    (claimed,) = await claimer.claim(5, 10_000, [], ())
     record = arq_contact.read_job(claimed.record, load_job)
     assert (claimed.job_id, claimed.job_try, record.function, record.args) == (
         JOB.job_id,
@@ -128,7 +128,7 @@ async def test_a_job_enqueue_job_wrote_is_claimed_run_and_finished_as_arq_reads_
     assert await job.status() == JobStatus.queued
 
     await enqueue_cases(pool, settings.queue, [fresh], 1)  # due since 1970
-    (again,) = await claimer.claim(1, 10_000, [])
+    (again,) = await claimer.claim(1, 10_000, [], ())
     assert (again.job_id, again.job_try) == (JOB.job_id, 2)
     ending = arq_contact.Ending(True, {"state": "completed"}, 1, 2)
     result = arq_contact.result_record(JOB.job_id, record, 2, ending, settings.queue, dump_job)

@@ -1,10 +1,12 @@
 """A case that has run is resumed before fresh cases: one whose worker was killed, as soon as its lease
 runs out and a slot frees, and one handed back by a stopping worker, at the next free slot; neither waits
-behind the queue."""
+behind the queue. A worker that takes back its own lost case runs one try of it at a time."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -95,3 +97,49 @@ async def test_a_stopping_workers_cases_are_taken_before_fresh_ones(
 
     await wait_until(lambda: len(next_starts()) >= len(held), 60, "the other worker's next starts")
     assert set(next_starts()[: len(held)]) == held, next_starts()
+
+
+STUBBORN_FIRST_RUN = """
+import json, os, pathlib, signal, sys, time
+marker = pathlib.Path(sys.argv[1]).parent / "first-run.pid"
+if not marker.exists():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    marker.write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.2)
+time.sleep(4)
+json.dump({"answer": "pass", "turns": 1}, open(sys.argv[2], "w"))
+"""
+
+
+async def test_a_worker_that_takes_back_its_own_lost_case_runs_one_try_at_a_time(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A lone worker paused past its lease, whose try of a case then waits for its agent (which ignores
+    SIGTERM) to end, claims that case again only once the try has ended: one new try, whose lease the
+    old try's finish leaves alone, carries the case to its end."""
+    runner = {
+        "kind": "command",
+        "timeout_s": 60,
+        "argv": [
+            sys.executable,
+            "-c",
+            STUBBORN_FIRST_RUN.replace("{", "{{").replace("}", "}}"),
+            str(fleet.settings.store / "tunings/t1/cases/c1/r1/case.json"),  # an unsandboxed agent's marker
+            "{output}",
+        ],
+    }
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1")], runner=runner))
+    worker = fleet.start_worker(concurrency=2)
+    marker = fleet.settings.store / "tunings/t1/cases/c1/r1/first-run.pid"
+    await wait_until(lambda: marker.exists() and marker.read_text().strip() != "", 30, "the stubborn agent")
+    worker.send_signal(signal.SIGSTOP)
+    await asyncio.sleep(2 * fleet.settings.lease_s)  # the fault itself: paused past its lease
+    worker.send_signal(signal.SIGCONT)
+    rows = await fleet.wait_finished(1, timeout_s=60)
+    assert (rows["c1"].state, rows["c1"].reason) == ("completed", None)
+    events = fleet.events()
+    starts = [e for e in events if e["kind"] == "case_started"]
+    lost = [e for e in events if e["kind"] == "lease_lost"]
+    assert len(starts) == 2 and len(lost) == 1, [e["kind"] for e in events]
+    assert event_time_s(starts[1]) >= event_time_s(lost[0]), "the new try began before the old one ended"

@@ -11,6 +11,10 @@ fleet how many slots this worker has left.
   most its share of the open jobs, in proportion to its free slots among all the fresh free slots
   (rounded up, at least one). Others' entries older than `stale_ms` (a worker stopped, paused or
   gone) do not count, and are dropped after a minute. One worker alone claims as before.
+- **One try of a job per worker at a time.** A worker never claims a job it is still running: a try
+  whose lease lapsed under it (the worker was paused, say) may take seconds to end (its agents get
+  their grace period), and a second try beside it would share its bookkeeping. Other workers may
+  take the job meanwhile.
 - **Suspects apart** (`workers.lease`). An isolated suspect is taken only by a worker that runs no
   other suspect; a group suspect only by one that runs no isolated suspect.
 - **One round trip.** The read (due by Redis's clock), the checks (no in-progress key, no lease),
@@ -21,6 +25,7 @@ fleet how many slots this worker has left.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -33,8 +38,9 @@ CLAIM = f"""
 -- KEYS: queue free_slots
 -- ARGV: read_limit worker free stale_ms suspects isolated in_progress_ms shift_ms retry_ttl_s
 --       in_progress_prefix lease_prefix holder_prefix suspect_prefix cases_prefix suspects_prefix
---       job_prefix retry_prefix
--- (suspects: how many this worker runs; isolated: 1 if one of them is isolated)
+--       job_prefix retry_prefix running...
+-- (suspects: how many this worker runs; isolated: 1 if one of them is isolated; running: the ids of
+-- the jobs this worker runs, which it does not claim again)
 -- returns {{job id, score, suspect level ('' / group / isolate), try, job record, ...}}
 {LOSS_VERDICT}
 local t = redis.call('TIME')
@@ -44,6 +50,8 @@ local free = tonumber(ARGV[3])
 local suspects = tonumber(ARGV[5])
 local isolated = ARGV[6] == '1'
 local shift = tonumber(ARGV[8])
+local mine = {{}}
+for i = 18, #ARGV do mine[ARGV[i]] = true end
 local others = 0
 local entries = redis.call('HGETALL', KEYS[2])
 for i = 1, #entries, 2 do
@@ -63,7 +71,8 @@ local function consider(due)
   for i = 1, #due, 2 do
     if #open >= free + others then return end
     local id = due[i]
-    if redis.call('EXISTS', ARGV[10] .. id) == 0 and redis.call('EXISTS', ARGV[11] .. id) == 0 then
+    local free_to_take = not mine[id] and redis.call('EXISTS', ARGV[10] .. id) == 0
+    if free_to_take and redis.call('EXISTS', ARGV[11] .. id) == 0 then
       local level = redis.call('GET', ARGV[13] .. id) or ''
       local holder = redis.call('GET', ARGV[12] .. id)
       if holder then  -- a lease left behind: foresee ACQUIRE's verdict
@@ -112,9 +121,16 @@ return claimed
 
 
 def claim_arguments(
-    read_limit: int, worker: str, free: int, stale_ms: int, in_progress_ms: int, suspects: list[str]
+    read_limit: int,
+    worker: str,
+    free: int,
+    stale_ms: int,
+    in_progress_ms: int,
+    suspects: list[str],
+    running: Collection[str] = (),
 ) -> list[str | int]:
-    """CLAIM's ARGV for `free` slots of `worker`, given the suspicion levels of the suspects it runs."""
+    """CLAIM's ARGV for `free` slots of `worker`, given the suspicion levels of the suspects it runs and
+    the ids of the jobs it runs."""
     return [
         read_limit,
         worker,
@@ -133,6 +149,7 @@ def claim_arguments(
         keys.worker_suspects(""),
         keys.arq_job(""),
         keys.arq_retry(""),
+        *running,
     ]
 
 
@@ -159,13 +176,16 @@ class Claimer:
         self._read_limit = read_limit
         self._stale_ms = stale_ms
 
-    async def claim(self, free: int, in_progress_ms: int, suspects: list[str]) -> list[Claimed]:
+    async def claim(
+        self, free: int, in_progress_ms: int, suspects: list[str], running: Collection[str]
+    ) -> list[Claimed]:
         """Claim this worker's share of the due jobs (at most `free`; none with 0, which only records
-        that this worker is full), given the suspicion levels of the suspects it runs."""
-        reply = await self._script(
-            [self._queue, keys.free_slots()],
-            claim_arguments(self._read_limit, self._worker, free, self._stale_ms, in_progress_ms, suspects),
+        that this worker is full), given the suspicion levels of the suspects it runs and the ids of the
+        jobs it runs (never claimed again while they run)."""
+        argv = claim_arguments(
+            self._read_limit, self._worker, free, self._stale_ms, in_progress_ms, suspects, running
         )
+        reply = await self._script([self._queue, keys.free_slots()], argv)
         return [
             Claimed(job_id.decode(), int(float(score)), level.decode(), int(job_try), record)
             for job_id, score, level, job_try, record in zip(

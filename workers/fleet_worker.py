@@ -112,8 +112,9 @@ class FleetWorker:
         if not self.allow_pick_jobs or free <= 0:
             return
         try:
+            lease_ms = int(self.runtime.settings.lease_s * 1000)
             claimed = await self._claimer.claim(
-                free, int(self.runtime.settings.lease_s * 1000), list(self.runtime.suspects.values())
+                free, lease_ms, list(self.runtime.suspects.values()), self.tasks
             )
         except RedisError as exc:
             self.runtime.outage.failed("poll", exc)
