@@ -6,9 +6,9 @@ poison (it SIGKILLs every worker that runs it) and must end failed as such; its 
 too. Then the run settles and the script prints:
 cases lost, steps run twice, cases marked because of faults, cases that failed without a poison knob
 (beyond those declared to fail; all four must be 0), the slowest recovery seen and the median of all
-(from a worker fault until each case it held is claimed by another worker; from a Redis restart until
-the fleet records a step again) and the longest stall (the longest time in which no step finished;
-must be <= 10 s).
+(from a worker fault until each case it held starts again, on another worker or on the paused worker
+once awake; from a Redis restart until the fleet records a step again) and the longest stall (the
+longest time in which no step finished; must be <= 10 s).
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ class Chaos:
 
     def recoveries(self, events: list[dict[str, Any]]) -> list[tuple[float, str]]:
         """Each wait from a fault to the fleet's recovery, and what it was: from a worker fault until each
-        case the worker held starts on another worker; from a Redis restart until a step finishes."""
+        case the worker held starts again (on another worker, or on a paused one that woke); from a
+        Redis restart until a step finishes."""
         found: list[tuple[float, str]] = []
         for t, kind, pid in self.faults:
             if pid is None:  # Redis: until the fleet records a step again
@@ -128,13 +129,10 @@ class Chaos:
                 if e["kind"] not in ENDINGS and e.get("worker", "").endswith(f":{pid}")
             }
             for case_id in hit:
-                after = [
+                after = [  # a paused worker may take its own case back once it wakes: that counts
                     at_s(e)
                     for e in events
-                    if e.get("case") == case_id
-                    and at_s(e) >= t
-                    and e["kind"] == "case_started"
-                    and not e["worker"].endswith(f":{pid}")
+                    if e.get("case") == case_id and at_s(e) >= t and e["kind"] == "case_started"
                 ]
                 if after:
                     found.append((min(after) - t, f"{kind} fault at +{t - self.began:.1f} s, case {case_id}"))
