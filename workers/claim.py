@@ -16,7 +16,9 @@ fleet how many slots this worker has left.
   their grace period), and a second try beside it would share its bookkeeping. Other workers may
   take the job meanwhile.
 - **Suspects apart** (`workers.lease`). An isolated suspect is taken only by a worker that runs no
-  other suspect; a group suspect only by one that runs no isolated suspect.
+  other suspect; a group suspect only by one that runs no isolated suspect. Group suspects (most of
+  them innocent, dead beside a poison case) go first: a claim takes an isolated suspect only when it
+  takes no group suspect, since a worker that holds one can take no group suspect until it clears.
 - **One round trip.** The read (due by Redis's clock), the checks (no in-progress key, no lease),
   the claims (arq's in-progress key for one lease, the job moved to the resume band one lease ahead,
   its start counted), the job records and the free-slots record are one script. A queue entry whose
@@ -67,6 +69,7 @@ for i = 1, #entries, 2 do
   end
 end
 local open = {{}}
+local lone = nil  -- the first isolated suspect seen: taken only if this claim takes no other suspect
 local function consider(due)
   for i = 1, #due, 2 do
     if #open >= free + others then return end
@@ -79,17 +82,26 @@ local function consider(due)
         local _, verdict = loss_verdict(holder, id, ARGV[14], ARGV[15])
         level = verdict
       end
-      if level == '' or (level == 'group' and not isolated) or (level == 'isolate' and suspects == 0) then
+      if level == '' or (level == 'group' and not isolated) then
         open[#open + 1] = {{id, due[i + 1], level}}
         if level ~= '' then suspects = suspects + 1 end
-        if level == 'isolate' then isolated = true end
+      elseif level == 'isolate' and suspects == 0 and not lone then
+        lone = {{id, due[i + 1], level}}
       end
     end
   end
 end
+local function take_lone()
+  if lone and suspects == 0 and #open < free + others then
+    open[#open + 1] = lone
+    suspects, isolated = 1, true
+  end
+end
 if free > 0 then
   consider(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', clock - shift, 'LIMIT', 0, limit, 'WITHSCORES'))
+  take_lone()
   consider(redis.call('ZRANGEBYSCORE', KEYS[1], 0, clock, 'LIMIT', 0, limit, 'WITHSCORES'))
+  take_lone()  -- one re-enqueued as a fresh job (the daemon's reconcile)
 end
 local take = math.min(free, #open)
 if others > 0 and take > 0 then
