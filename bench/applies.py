@@ -4,8 +4,8 @@ fleet-wide improvements lock; the step throughput against the ideal, with `wait_
 
 Ideal makespan: the largest of the slot bound (every step's latency spread over every slot), the
 lock bound (all applies one after the other) and the longest case; utilization = ideal / achieved.
-The same run also counts snapshot extractions (`git archive`) against the versions run, with two
-workers racing for new versions."""
+The same run also counts snapshot extractions (`git archive`) against the versions steps used (runs,
+and applies' bases), with two workers racing for new versions."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from bench.common import (
     run_async,
     simple_cases,
     start_gaps,
+    versions_used,
     wait_for,
 )
 from tests.support.fleet import demo_adapter
@@ -52,9 +53,7 @@ def measure(wait_for_apply: bool) -> dict[str, Any]:
         events = env.events()
         audit = env.audit()
         steps, span = makespan(events)
-        versions = {
-            e["data"]["version"] for e in events if e["kind"] == "step_started" and e["step"] == "run"
-        }
+        versions = versions_used(events, env.settings.store / "tunings" / tuning)
         folders = [p for p in (env.settings.store / "tunings" / tuning / "snapshots").iterdir()]
         pids = {w.pid for w in workers}
         held = [
@@ -112,7 +111,7 @@ def run() -> list[Figure]:
             "",
             f"<= {WORKERS} (once per worker and version)",
             archives <= versions * WORKERS and all(g["folders"] == g["versions"] for g in both),
-            f"{versions} versions run, {archives} `git archive` on {WORKERS} workers "
+            f"{versions} versions used (runs, apply bases), {archives} `git archive` on {WORKERS} workers "
             f"(both runs); snapshot folders: {on['folders']} and {off['folders']}",
         )
     )

@@ -404,6 +404,16 @@ def makespan(events: list[dict[str, Any]]) -> tuple[int, float]:
     return len(ends), max(ends) - min(starts)
 
 
+def versions_used(events: list[dict[str, Any]], tuning_root: Path) -> set[str]:
+    """The system versions some step worked on: each run's (its `step_started` event), and each apply's
+    base (its `apply.json`), whose private copy is made from that version's snapshot."""
+    runs = {e["data"]["version"] for e in events if e["kind"] == "step_started" and e["step"] == "run"}
+    bases = {
+        json.loads(path.read_text())["base_version"] for path in tuning_root.glob("cases/*/r*/*/*/apply.json")
+    }
+    return runs | bases
+
+
 def start_gaps(events: list[dict[str, Any]], step: str) -> list[float]:
     """Per case, seconds from a step's end to the start of the next `step` (the loop's own delay)."""
     last: dict[str, float] = {}

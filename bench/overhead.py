@@ -27,6 +27,7 @@ from bench.common import (
     run_async,
     simple_cases,
     steps_of,
+    versions_used,
     wait_for,
     zero_latency,
 )
@@ -77,7 +78,7 @@ def measure_tunefleet(env: Env) -> dict[str, Any]:
     steps = steps_of(events)
     total = sum(steps.values())
     store = env.settings.store / "tunings" / tuning
-    versions = {e["data"]["version"] for e in events if e["kind"] == "step_started" and e["step"] == "run"}
+    versions = versions_used(events, store)
     folders = [p for p in (store / "snapshots").iterdir() if not p.name.startswith(".")]
     audit = env.audit()
     archives = sum(1 for a in audit if a["git"] == "archive")
@@ -211,7 +212,7 @@ def run() -> list[Figure]:
             "",
             "1 (not per run)",
             tf["archives"] <= tf["versions"] and tf["folders"] == tf["versions"],
-            f"{tf['versions']} versions run, {tf['folders']} snapshot folders, "
+            f"{tf['versions']} versions used (runs, apply bases), {tf['folders']} snapshot folders, "
             f"{tf['archives']} `git archive` for {tf['runs']} runs on 1 worker; "
             f"git processes per apply: {tf['git_per_apply']:.1f}",
         ),

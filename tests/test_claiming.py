@@ -4,12 +4,23 @@ next poll, and the due cases spread over the workers with free slots."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from service.core import keys
-from tests.support.fleet import Fleet, case, demo_adapter, event_time_s, wait_until, write_tuning
+from tests.support.fleet import (
+    Fleet,
+    case,
+    demo_adapter,
+    event_time_s,
+    settings_env,
+    wait_until,
+    write_tuning,
+)
 from tests.support.redis_server import RedisServer
 
 POLL_S = 3.0
@@ -58,3 +69,17 @@ async def test_two_idle_workers_share_the_due_cases(
     )
     held = Counter(e["worker"].rsplit(":", 1)[1] for e in fleet.events() if e["kind"] == "case_started")
     assert set(held) == {str(w.pid) for w in workers} and max(held.values()) <= 8, held
+
+
+async def test_a_burst_worker_runs_the_queue_dry_and_exits(fleet: Fleet, tmp_path: Path) -> None:
+    """`--burst`: a worker runs every queued case to its end, then exits by itself (code 0) once the queue
+    is empty."""
+    items = [case(f"c{i}") for i in range(5)]
+    await fleet.start_tuning(write_tuning(tmp_path / "t", items, adapter=demo_adapter(run_ms=50)))
+    env = {**os.environ, **settings_env(fleet.settings), "TUNEFLEET_LOG_FORMAT": "json"}
+    argv = [sys.executable, "-m", "workers", "--concurrency", "2", "--burst"]
+    worker = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    fleet.workers.append(worker)
+    await wait_until(lambda: worker.poll() is not None, 60, "the burst worker to exit")
+    assert worker.returncode == 0
+    assert sorted(r.state for r in fleet.results().values()) == ["completed"] * len(items)

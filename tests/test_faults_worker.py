@@ -16,6 +16,7 @@ import redis
 from arq.utils import timestamp_ms
 
 from service.core import keys
+from service.core.arq_contact import RESUME_SHIFT_MS
 from service.core.connection import connect
 from service.core.files import read_model
 from service.core.models.records import RunRecord
@@ -31,7 +32,7 @@ from tests.support.fleet import (
     write_tuning,
 )
 from tests.support.redis_server import RedisServer
-from workers.fleet_worker import FleetWorker
+from workers.finish import Finisher, Outcome
 from workers.lease import CaseLease
 from workers.runtime import WorkerRuntime
 
@@ -246,25 +247,21 @@ async def test_a_retried_case_is_due_after_its_delay_not_after_its_run(
     settings: FleetSettings, redis_server: RedisServer
 ) -> None:
     """A case handed back through arq's Retry with its lease still held (its REQUEUE failed in a Redis
-    hiccup) is due its delay from now, not pushed further by the time it ran since it was claimed."""
+    hiccup) is due its delay from now, in the resume band, not pushed further by the time it ran."""
     redis_pool = await connect(settings)
     try:
         runtime = WorkerRuntime(settings, redis_pool, name="test:1")
-        worker = FleetWorker(runtime)
         job_id = "case:t1:c1:1"
-        claimed_ms = timestamp_ms() - 60_000  # claimed a minute ago; renewals moved its score since
-        await redis_pool.zadd(settings.queue, {job_id: claimed_ms})
+        await redis_pool.zadd(settings.queue, {job_id: timestamp_ms() - 60_000})  # claimed a minute ago
         lease, _ = await CaseLease.acquire(runtime.batch, settings.queue, job_id, 30.0, "t1", runtime.name)
         assert lease is not None
-        runtime.leases[job_id] = lease.token
-        worker.claim_scores[job_id] = claimed_ms
         defer_ms = 500
-        arq_incr_ms = defer_ms + (timestamp_ms() - claimed_ms)  # what arq passes for Retry(defer=0.5)
-        await worker.finish_job(job_id, False, None, None, False, arq_incr_ms, None)
+        finisher = Finisher(runtime.batch, settings.queue, runtime.name, 60_000)
+        assert await finisher.finish(job_id, lease.token, Outcome(ended=False, defer_ms=defer_ms))
         seconds, micros = await redis_pool.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
-        due_in_ms = int(await redis_pool.zscore(settings.queue, job_id) or 0) - now_ms
-        assert 0 < due_in_ms <= defer_ms, due_in_ms
+        score = int(await redis_pool.zscore(settings.queue, job_id) or 0)
+        assert 0 < score + RESUME_SHIFT_MS - now_ms <= defer_ms, score
         assert not await redis_pool.exists(keys.lease(job_id), keys.holder(job_id))
     finally:
         await redis_pool.aclose()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from service.core import keys
-from tests.support.fleet import Fleet, wait_until
+from service.core.settings import FleetSettings
+from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
 from tests.support.redis_server import RedisServer
 
 OUTAGE_S = 4.0
@@ -49,3 +51,36 @@ async def test_a_redis_outage_is_logged_once_and_its_end_once(
     assert [e for e in during if e["event"] not in {"redis_unreachable", "redis_reachable"}] == [], kinds
     reachable = next(e for e in during if e["event"] == "redis_reachable")
     assert reachable["down_s"] >= OUTAGE_S - 1
+
+
+async def test_a_redis_restart_under_running_cases_ends_its_outage_in_the_log(
+    settings: FleetSettings, tmp_path: Path
+) -> None:
+    """Redis killed for 3 s under four running cases, then started again from its AOF: the worker logs
+    no error (no job task's exception left unretrieved), logs no `redis_unreachable` once it has logged
+    `redis_reachable`, and resumes every case to its end."""
+    server = RedisServer(tmp_path / "own-redis", appendonly=True)
+    server.start()
+    fleet = Fleet(settings.model_copy(update={"redis_url": server.url}), tmp_path / "fleet-logs")
+    try:
+        items = [case(f"c{i}") for i in range(4)]
+        await fleet.start_tuning(write_tuning(tmp_path / "t", items, adapter=demo_adapter(300, 100)))
+        fleet.start_worker(concurrency=4)
+        await wait_until(
+            lambda: sum(e["kind"] == "step_finished" for e in fleet.events()) >= 4, 30, "the cases running"
+        )
+        before = len(log_events(fleet))
+        server.stop()
+        await asyncio.sleep(3.0)  # the fault itself: Redis stays down this long
+        server.start()
+        await fleet.wait_finished(len(items), timeout_s=60)
+        await asyncio.sleep(2.0)  # what the worker logs once it is idle again
+    finally:
+        fleet.teardown()
+        server.stop()
+    during = log_events(fleet)[before:]
+    assert [e for e in during if e.get("level") in ("error", "critical", "unparsed")] == [], during
+    kinds = [e["event"] for e in during]
+    assert "redis_unreachable" in kinds and "redis_reachable" in kinds, kinds
+    after_back = kinds[kinds.index("redis_reachable") :]
+    assert "redis_unreachable" not in after_back, after_back

@@ -27,7 +27,7 @@ from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from tests.support.redis_proc import RedisProcess
 from tests.support.redis_server import free_port
 from tests.support.tools import needs_tool
-from workers.claim import CLAIM
+from workers.claim import CLAIM, claim_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 ACL_DIR = ROOT / "deploy" / "redis"
@@ -169,22 +169,9 @@ def _ok(url: str) -> bool:
         return False
 
 
-def _claim_args(worker: str) -> list[object]:
-    """The claim script's arguments (workers.claim.Claimer) for one free slot of `worker`."""
-    prefixes = [keys.arq_in_progress(""), keys.lease(""), keys.holder(""), keys.suspect("")]
-    return [
-        10**13,
-        10_000,
-        100,
-        worker,
-        1,
-        10_000,
-        0,
-        "0",
-        *prefixes,
-        keys.worker_cases(""),
-        keys.worker_suspects(""),
-    ]
+def _claim_args(worker: str) -> list[str | int]:
+    """The claim script's arguments (workers.claim) for one free slot of `worker`."""
+    return claim_arguments(100, worker, 1, 10_000, 10_000, [])
 
 
 def test_the_submitter_can_enqueue_but_cannot_claim(acl_redis: AclRedis) -> None:
@@ -193,6 +180,7 @@ def test_the_submitter_can_enqueue_but_cannot_claim(acl_redis: AclRedis) -> None
     job_id = "case:t1:c1:1"
     with acl_redis.client("submitter") as r:
         r.zadd("tf:queue", {job_id: 1})
+        r.set(keys.arq_job(job_id), b"{}")  # the job record (its bytes do not matter here)
         assert r.zscore("tf:queue", job_id) == 1
         with pytest.raises(redis.exceptions.NoPermissionError, match="permissions to access one of the keys"):
             r.eval(CLAIM, 2, "tf:queue", keys.free_slots(), *_claim_args("submitter"))
@@ -203,7 +191,7 @@ def test_the_submitter_can_enqueue_but_cannot_claim(acl_redis: AclRedis) -> None
         assert r.exists(keys.lease(job_id)) == 0  # reading leases (reconciliation) is allowed
     with acl_redis.client("worker") as r:
         claimed = r.eval(CLAIM, 2, "tf:queue", keys.free_slots(), *_claim_args("w1"))
-        assert claimed == [job_id.encode(), b"1", b""]
+        assert claimed == [job_id.encode(), b"1", b"", 1, b"{}"]
 
 
 def test_the_monitor_reads_but_cannot_write(acl_redis: AclRedis) -> None:

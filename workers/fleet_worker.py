@@ -1,15 +1,16 @@
-"""arq's Worker, made fit for hours-long cases on a fleet.
+"""The worker's scheduler: claim, run, finish. It shares arq's job format (service.core.arq_contact),
+so arq's public client enqueues and reads tunefleet's jobs, and none of arq's `Worker`.
 
-- Claims set arq's in-progress key for one lease, not the job timeout; the case's heartbeat
-  renews it (workers.lease), so a dead worker's case is claimable again within a lease.
-- `finish_job` acts only while the lease is still this process's token, in one script: a worker
-  that wakes after losing its lease cannot touch the new owner's keys.
-- A poll reads and claims in one script (arq claims jobs one by one, four round trips each, which
-  made a hundred free slots fill in a fifth of a second): its fair share of the due jobs when other
-  workers have free slots, and no suspect beside another (workers.claim).
-- A slot that frees wakes the poll at once instead of leaving it idle until the next poll.
-- SIGTERM/SIGINT: stop claiming at once, cancel the running cases (their agents get the grace
-  period), let each give its case back to the queue, exit.
+- **Claim** (workers.claim): every `poll_delay_s`, and at once when a slot frees or an outage ends,
+  one script takes this worker's fair share of the due jobs, resumed ones first, each for one lease.
+- **Run**: the job's function (`job_functions`) in a task of its own, given arq's `ctx` (`runtime`,
+  `job_id`, `job_try`, `enqueue_time`, `score`). It returns the job's result, raises `arq.Retry` to be
+  run again later, or is cancelled (the worker stops, or the user cancelled it: the function tells).
+  Leases, not a timeout, bound how long a dead worker holds a job (workers.lease).
+- **Finish** (workers.finish): one script, fenced by the lease token, ends the job or puts it back.
+  A finish that Redis does not answer is left to the lease: it lapses and the job is resumed.
+- SIGTERM/SIGINT: stop claiming at once, cancel the running jobs (their agents get the grace period),
+  let each give its job back to the queue, exit. With `burst`, exit once the queue is empty.
 """
 
 from __future__ import annotations
@@ -19,211 +20,217 @@ import contextlib
 import functools
 import signal
 import time
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from arq import Worker, func
-from arq.utils import timestamp_ms
-from arq.worker import Function
+from arq import Retry
 from redis.exceptions import RedisError
 
-from service.core import keys
-from service.core.lua import NOW
+from service.core.arq_contact import Ending, JobFormatError, JobRecord, read_job, result_record
 from service.core.models.jobs import dump_job, load_job
-from workers.claim import Claimer
+from workers.claim import Claimed, Claimer
+from workers.finish import Finisher, Outcome
 from workers.jobs import JOB_KINDS
 from workers.runtime import WorkerRuntime
 
 log = structlog.get_logger()
 
-CASE_TIMEOUT_S = 30 * 24 * 3600
-"""A case may run for days; leases, not arq's timeout, bound a dead worker's hold."""
-MAX_TRIES = 1_000_000
-"""Infrastructure interruptions never use up a case's tries; lease losses are counted instead."""
+JobFunction = Callable[..., Coroutine[Any, Any, Any]]
 KEEP_RESULT_S = 24 * 3600
-
-FINISH = f"""
--- KEYS: lease holder losses in_progress retry job abort queue result suspect my_cases my_suspects
--- ARGV: token finish result result_ms defer_ms job_id
-redis.call('SREM', KEYS[11], ARGV[6])
-redis.call('SREM', KEYS[12], ARGV[6])
-local cur = redis.call('GET', KEYS[1])
-if ARGV[1] == '' then
-  if cur then return 0 end
-elseif cur ~= ARGV[1] then
-  return 0
-end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
-if ARGV[2] == '1' then
-  if ARGV[3] ~= '' then
-    if tonumber(ARGV[4]) > 0 then
-      redis.call('SET', KEYS[9], ARGV[3], 'PX', ARGV[4])
-    else
-      redis.call('SET', KEYS[9], ARGV[3])
-    end
-  end
-  redis.call('DEL', KEYS[3], KEYS[5], KEYS[6], KEYS[10])
-  redis.call('ZREM', KEYS[7], ARGV[6])
-  redis.call('ZREM', KEYS[8], ARGV[6])
-elseif tonumber(ARGV[5]) > 0 then
-  -- a retry: due `defer_ms` from now (arq would add the time since the claim's score to the score,
-  -- which renewals have moved on since: that pushed a case away by its whole run)
-  {NOW}
-  redis.call('ZADD', KEYS[8], 'XX', now + tonumber(ARGV[5]), ARGV[6])
-end
-return 1
-"""
+DEFAULT_READ_LIMIT = 100
+"""Queue entries one poll reads per band, at least (and 5 per slot: arq's default)."""
 
 
-def job_functions() -> list[Function]:
-    """The job kinds a worker runs (workers.jobs): one `func(...)` each, leased by the job envelope."""
-    return [
-        func(kind.function_for_arq(), name=kind.function, timeout=CASE_TIMEOUT_S, max_tries=MAX_TRIES)
-        for kind in JOB_KINDS
-    ]
+def job_functions() -> dict[str, JobFunction]:
+    """The job kinds a worker runs (workers.jobs), by the function name their jobs carry; each runs in
+    the job envelope, which leases it."""
+    return {kind.function: kind.function_for_arq() for kind in JOB_KINDS}
 
 
-class FleetWorker(Worker):
-    """An arq worker whose jobs are leased cases."""
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FleetWorker:
+    """One worker process's scheduler of leased jobs."""
 
     def __init__(self, runtime: WorkerRuntime, *, burst: bool = False) -> None:
         settings = runtime.settings
-        super().__init__(
-            functions=job_functions(),
-            redis_pool=runtime.redis,
-            ctx={"runtime": runtime},
-            queue_name=settings.queue,
-            max_jobs=settings.concurrency,
-            poll_delay=0,  # the poll waits in _poll_iteration, where a freed slot can wake it
-            keep_result=KEEP_RESULT_S,
-            job_serializer=dump_job,
-            job_deserializer=load_job,
-            health_check_interval=60,
-            queue_read_limit=settings.queue_read_limit,
-            burst=burst,
-        )
         self.runtime = runtime
-        self._finish = runtime.redis.register_script(FINISH)
+        self.burst = burst
+        self.functions = job_functions()
+        self.max_jobs = settings.concurrency
+        read_limit = settings.queue_read_limit or max(5 * self.max_jobs, DEFAULT_READ_LIMIT)
         stale_ms = int((3 * settings.poll_delay_s + settings.outage_backoff_max_s) * 1000)
-        self._claimer = Claimer(runtime.redis, settings.queue, runtime.name, self.queue_read_limit, stale_ms)
-        self.in_progress_timeout_s = settings.lease_s
-        self._stopping = False
-        self._slot_freed = asyncio.Event()
+        self._claimer = Claimer(runtime.redis, settings.queue, runtime.name, read_limit, stale_ms)
+        self._finisher = Finisher(runtime.batch, settings.queue, runtime.name, KEEP_RESULT_S * 1000)
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        """Job id -> the task that runs it from its claim to its finish."""
+        self._slots: set[str] = set()
+        """The jobs that hold a slot: claimed, and their function not ended yet (a finish holds none)."""
+        self.job_tasks: dict[str, asyncio.Task[Any]] = {}
+        """Job id -> the job function's task: cancelling it stops the job (its function says how)."""
+        self.allow_pick_jobs = True
+        self.jobs_complete = self.jobs_retried = self.jobs_failed = 0
         self.polled_at_s = time.monotonic()
         """When the poll loop last turned (monotonic): the worker's liveness (workers.health)."""
         self._poll_failures = 0
-        self.claim_scores: dict[str, int] = {}
-        """job id -> its score when claimed, which arq's retry delay (`incr_score`) is counted from."""
+        self._wake = asyncio.Event()
+        self._stopper: asyncio.Task[None] | None = None
+        """Set on the first SIGTERM/SIGINT: lets the running jobs hand themselves back, then stops."""
+        self._stopped = asyncio.Event()
+        runtime.outage.on_answer(self._wake.set)
 
-    async def _claim_due(self) -> None:
-        """Claim this worker's share of the due jobs, in one round trip, and start them."""
-        free = self.max_jobs - self.job_counter
-        claimed = await self._claimer.claim(
-            timestamp_ms(), free, int(self.in_progress_timeout_s * 1000), list(self.runtime.suspects.values())
-        )
-        for job in claimed:
-            await self.sem.acquire()  # never waits: no more were claimed than there are free slots
-            self.job_counter += 1
-            if job.level:
-                self.runtime.suspects[job.job_id] = job.level
-            self.claim_scores[job.job_id] = job.score_ms
-            task = self.loop.create_task(self.run_job(job.job_id, job.score_ms))
-            task.add_done_callback(functools.partial(self._job_done, job.job_id))
-            self.tasks[job.job_id] = task
-
-    def _job_done(self, job_id: str, _: asyncio.Task[Any]) -> None:
-        self.runtime.suspects.pop(job_id, None)
-        self.claim_scores.pop(job_id, None)
-        self._release_sem_dec_counter_on_complete()
-
-    def _release_sem_dec_counter_on_complete(self) -> None:
-        super()._release_sem_dec_counter_on_complete()
-        self._slot_freed.set()
-
-    async def finish_job(
-        self,
-        job_id: str,
-        finish: bool,
-        result_data: bytes | None,
-        result_timeout_s: float | None,
-        keep_result_forever: bool,
-        incr_score: int | None,
-        keep_in_progress: float | None,
-    ) -> None:
-        token = self.runtime.leases.pop(job_id, None)
-        result_ms = 0 if keep_result_forever or not result_timeout_s else int(result_timeout_s * 1000)
-        defer_ms = 0
-        if incr_score:  # arq's retry delay plus the time since the claim's score: the delay alone
-            claimed_ms = self.claim_scores.get(job_id)
-            defer_ms = (
-                incr_score if claimed_ms is None else max(1, incr_score - (timestamp_ms() - claimed_ms))
-            )
-        done = await self._finish(
-            [
-                keys.lease(job_id),
-                keys.holder(job_id),
-                keys.losses(job_id),
-                keys.arq_in_progress(job_id),
-                keys.arq_retry(job_id),
-                keys.arq_job(job_id),
-                keys.arq_abort(),
-                self.queue_name,
-                keys.arq_result(job_id),
-                keys.suspect(job_id),
-                keys.worker_cases(self.runtime.name),
-                keys.worker_suspects(self.runtime.name),
-            ],
-            [
-                "" if token is None else str(token),
-                "1" if finish else "0",
-                result_data or b"",
-                result_ms,
-                defer_ms,
-                job_id,
-            ],
-        )
-        if not done:
-            log.info("finish_skipped_not_owner", job_id=job_id, token=token)
-
-    async def _poll_iteration(self) -> None:
-        """Claim (while this worker takes jobs and has a free slot), reap the jobs that ended, beat
-        arq's health check; then wait `poll_delay_s`, which a freed slot ends early. A Redis outage is
-        logged once (workers.outage) and the polls back off until it ends."""
-        self._slot_freed.clear()
-        self.polled_at_s = time.monotonic()
+    async def run(self) -> None:
+        """Poll and run jobs until stopped by a signal (or, with `burst`, until the queue is empty)."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self.handle_sig, signum)
         try:
-            if self.allow_pick_jobs and self.job_counter < self.max_jobs:
-                await self._claim_due()
-            self._reap()
-            await self.heart_beat()
+            while not self._stopped.is_set():
+                await self._poll()
+                if self.burst and not self.tasks and await self._queue_empty():
+                    break
+                await self._pause()
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+            pending = list(self.tasks.values())
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _poll(self) -> None:
+        """Claim this worker's share of the due jobs while it takes jobs and has a free slot; a Redis
+        outage is logged once (workers.outage) and the polls back off until it ends."""
+        self._wake.clear()
+        self.polled_at_s = time.monotonic()
+        free = self.max_jobs - len(self._slots)
+        if not self.allow_pick_jobs or free <= 0:
+            return
+        try:
+            lease_ms = int(self.runtime.settings.lease_s * 1000)
+            claimed = await self._claimer.claim(
+                free, lease_ms, list(self.runtime.suspects.values()), self.tasks
+            )
         except RedisError as exc:
             self.runtime.outage.failed("poll", exc)
             self._poll_failures += 1
-        else:
-            self.runtime.outage.answered()
-            self._poll_failures = 0
+            return
+        self.runtime.outage.answered()
+        self._poll_failures = 0
+        for job in claimed:
+            if job.level:
+                self.runtime.suspects[job.job_id] = job.level
+            task = asyncio.create_task(self._run(job))
+            self.tasks[job.job_id] = task
+            self._slots.add(job.job_id)
+            task.add_done_callback(functools.partial(self._ran, job.job_id))
+
+    async def _pause(self) -> None:
+        """Wait `poll_delay_s` (longer while Redis is away), or until a slot frees or an outage ends."""
         wait_s = self.runtime.outage.wait_s(self.runtime.settings.poll_delay_s, self._poll_failures)
         # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a stop's cancel that lands in the
         # same turn as a freed slot, and the worker would poll on for ever.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait_s):
-                await self._slot_freed.wait()
+                await self._wake.wait()
 
-    def _reap(self) -> None:
-        for job_id, task in list(self.tasks.items()):
-            if task.done():
-                del self.tasks[job_id]
-                task.result()  # run_job handles its job's errors: anything else is a defect, raised
+    async def _queue_empty(self) -> bool:
+        try:
+            return int(await self.runtime.redis.zcard(self.runtime.settings.queue)) == 0
+        except RedisError:
+            return False
 
-    def handle_sig(self, signum: Any) -> None:
-        if self._stopping:
+    def _free(self, job_id: str) -> None:
+        """The job's slot is free (its function ended): the poll may fill it at once."""
+        self._slots.discard(job_id)
+        self._wake.set()
+
+    def _ran(self, job_id: str, task: asyncio.Task[None]) -> None:
+        self.tasks.pop(job_id, None)
+        self._slots.discard(job_id)
+        self.runtime.suspects.pop(job_id, None)
+        self._wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("job_run_crashed", job_id=job_id, error=repr(task.exception()))
+
+    async def _run(self, claimed: Claimed) -> None:
+        """Run one claimed job to its outcome, then finish it (the finish is not cancelled with the run)."""
+        job_id = claimed.job_id
+        start_ms = _now_ms()
+        try:
+            job = read_job(claimed.record, load_job)
+            function = self.functions.get(job.function)
+            if function is None:
+                raise JobFormatError(f"no job function is named {job.function!r}")
+        except JobFormatError as exc:
+            log.error("job_unreadable", job_id=job_id, error=str(exc))
+            self.jobs_failed += 1
+            self._free(job_id)
+            unknown = JobRecord("?", (), {}, None, 0)
+            ending = Ending(False, str(exc), start_ms, _now_ms())
+            await self._finish(job_id, self._ended(job_id, unknown, claimed.job_try, ending))
             return
-        self._stopping = True
+        job_try = max(claimed.job_try, job.job_try or 0)
+        ctx = {
+            "runtime": self.runtime,
+            "job_id": job_id,
+            "job_try": job_try,
+            "enqueue_time": datetime.fromtimestamp(job.enqueue_ms / 1000, UTC),
+            "score": claimed.score_ms,
+        }
+        task = asyncio.create_task(function(ctx, *job.args, **job.kwargs))
+        self.job_tasks[job_id] = task
+        try:
+            result = await task
+            outcome = self._ended(job_id, job, job_try, Ending(True, result, start_ms, _now_ms()))
+            self.jobs_complete += 1
+        except Retry as retry:
+            outcome = Outcome(ended=False, defer_ms=retry.defer_score or 0)
+            self.jobs_retried += 1
+        except asyncio.CancelledError:
+            self.jobs_retried += 1
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                await asyncio.shield(self._finish(job_id, Outcome(ended=False)))  # stopped past the grace
+                raise
+            outcome = Outcome(ended=False)  # the job let go (the worker stops): it handed itself back
+        except Exception as exc:  # the job function's own defect: arq would fail the job for good
+            log.exception("job_crashed", job_id=job_id)
+            ending = Ending(False, f"{type(exc).__name__}: {exc}", start_ms, _now_ms())
+            outcome = self._ended(job_id, job, job_try, ending)
+            self.jobs_failed += 1
+        finally:
+            self.job_tasks.pop(job_id, None)
+            self._free(job_id)
+        await asyncio.shield(self._finish(job_id, outcome))
+
+    def _ended(self, job_id: str, job: JobRecord, job_try: int, ending: Ending) -> Outcome:
+        """The outcome of a job that ended, with arq's result record."""
+        record = result_record(job_id, job, job_try, ending, self.runtime.settings.queue, dump_job)
+        return Outcome(ended=True, result=record)
+
+    async def _finish(self, job_id: str, outcome: Outcome) -> None:
+        """Apply the outcome, fenced by this process's lease on the job (workers.finish)."""
+        token = self.runtime.leases.pop(job_id, None)
+        try:
+            await self._finisher.finish(job_id, token, outcome)
+        except RedisError as exc:  # the lease lapses, and the job is resumed then
+            self.runtime.outage.failed("finish", exc)
+            log.info("finish_lost", job_id=job_id, error=str(exc))
+        else:
+            self.runtime.outage.answered()
+
+    def handle_sig(self, signum: int) -> None:
+        if self._stopper is not None:
+            return
         self.allow_pick_jobs = False
         log.info("worker_stopping", signal=signal.Signals(signum).name, running=len(self.job_tasks))
         for task in list(self.job_tasks.values()):
             task.cancel()
-        self.loop.create_task(self._stop_when_released())
+        self._stopper = asyncio.create_task(self._stop_when_released())
 
     async def _stop_when_released(self) -> None:
         with contextlib.suppress(RedisError):
@@ -234,5 +241,5 @@ class FleetWorker(Worker):
         for task in self.tasks.values():
             if not task.done():
                 task.cancel()
-        if self.main_task is not None:
-            self.main_task.cancel()
+        self._stopped.set()
+        self._wake.set()

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from service.core import keys
 from service.core.events import COST_SCALE
-from service.core.files import write_atomic, write_model
+from service.core.files import model_bytes, write_atomic, write_model
 from service.core.models.events import EventKind
 from service.core.models.records import Usage
 from service.core.models.status import Hold, WaitCause
@@ -71,12 +71,16 @@ class JobRun(ABC):
 
     async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
         """A fenced, durable write (with `also` files, written first and not flushed): refused
-        (LeaseLost) once the lease has moved on. Written on the event loop: handing the write to a
-        thread costs more CPU than the flush it would take off the loop (docs/benchmarks.md)."""
+        (LeaseLost) once the lease has moved on. A job on a tuning has it flushed to disk with the other
+        jobs' writes of the moment, off the event loop (service.core.disk_batch); one without (a goal
+        with no tuning) writes it on the event loop."""
         await self.lease.check()
         for other, data in also:
             write_atomic(other, data, durable=False)
-        write_model(path, model)
+        if self.tuning is None:
+            write_model(path, model)
+        else:
+            await self.tuning.disk.write(path, model_bytes(model))
 
     @abstractmethod
     async def emit(self, kind: EventKind, **fields: Any) -> None:

@@ -1,6 +1,8 @@
 """Leases on running cases: a fencing token per claim, renewed by a heartbeat, checked before every
-write. The heartbeat also keeps arq's in-progress key alive and pushes the job's score in the
-queue into the future, so that idle workers never see running jobs at the head of the queue.
+write. The heartbeat also keeps arq's in-progress key alive and keeps the job's score in the queue
+one lease ahead, in the resume band (`arq_contact.RESUME_SHIFT_MS`): idle workers never see running
+jobs at the head of the queue, and a job whose heartbeats stopped, or that was handed back, is due
+again before every fresh job (workers.claim).
 
 Lost leases and poison (docs/architecture.md, "Poison"): a lease that expired under its worker
 counts against the case only when nothing else could have taken that worker down: the case ran
@@ -20,12 +22,20 @@ from dataclasses import dataclass
 import structlog
 
 from service.core import keys
+from service.core.arq_contact import RESUME_SHIFT_MS
 from service.core.batch import RedisBatch
 from service.core.lua import NOW
 from workers.errors import LeaseLost
 from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
+
+RESUME_AT = f"""
+local function resume_at(ms)  -- the queue score of a job due `ms` from now (Redis time), in the resume band
+  {NOW}
+  return now + tonumber(ms) - {RESUME_SHIFT_MS}
+end
+"""
 
 LOSS_VERDICT = """
 -- a lease of `job` left behind by `holder` (`<token>@<worker>`): whether the loss counts against the
@@ -49,7 +59,7 @@ end
 ACQUIRE = f"""
 -- KEYS: lease holder losses fence in_progress queue cancelled suspect my_cases my_suspects
 -- ARGV: lease_ms job_id worker cases_prefix suspects_prefix
-{LOSS_VERDICT}
+{LOSS_VERDICT}{RESUME_AT}
 if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0, ''}} end
 local lost = tonumber(redis.call('GET', KEYS[3]) or '0')
 local level = redis.call('GET', KEYS[8]) or ''
@@ -72,18 +82,16 @@ if level ~= '' then
 else
   redis.call('DEL', KEYS[8])
 end
-{NOW}
-redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[1]), ARGV[2])
+redis.call('ZADD', KEYS[6], 'XX', resume_at(ARGV[1]), ARGV[2])
 return {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2]), level}}
 """
 
 RENEW = f"""
 -- KEYS: lease in_progress queue ; ARGV: token lease_ms job_id
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+{RESUME_AT}if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
-{NOW}
-redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[2]), ARGV[3])
+redis.call('ZADD', KEYS[3], 'XX', resume_at(ARGV[2]), ARGV[3])
 return 1
 """
 
@@ -104,12 +112,11 @@ return 1
 
 REQUEUE = f"""
 -- KEYS: lease holder in_progress queue my_cases my_suspects ; ARGV: token job_id defer_ms
-redis.call('SREM', KEYS[5], ARGV[2])
+{RESUME_AT}redis.call('SREM', KEYS[5], ARGV[2])
 redis.call('SREM', KEYS[6], ARGV[2])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-{NOW}
-redis.call('ZADD', KEYS[4], 'XX', now + tonumber(ARGV[3]), ARGV[2])
+redis.call('ZADD', KEYS[4], 'XX', resume_at(ARGV[3]), ARGV[2])
 return 1
 """
 

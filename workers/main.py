@@ -64,9 +64,7 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
             if health is not None:
                 helpers.append(group.create_task(serve_health(worker_checks(settings, worker), health)))
             try:
-                await worker.async_run()
-            except asyncio.CancelledError:
-                pass
+                await worker.run()
             finally:
                 for task in helpers:
                     task.cancel()

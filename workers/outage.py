@@ -3,7 +3,8 @@
 Every periodic task of a worker (the poll, the controls and breaker watches, the presence, the lease
 heartbeats, the lock renewals) reports each Redis call's outcome here. The first failure of an outage
 is logged once (`redis_unreachable`, naming the task that met it), the first answer after it once
-(`redis_reachable`, with the outage's length); in between, the tasks that may wait back off.
+(`redis_reachable`, with the outage's length); in between, the tasks that may wait back off, and
+those that listen (`on_answer`: the poll) are told when it ends.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ class RedisOutage:
         self.backoff_max_s = backoff_max_s
         self._since: float | None = None
         self.outages = 0
+        self._listeners: list[Callable[[], object]] = []
+
+    def on_answer(self, listener: Callable[[], object]) -> None:
+        """Call `listener` whenever an outage ends (a task backing off can stop waiting)."""
+        self._listeners.append(listener)
 
     @property
     def down(self) -> bool:
@@ -42,6 +48,8 @@ class RedisOutage:
             down_s = time.monotonic() - self._since
             self._since = None
             log.info("redis_reachable", down_s=round(down_s, 1))
+            for listener in self._listeners:
+                listener()
 
     def wait_s(self, interval_s: float, failures: int) -> float:
         """The wait before a task's next try: its interval while Redis answers; after `failures` failed

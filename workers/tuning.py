@@ -1,9 +1,11 @@
-"""What a worker process keeps per tuning: its config, store, system repository, lock and adapters."""
+"""What a worker process keeps per tuning: its config, store, system repository, lock, adapters, and the
+batch its cases' records are flushed to disk in."""
 
 from __future__ import annotations
 
 from service.core import keys
 from service.core.batch import RedisBatch
+from service.core.disk_batch import DiskBatch
 from service.core.models.tuning import Budget, TuningConfig
 from service.core.store import TuningStore
 from service.core.system import SystemRepo
@@ -30,6 +32,8 @@ class TuningRuntime:
         self.config_mtime_ns = store.config_file.stat().st_mtime_ns
         self.name = self.config.name
         self.repo = SystemRepo(store.repo, store.snapshots, git_timeout_s)
+        self.disk = DiskBatch()
+        """The cases' durable writes (records, results), flushed to disk together (a group commit)."""
         self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
         self.runner: Runner = build_runner(self.config.runner, host, batch.redis)
         self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, batch.redis)

@@ -18,17 +18,16 @@ from types import TracebackType
 from typing import Self
 
 from arq.connections import ArqRedis
-from arq.jobs import serialize_job
 
 from service.client.queries import case_detail, fleet_status, results, tuning_hold
-from service.client.submission import ENQUEUE, SUBMIT_BATCH, write_cases
+from service.client.submission import SUBMIT_BATCH, enqueue_cases, write_cases
 from service.core import keys
-from service.core.connection import JOB_EXPIRY_MS, connect
+from service.core.connection import connect
 from service.core.errors import CaseFileError, TunefleetError, UnknownTuningError
 from service.core.events import COST_SCALE, EventSink
 from service.core.models.case import Case
 from service.core.models.events import EventKind
-from service.core.models.jobs import CASE_FUNCTION, CaseJob, dump_job
+from service.core.models.jobs import CASE_FUNCTION, CaseJob
 from service.core.models.records import CaseResult
 from service.core.models.status import (
     CaseDetail,
@@ -217,19 +216,10 @@ class TunefleetClient:
         for i, result in enumerate(done):
             if rerun_failed and result is not None and result.state == "failed":
                 accepted[i] = await self._run_again(tuning, stores[i])
-        now_ms = int(time.time() * 1000)
-        enqueue = self.redis.register_script(ENQUEUE)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for i in fresh:
-                job = CaseJob(tuning=tuning, case=cases[i].id, rev=cases[i].rev)
-                record = serialize_job(
-                    CASE_FUNCTION, (job.model_dump(),), {}, None, now_ms, serializer=dump_job
-                )
-                job_keys = [keys.arq_job(job.job_id), keys.arq_result(job.job_id), self.settings.queue]
-                await enqueue(job_keys, [record, JOB_EXPIRY_MS, now_ms, job.job_id], client=pipe)
-            replies = await pipe.execute()
-        for i, reply in zip(fresh, replies, strict=True):
-            accepted[i] = bool(reply)
+        jobs = [CaseJob(tuning=tuning, case=cases[i].id, rev=cases[i].rev) for i in fresh]
+        enqueued = await enqueue_cases(self.redis, self.settings.queue, jobs, int(time.time() * 1000))
+        for i, ok in zip(fresh, enqueued, strict=True):
+            accepted[i] = ok
         return accepted
 
     async def _emit_queued(

@@ -1,5 +1,5 @@
-"""Writing a batch of submitted cases into the store, and the script that enqueues each (the client's
-`submit_many`, service.client.client)."""
+"""Writing a batch of submitted cases into the store, and enqueueing a batch in one round trip (the
+client's `submit_many`, service.client.client)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ import asyncio
 import os
 from pathlib import Path
 
+from redis.asyncio import Redis
+
+from service.core import keys
+from service.core.arq_contact import ENQUEUE, job_record
+from service.core.connection import JOB_EXPIRY_MS
 from service.core.files import model_bytes, publish_temps, write_temp
 from service.core.models.case import Case
+from service.core.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.core.models.records import CaseResult
 from service.core.store import CaseStore
 
@@ -17,14 +23,20 @@ SUBMIT_THREADS = 2
 """Threads writing a batch's temp files (on this ext4 disk 1 and 2 measured alike and 4 slower: the
 kernel serializes file creation in one folder; a network store would want more)."""
 
-ENQUEUE = """
--- arq's enqueue_job for one job, in one step: refused while the job or its result exists.
--- KEYS: job result queue ; ARGV: record expires_ms score job_id
-if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
-return 1
-"""
+
+async def enqueue_cases(redis: Redis, queue: str, jobs: list[CaseJob], now_ms: int) -> list[bool]:
+    """Enqueue case jobs in one round trip, each as arq's `enqueue_job` would at `now_ms` (refused while
+    the id has a job record or a result); which were accepted."""
+    if not jobs:
+        return []
+    enqueue = redis.register_script(ENQUEUE)
+    async with redis.pipeline(transaction=False) as pipe:
+        for job in jobs:
+            record = job_record(CASE_FUNCTION, job.model_dump(), now_ms, dump_job)
+            job_keys = [keys.arq_job(job.job_id), keys.arq_result(job.job_id), queue]
+            await enqueue(job_keys, [record, JOB_EXPIRY_MS, now_ms, job.job_id], client=pipe)
+        replies = await pipe.execute()
+    return [bool(reply) for reply in replies]
 
 
 def _begin(store: CaseStore, case: Case, staging: Path) -> tuple[CaseResult | None, str | None]:

@@ -54,11 +54,24 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
 
 
+def temp_beside(path: Path, data: bytes) -> str:
+    """The first half of `write_atomic(path, data)`, without its flush: `data` in a new temp file beside
+    `path` (its folder made when missing); the temp file's name (`os.replace` it onto `path` once it is
+    flushed: service.core.disk_batch)."""
+    fd, tmp = _create_temp(path)
+    return _fill_temp(fd, tmp, data)
+
+
 def write_temp(folder: Path, name: str, data: bytes) -> str:
     """The first half of an atomic write, without its fsync: `data` in a new temp file `.<name>...tmp`
     in `folder`, which must exist; the temp file's name. `publish_temps` ends several such writes at once."""
     tmp = f"{folder}/.{name}.{os.getpid()}.{threading.get_native_id()}.{time.monotonic_ns()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    return _fill_temp(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), tmp, data)
+
+
+def _fill_temp(fd: int, tmp: str, data: bytes) -> str:
+    """Write `data` into the new temp file `tmp` (open as `fd`) and close it; `tmp`. The file is removed
+    when that fails."""
     try:
         try:
             _write_all(fd, data)
@@ -111,7 +124,7 @@ def publish_temps(temps: Sequence[tuple[str, Path]], filesystem: Path) -> None:
     try:
         if not sync_filesystem(filesystem):
             for tmp, _ in temps:
-                _fsync_file(tmp)
+                fsync_file(tmp)
         for tmp, path in temps:
             _make_folder(os.path.dirname(path))
             os.replace(tmp, path)
@@ -124,7 +137,8 @@ def publish_temps(temps: Sequence[tuple[str, Path]], filesystem: Path) -> None:
         raise
 
 
-def _fsync_file(path: str) -> None:
+def fsync_file(path: str) -> None:
+    """Flush one file's content to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

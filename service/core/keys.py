@@ -1,4 +1,5 @@
-"""Every Redis key tunefleet uses, built in one place (arq's own keys come from arq.constants).
+"""Every Redis key tunefleet uses, built in one place (arq's own key names come from
+service.core.arq_contact).
 
 Ownership is documented in docs/architecture.md.
 """
@@ -7,13 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from arq.constants import (
-    abort_jobs_ss,
-    in_progress_key_prefix,
-    job_key_prefix,
-    result_key_prefix,
-    retry_key_prefix,
-)
+from service.core.arq_contact import IN_PROGRESS_PREFIX, JOB_PREFIX, RESULT_PREFIX, RETRY_PREFIX
 
 PREFIX = "tf"
 
@@ -181,23 +176,19 @@ def evals() -> str:
 
 
 def arq_in_progress(job_id: str) -> str:
-    return in_progress_key_prefix + job_id
+    return IN_PROGRESS_PREFIX + job_id
 
 
 def arq_job(job_id: str) -> str:
-    return job_key_prefix + job_id
+    return JOB_PREFIX + job_id
 
 
 def arq_result(job_id: str) -> str:
-    return result_key_prefix + job_id
+    return RESULT_PREFIX + job_id
 
 
 def arq_retry(job_id: str) -> str:
-    return retry_key_prefix + job_id
-
-
-def arq_abort() -> str:
-    return abort_jobs_ss
+    return RETRY_PREFIX + job_id
 
 
 def daemon() -> str:

@@ -58,7 +58,8 @@ class FleetSettings(BaseSettings):
     queue_read_limit: int | None = Field(
         default=None,
         ge=1,
-        description="Queue entries one poll reads (arq's default: max(5 x concurrency, 100)).",
+        description="Queue entries one poll reads, of the jobs to resume and of the fresh ones "
+        "(unset: max(5 x concurrency, 100), as arq's worker reads).",
     )
     lease_s: float = Field(default=10.0, gt=0, description="A running case's lease; renewed every third.")
     stop_grace_s: float = Field(default=10.0, gt=0, description="TERM-to-KILL wait for agent processes.")
