@@ -50,10 +50,10 @@ def build_applier(config: AdapterConfig, host: AgentHost, redis: Redis | None = 
     return CommandApplier(config, host)
 
 
-def build_prober(config: AdapterConfig) -> Prober:
+def build_prober(config: AdapterConfig, host: AgentHost | None = None) -> Prober:
     """The prober of the runner's sandbox: pass the tuning's runner config."""
     if isinstance(config, DemoAdapter):
         return DemoProber(config)
     if isinstance(config, LlmAdapter):
         return NoSandboxProber()
-    return SandboxProber(config.sandbox)
+    return SandboxProber(config.sandbox, host=host)
