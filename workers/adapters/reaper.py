@@ -9,9 +9,9 @@ starts in a few milliseconds and needs nothing installed). It
 - puts the agent into per-step cgroups, when the worker's settings name cgroup folders, with the
   processes and memory limits, and sets the resource limits (`setrlimit`) before the agent starts;
 - without a sandbox tool, when the worker's settings ask for it (a root worker): gives the agent a
-  mount namespace where the store is an empty folder but for the step's own folders, a `/proc` that
-  shows only its own user's processes (`hidepid=2`), and a network namespace of its own (nothing but
-  a loopback that is down) unless the tuning opened the network;
+  mount namespace where the store is an empty folder but for the step's own folders, a PID namespace
+  with a `/proc` of its own (`hidepid=2` besides), and a network namespace of its own (nothing but a
+  loopback that is down) unless the tuning opened the network;
 - runs the agent as another user (`uid`), with no supplementary groups, when the worker is root;
 - hands bubblewrap the agent's environment through a file descriptor (`--args FD` where argv says
   `env_args`), so that bubblewrap can clear its own and no value ever shows on a command line;
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the keeper imports no more than it needs: typing costs it m
 PR_SET_PDEATHSIG = 1
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 AT_FDCWD = -100
@@ -91,10 +92,11 @@ def _syscall(number: int, *args: int | bytes) -> int:
 
 def _isolate(spaces: dict[str, Any]) -> None:
     """As root, before the agent starts: its own mount namespace (the store hidden but for the step's
-    folders, a /proc with hidepid) and, unless the network is open, its own network namespace."""
-    _libc_call("unshare", CLONE_NEWNS | (0 if spaces.get("network") else CLONE_NEWNET))
+    folders), its own PID namespace (for the children of this process) and, unless the network is open,
+    its own network namespace."""
+    network = 0 if spaces.get("network") else CLONE_NEWNET
+    _libc_call("unshare", CLONE_NEWNS | CLONE_NEWPID | network)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
     # Parents first; each shown folder is cloned before the store is covered, then put back in place.
     shown = sorted(((str(p), bool(w)) for p, w in spaces.get("show", [])), key=lambda s: s[0].count("/"))
     clones = [
@@ -109,6 +111,35 @@ def _isolate(spaces: dict[str, Any]) -> None:
         os.close(fd)
         if not writable:
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+
+
+def _exit_code(status: int) -> int:
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+
+
+def _init_of(agent: int) -> int:
+    """PID 1 of the agent's namespace: reap whatever ends until the agent does; its exit code. When this
+    returns, the kernel kills whatever the agent left in the namespace."""
+    while True:
+        pid, status = os.wait()
+        if pid == agent:
+            return _exit_code(status)
+
+
+def _enter_namespaces(spaces: dict[str, Any], error_w: int) -> None:
+    """Isolate, then fork twice: this process waits for the namespace's PID 1, which mounts the
+    namespace's own /proc (hidepid: other users' processes are not even listed) and waits for the agent;
+    only the agent returns from here."""
+    _isolate(spaces)
+    init = os.fork()
+    if init:
+        os.close(error_w)
+        os._exit(_exit_code(os.waitpid(init, 0)[1]))
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    agent = os.fork()
+    if agent:
+        os.close(error_w)
+        os._exit(_init_of(agent))
 
 
 def _become(uid: int) -> None:
@@ -227,7 +258,7 @@ def _child(argv: list[str], groups: list[Path], config: dict[str, Any], error_w:
         for name, value in config.get("rlimits", {}).items():
             resource.setrlimit(RLIMITS[name], (value, value))
         if config.get("namespaces"):
-            _isolate(config["namespaces"])
+            _enter_namespaces(config["namespaces"], error_w)
         token = config.get("env_args")
         if token in argv:
             argv = [str(_env_args_fd()) if arg == token else arg for arg in argv]
