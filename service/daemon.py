@@ -26,7 +26,7 @@ from service.models.jobs import CASE_FUNCTION, CaseJob
 from service.models.status import SubmitReport
 from service.queries import stored_runs
 from service.settings import FleetSettings
-from service.startup import check_redis_address
+from service.startup import check_api_tokens, check_redis_address
 from service.store import TuningStore
 
 log = structlog.get_logger()
@@ -186,6 +186,7 @@ async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bo
     from service.server import listen, serve  # the web server: only when serving
 
     check_redis_address(settings)
+    check_api_tokens(settings)
     sock = None if once else listen(settings.api_host, settings.api_port)
     api = "none (--once)" if sock is None else "{}:{}".format(*sock.getsockname()[:2])
     try:

@@ -201,7 +201,8 @@ def _environ_secrets(pid: int) -> str:
 
 
 def _ancestors() -> list[int]:
-    pids, pid = [], os.getppid()
+    pids: list[int] = []
+    pid = os.getppid()
     while pid > 0 and len(pids) < 20:
         pids.append(pid)
         try:
