@@ -28,9 +28,9 @@ def vendored_schema(obj: Obj) -> Obj | None:
     path = SCHEMAS / f"{group_version}-{str(obj.get('kind', '')).lower()}.json"
     if not path.is_file():
         return None
-    schema = json.loads(path.read_text())
+    schema = closed(json.loads(path.read_text()))
     assert isinstance(schema, dict)
-    return closed(schema)
+    return schema
 
 
 def closed(schema: Any) -> Any:
