@@ -49,6 +49,7 @@ from tests.support.k8s_wiring import (
     monitoring_problems,
     redis_problems,
 )
+from tests.support.keda import shipped_rule
 from tests.support.kustomize import render
 from tests.support.tools import require_tool
 
@@ -464,3 +465,13 @@ def test_broken_manifest_is_caught(case: str) -> None:
     assert check(objects) == []
     mutate(objects)
     assert check(objects) != []
+
+
+def test_the_fallback_never_scales_a_busy_fleet_down() -> None:
+    """When KEDA cannot read the queue, the shipped rule keeps every worker count it may find (at least
+    the fallback's), and with the queue readable it wants one worker per TUNEFLEET_CONCURRENCY cases."""
+    rule = shipped_rule()
+    for current in range(rule.min_workers, rule.max_workers + 1):
+        assert rule.desired(None, current) >= current
+    assert rule.desired(None, rule.min_workers) == rule.fallback_workers
+    assert rule.desired(rule.per_worker * 3, 1) == 3 and rule.desired(0, 5) == rule.min_workers

@@ -22,6 +22,7 @@ from tests.support.acl_redis import PASSWORDS, AclRedis, role_env, role_settings
 from tests.support.acl_redis import acl_redis as acl_redis  # the fixture
 from tests.support.fleet import Fleet, case, wait_until, write_tuning
 from tests.support.goals import start_goal, wait_goal_ended, write_goal
+from tests.support.keda import COUNT_QUEUE
 from tests.support.redis_server import free_port
 from tests.support.tools import needs_tool
 from workers.claim import CLAIM
@@ -174,3 +175,34 @@ def test_the_default_user_is_off(acl_redis: AclRedis) -> None:
     """A client without a user name is refused: the default user is off."""
     with redis.Redis(port=acl_redis.server.port) as r, pytest.raises(redis.exceptions.AuthenticationError):
         r.ping()
+
+
+async def test_the_scaler_counts_queued_and_running_cases_and_nothing_else(
+    acl_redis: AclRedis, settings: FleetSettings, tmp_path: Path
+) -> None:
+    """As `scaler`, the queue-length script KEDA runs counts every case of a tuning, the running ones with
+    the waiting ones (arq keeps a running job in its sorted set), while one worker of one slot runs one
+    of them; the scaler can write nothing, read no other key and run no script that writes."""
+    submitter = role_settings(settings, acl_redis, "submitter")
+    worker = role_settings(settings, acl_redis, "worker")
+    fleet, workers = Fleet(submitter, tmp_path / "logs"), Fleet(worker, tmp_path / "worker-logs")
+    try:
+        cases = [case(f"slow-{n}") for n in range(4)]
+        slow = {"kind": "demo", "seed": 1, "latency": {"run_ms": 30_000, "analyze_ms": 0, "apply_ms": 0}}
+        await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=slow))
+        workers.start_worker(concurrency=1)
+        with acl_redis.client("admin") as admin:
+            await wait_until(lambda: len(admin.keys("tf:lease:*")) == 1, 30, "one case running")
+        with acl_redis.client("scaler") as r:
+            assert r.eval(COUNT_QUEUE, 1, settings.queue) == 4
+            for command in [
+                ("ZADD", settings.queue, 1, "x"),
+                ("GET", keys.paused()),
+                ("EVAL", "return redis.call('ZREM', KEYS[1], 'x')", 1, settings.queue),
+                ("EVAL", "return redis.call('GET', KEYS[1])", 1, keys.paused()),
+            ]:
+                with pytest.raises((redis.exceptions.NoPermissionError, redis.exceptions.ResponseError)):
+                    r.execute_command(*command)
+    finally:
+        fleet.teardown()
+        workers.teardown()

@@ -21,7 +21,7 @@ from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ACL_DIR = ROOT / "deploy" / "redis"
-PASSWORDS = {"worker": "w-pass-1", "submitter": "s-pass-2", "monitor": "m-pass-3"}
+PASSWORDS = {"worker": "w-pass-1", "submitter": "s-pass-2", "monitor": "m-pass-3", "scaler": "k-pass-5"}
 ADMIN = "admin-pass-4"
 """A test-only administrator (appended to the rendered file) reads the ACL log."""
 
