@@ -235,3 +235,25 @@ def test_a_profile_that_refuses_namespaces_stops_bubblewrap(tmp_path: Path) -> N
     strict.write_text(json.dumps(profile))
     done = _sandboxed(65534, strict)
     assert done.returncode != 0 and "keyctl_refused" not in done.stdout
+
+
+SYSTEMD = ROOT / "deploy" / "systemd"
+
+
+def _unit_env_files(unit: str) -> list[Path]:
+    """The examples of the environment files a unit reads (/etc/tunefleet/X.env -> X.env.example)."""
+    files = re.findall(r"^EnvironmentFile=-?/etc/tunefleet/(\S+)$", (SYSTEMD / unit).read_text(), re.M)
+    return [SYSTEMD / f"{name}.example" for name in files]
+
+
+def test_systemd_workers_read_no_api_token() -> None:
+    """Every environment file the worker unit reads exists as an example and holds no API token and no
+    other user's Redis URL; the daemon's own file holds the token."""
+    worker_files = _unit_env_files("tunefleet-worker@.service")
+    assert worker_files and all(path.is_file() for path in worker_files)
+    for path in worker_files:
+        text = path.read_text()
+        assert not re.search(r"^\s*TUNEFLEET_API(_READ)?_TOKEN=", text, re.M), path
+        assert "submitter@" not in text, path
+    daemon_text = "".join(p.read_text() for p in _unit_env_files("tunefleet-daemon.service"))
+    assert re.search(r"^TUNEFLEET_API_TOKEN=", daemon_text, re.M)

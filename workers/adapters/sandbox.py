@@ -281,9 +281,15 @@ class SandboxProber:
         self._host = host or AgentHost(grace_s=grace_s)
 
     def probe_argv(self, name: str = "tf-probe") -> list[str]:
+        """The probe's command as one can run it by hand: without the descriptor that its keeper fills
+        with an agent's environment (a probe has none to give)."""
         if self._config.probe_argv:
             return list(self._config.probe_argv)
-        return wrap_argv(["true"], self._config, SandboxMounts(), name, self._host.agent_uid)
+        argv = wrap_argv(["true"], self._config, SandboxMounts(), name, self._host.agent_uid)
+        if ENV_ARGS in argv:
+            at = argv.index(ENV_ARGS)
+            del argv[at - 1 : at + 1]
+        return argv
 
     async def probe(self) -> str | None:
         if self._config.kind == "none":
