@@ -31,6 +31,7 @@ BENCHMARKS = [
     "memory",
     "llm",
     "autoscale",
+    "agent_start",
 ]
 
 

@@ -3,8 +3,12 @@ the sandbox and the step's keeper included, against a bare `fork`+`exec` of the 
 
 Each round runs ROUNDS agent steps of `true` (it does nothing, so the figure is all overhead) through the
 runner's own process spec (`CommandRunner.process_spec`, then `run_process`) in each sandbox kind the
-machine has, with a runner's folders (workspace, memory, out, home, in, the system), alternating with a
-bare `asyncio.create_subprocess_exec("true")` as the baseline. Reported: the median wall time per step.
+machine has, with a runner's folders (workspace, memory, out, home, in, the system), on the host a worker
+with these settings gives its agents (as root: another user, its folders lent to it, and without a
+sandbox the keeper's own namespaces), alternating with a bare `asyncio.create_subprocess_exec("true")`
+as the baseline. Reported: the median wall time per step.
+
+    PYTHONPATH=. .venv/bin/python -m bench agent_start
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 from bench.common import Figure, run_async
 from service.models.tuning import CommandAdapter, SandboxConfig
+from service.settings import FleetSettings
 from workers.adapters.command import CommandRunner
 from workers.adapters.process import AgentHost, run_process
 from workers.adapters.sandbox import SandboxMounts
@@ -51,9 +56,18 @@ async def _step(runner: CommandRunner, scratch: Path, n: int) -> float:
     return elapsed
 
 
+def _host(store: Path) -> AgentHost:
+    """What a worker with this store gives its agents (a plain host before `AgentHost.of_worker` was)."""
+    of_worker = getattr(AgentHost, "of_worker", None)
+    if of_worker is None:
+        return AgentHost(grace_s=2.0)
+    return of_worker(FleetSettings(store=store, stop_grace_s=2.0))  # type: ignore[no-any-return]
+
+
 async def _measure(kind: str, scratch: Path) -> tuple[float, float]:
     config = CommandAdapter(argv=["true"], sandbox=SandboxConfig(kind=kind))
-    runner = CommandRunner(config, AgentHost(grace_s=2.0))
+    scratch.mkdir(parents=True, exist_ok=True)
+    runner = CommandRunner(config, _host(scratch))
     steps, bare = [], []
     for n in range(ROUNDS):
         steps.append(await _step(runner, scratch / kind, n))
@@ -65,6 +79,7 @@ def run() -> list[Figure]:
     kinds = ["none", *(["bubblewrap"] if shutil.which("bwrap") else [])]
     figures = []
     with tempfile.TemporaryDirectory(prefix="tf-bench-start-", dir="/var/tmp") as scratch:
+        Path(scratch).chmod(0o755)  # as a store's parent is: an agent of another user reaches its folders
         for kind in kinds:
             step_ms, bare_ms = run_async(_measure(kind, Path(scratch)))
             figures.append(
