@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from bench.common import Figure, run_async
-from service.models.tuning import CommandAdapter, SandboxConfig
-from service.settings import FleetSettings
+from service.core.models.tuning import CommandAdapter, SandboxConfig
+from service.core.settings import FleetSettings
 from workers.adapters.command import CommandRunner
 from workers.adapters.process import AgentHost, run_process
 from workers.adapters.sandbox import SandboxMounts

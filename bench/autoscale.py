@@ -37,9 +37,9 @@ from typing import Any, cast
 import redis
 
 from bench.common import Env, Figure, run_async
-from service import logs
-from service.models.case import Case
-from service.settings import FleetSettings
+from service.core import logs
+from service.core.models.case import Case
+from service.core.settings import FleetSettings
 from tests.support.fleet import case, demo_adapter, steps_run_twice
 from tests.support.keda import COUNT_QUEUE, ScaleRule, shipped_rule
 

@@ -28,9 +28,9 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from service.files import read_model
-from service.models.records import ApplyRecord, Feedback, RunRecord
-from service.settings import FleetSettings
+from service.core.files import read_model
+from service.core.models.records import ApplyRecord, Feedback, RunRecord
+from service.core.settings import FleetSettings
 from tests.support.acl_redis import AclRedis, role_settings
 from tests.support.acl_redis import acl_redis as acl_redis  # the fixture
 from tests.support.fleet import Fleet, wait_until, write_tuning

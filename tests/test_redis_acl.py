@@ -13,10 +13,10 @@ import pytest
 import redis
 import yaml
 
-from service import keys
-from service.client import TunefleetClient
+from service.client.client import TunefleetClient
+from service.core import keys
+from service.core.settings import FleetSettings
 from service.metrics import fleet_snapshot
-from service.settings import FleetSettings
 from service.watch.snapshot import take_snapshot
 from tests.support.acl_redis import PASSWORDS, AclRedis, role_env, role_settings
 from tests.support.acl_redis import acl_redis as acl_redis  # the fixture

@@ -14,7 +14,7 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from service.settings import FleetSettings
+from service.core.settings import FleetSettings
 from tests.support.fleet import settings_env
 from tests.support.redis_proc import RedisProcess
 from tests.support.redis_server import free_port

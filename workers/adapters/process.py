@@ -28,7 +28,7 @@ from typing import BinaryIO
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from service.settings import FleetSettings
+from service.core.settings import FleetSettings
 from workers.adapters.isolation import RootPowers, lend, take_back
 from workers.adapters.reaper import START_FAILED_EXIT, START_FAILED_PREFIX
 

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from service.errors import ConfigError
-from service.models.tuning import AgentLimits, DemoAdapter, SandboxConfig
+from service.core.errors import ConfigError
+from service.core.models.tuning import AgentLimits, DemoAdapter, SandboxConfig
 from workers.adapters.isolation import agent_environment
 from workers.adapters.process import AgentHost, Containment, ProcessSpec, run_process
 

@@ -9,9 +9,9 @@ from typing import Any
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from service.files import describe_validation
-from service.models.records import SEAL_FIELDS, Feedback, Usage
-from service.models.tuning import LlmAdapter
+from service.core.files import describe_validation
+from service.core.models.records import SEAL_FIELDS, Feedback, Usage
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
 from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.limits import provider_limits

@@ -32,7 +32,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from service.models.tuning import LlmAdapter
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.llm.errors import (
     LlmStepError,
     MissingApiKey,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from service.files import append_line
-from service.models.records import RunOutput, Usage
-from service.models.tuning import LlmAdapter
+from service.core.files import append_line
+from service.core.models.records import RunOutput, Usage
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import RunOutcome, RunRequest
 from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import LlmStepError, MissingApiKey, ProviderAuthFailed, ProviderUnavailable
