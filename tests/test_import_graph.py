@@ -46,15 +46,13 @@ def test_a_planted_lazy_import_from_the_core_into_a_front_end_is_caught() -> Non
 def test_a_planted_type_checking_import_circle_is_caught() -> None:
     """Two front-end modules that import each other, one only under TYPE_CHECKING, are a circle."""
     sources = module_sources(ROOT)
-    sources["service.api.http"] += (
-        "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import service.api.app\n"
-    )
+    sources["service.api.http"] += "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import service.api.app\n"
     assert any({"service.api.app", "service.api.http"} <= set(c) for c in circles(import_graph(sources)))
 
 
 def test_a_planted_worker_import_of_the_client_is_caught() -> None:
     """A worker that reaches past the core (here, into the client) is a violation."""
     sources = module_sources(ROOT)
-    sources["workers.loop"] += "\nfrom service.client.client import TunefleetClient\n"
+    sources["workers.loop"] += "\nfrom service.client import TunefleetClient\n"
     found = [str(v) for v in violations(import_graph(sources))]
-    assert "workers.loop imports service.client.client: workers import only the core" in found
+    assert "workers.loop imports service.client: workers import only the core" in found

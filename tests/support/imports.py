@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FRONT_ENDS = (
-    "service.api.app",
-    "service.cli.main",
+    "service.api",
+    "service.cli",
     "service.watch",
     "service.metrics",
     "service.goals.api",
