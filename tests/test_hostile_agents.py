@@ -5,9 +5,13 @@ Each test registers a tuning of two cases, `hostile` and `victim` (whose rubric 
 `tests/agents/hostile.py` in every role (honest everywhere but in the role under test, and honest on
 the victim), and checks the store, the system repository and the process table afterwards. With
 forging agent also hunts the case's attempt folders in the store by path, those of tries to come
-included. With `sandbox: none` an agent runs as the worker's user and can reach the whole store
-(docs/adapters.md), so there only the protections that hold without a sandbox are tested: the loop
-never takes a forged record (sealed records), the step's keeper and the limits.
+included. These run agents as the worker's user (`agent_uid: 0`), with which `sandbox: none` leaves the
+store open (docs/adapters.md), so there only the protections that hold without a sandbox are tested:
+the loop never takes a forged record (sealed records), the step's keeper and the limits.
+
+The last section runs a root worker as shipped (agents as nobody) on a Redis with the shipped ACL
+users, beside a daemon serving its API and another tuning, with OPENAI_API_KEY and the worker's Redis
+password in the worker's environment: an agent of each role, in each sandbox kind, reaches for them.
 """
 
 from __future__ import annotations
