@@ -400,6 +400,8 @@ async def run_contained(
     """The hostile tuning next to another one (`t0`), on a Redis with the shipped ACL users, a daemon
     serving its API with a token, and a worker run as root whose environment holds OPENAI_API_KEY and
     its Redis password, its agents as nobody; what the hostile agent's `secrets` act came to."""
+    if sandbox == "none" and os.geteuid() != 0:
+        pytest.skip("without a sandbox, only a root worker runs its agents as another user")
     submitter = role_settings(base, acl, "submitter").model_copy(
         update={"api_port": free_port(), "api_token": SecretStr(API_TOKEN)}
     )
