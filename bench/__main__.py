@@ -32,6 +32,7 @@ BENCHMARKS = [
     "llm",
     "autoscale",
     "evals",
+    "agent_start",
 ]
 
 

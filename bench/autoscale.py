@@ -7,11 +7,14 @@ again (a new worker process takes a second or two to start) at the next one.
 
 Scaled down to run in about a minute on this machine: steps of tens of milliseconds (a long-tailed
 random length per case) instead of minutes, and the controller polls every `period_s` (1.5 s) where
-KEDA's default is 15 s. Each poll reads the metric KEDA would (the queue's sorted set: queued and
-running cases, `ZCARD tf:queue`), wants ceil(depth / concurrency) workers within [1, 8] as the HPA
-does for an AverageValue target, scales up at once, and scales down only after wanting fewer for a
-whole `down_window_s` (the HPA's stabilization window, scaled like the period), one SIGTERM per
-worker too many: the youngest workers go, and SIGTERM hands their cases back to the queue.
+KEDA's default is 15 s. The controller applies the rule deploy/k8s ships (tests/support/keda.py reads
+it from the rendered ScaledObject): each poll asks Redis what KEDA's Redis scaler asks of the queue
+`listName` (its type, then ZCARD: queued and running cases), wants ceil(count / listLength) workers
+within [minReplicaCount, maxReplicaCount] as the HPA does for an AverageValue target (listLength is
+the workers' concurrency there as here), falls back as `fallback` says when Redis cannot answer,
+scales up at once, and scales down only after wanting fewer for a whole `down_window_s` (the HPA's
+stabilization window, scaled like the period), one SIGTERM per worker too many: the youngest workers
+go, and SIGTERM hands their cases back to the queue.
 
 Reported: makespan and worker-seconds of both, cases handed back by scale-downs, cases marked
 (a lost lease, a void, a result other than completed, or two results) and steps run twice (a
@@ -28,19 +31,22 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
+
+import redis
 
 from bench.common import Env, Figure, run_async
 from service.core import logs
 from service.core.models.case import Case
+from service.core.settings import FleetSettings
 from tests.support.fleet import case, demo_adapter, steps_run_twice
+from tests.support.keda import COUNT_QUEUE, ScaleRule, shipped_rule
 
 NAME = "autoscale"
 CASES = 1000
 CONCURRENCY = 2
-MIN_WORKERS = 1
-MAX_WORKERS = 8
+"""The bench's workers' slots; the shipped rule's listLength is its workers' concurrency, so here 2."""
 PERIOD_S = 1.5
 DOWN_WINDOW_S = 3.0
 MEAN_STEP_MS = 30.0
@@ -117,9 +123,19 @@ class Outcome:
     max_workers: int
 
 
-def desired(depth: int) -> int:
-    """The HPA's answer for an AverageValue target of CONCURRENCY cases a worker, within the bounds."""
-    return max(MIN_WORKERS, min(MAX_WORKERS, math.ceil(depth / CONCURRENCY))) if depth else MIN_WORKERS
+def bench_rule() -> ScaleRule:
+    """The shipped rule, with listLength as the bench's workers' concurrency."""
+    shipped = shipped_rule()
+    assert shipped.list_name == FleetSettings.model_fields["queue"].default, "it counts the fleet's queue"
+    return replace(shipped, per_worker=CONCURRENCY)
+
+
+def queue_count(env: Env, rule: ScaleRule) -> int | None:
+    """What KEDA's Redis scaler reads; None when Redis does not answer (then the fallback)."""
+    try:
+        return int(cast(int, env.stats.client.eval(COUNT_QUEUE, 1, rule.list_name)))
+    except redis.RedisError:
+        return None
 
 
 def drain(
@@ -132,14 +148,14 @@ def drain(
     next_poll = began
     wanted_less_since: float | None = None
     pending = list(bursts)
+    rule = bench_rule()
     while env.results_done() < n:
         now = time.monotonic()
         if pending and now >= began + (len(bursts) - len(pending)) * BURST_EVERY_S:
             submit(env, pending.pop(0))
         if autoscale and now >= next_poll:
             next_poll = now + period_s
-            depth = int(cast(int, env.stats.client.zcard(env.settings.queue)))
-            want = desired(depth)
+            want = rule.desired(queue_count(env, rule), len(pool.live))
             if want > len(pool.live):
                 wanted_less_since = None
                 while len(pool.live) < want:
@@ -174,7 +190,8 @@ def measure(autoscale: bool, n: int, period_s: float, down_window_s: float) -> O
         size = math.ceil(n / BURSTS)
         bursts = [cases[i : i + size] for i in range(0, n, size)]
         pool = Pool(env)
-        for _ in range(MIN_WORKERS if autoscale else MAX_WORKERS):
+        rule = bench_rule()
+        for _ in range(rule.min_workers if autoscale else rule.max_workers):
             pool.start()
         try:
             makespan_s = drain(env, pool, autoscale, period_s, down_window_s, bursts)
@@ -208,17 +225,18 @@ def run(n: int = CASES, period_s: float = PERIOD_S, down_window_s: float = DOWN_
     fixed = measure(False, n, period_s, down_window_s)
     scale = (
         f"{n} cases in {BURSTS} bursts {BURST_EVERY_S:g} s apart, {CONCURRENCY} slots a worker, "
-        f"polled every {period_s:g} s (KEDA: 15 s)"
+        f"polled every {period_s:g} s (KEDA: 15 s), the rule of deploy/k8s's ScaledObject"
     )
+    rule = bench_rule()
     return [
         Figure(
             NAME,
-            "makespan, autoscaled 1-8 workers",
+            f"makespan, autoscaled {rule.min_workers}-{rule.max_workers} workers",
             keda.makespan_s,
             "s",
             fixed.makespan_s,
-            "a fixed 8 workers",
-            note=f"{scale}; scale-ups {keda.ups - MIN_WORKERS}, scale-downs {keda.downs}, at most "
+            f"a fixed {rule.max_workers} workers",
+            note=f"{scale}; scale-ups {keda.ups - rule.min_workers}, scale-downs {keda.downs}, at most "
             f"{keda.max_workers} workers; scale-down window {down_window_s:g} s",
         ),
         Figure(

@@ -15,6 +15,7 @@ if [ "${1:-}" = test ]; then  # what only the tests use
   command -v chromium >/dev/null 2>&1 || need+=(chromium)        # the dashboard, in a real browser
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)      # promtool check metrics
   command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd) # systemd-analyze verify of deploy/systemd
+  [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import seccomp" >/dev/null 2>&1 || need+=(python3-seccomp) # deploy/seccomp
 fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then

@@ -37,6 +37,10 @@ def settings(redis_server: RedisServer, tmp_path: Path) -> FleetSettings:
         reconcile_interval_s=1.0,
         wait_for_apply_max_s=5.0,
         redis_connect_attempts=3,
+        # The tests' agents run this virtualenv's Python, which other users may not reach (/root is
+        # private): as root, their workers run agents as root. tests/test_hostile_agents.py runs its
+        # agents as nobody, the default.
+        agent_uid=0,
     )
 
 

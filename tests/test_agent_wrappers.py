@@ -25,6 +25,7 @@ from service.core.models.status import FleetStatus, TuningStatus
 from service.core.models.tuning import TuningConfig
 from tests.support.fleet import Fleet, write_tuning
 from tests.test_command_loop import R1_CASE, agent, case_root
+from workers.adapters.isolation import agent_environment
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "agents"
 FAKES = Path(__file__).resolve().parent / "agents" / "fake_clis"
@@ -239,3 +240,22 @@ async def test_claude_wrapper_as_a_fleets_runner_records_envelope_usage(fleet: F
             await asyncio.sleep(0.05)
     assert tuning_status.unmeasured_tokens == 200
     assert tuning_status.tokens == 2 * envelope.tokens + 200
+
+
+def test_the_example_tuning_never_hands_the_meta_agents_key_to_its_runner() -> None:
+    """In examples/agents/tuning.yaml the runner (Claude Code) gets its own key and binary, sandboxed, and
+    never OPENAI_API_KEY, which the worker holds for its LLM analyzer and applier: built from a worker
+    environment holding both keys and a Redis password, the runner's environment has only its own."""
+    tuning = load_tuning_file(EXAMPLES / "tuning.yaml")
+    assert tuning.runner.kind == "command" and tuning.runner.sandbox.kind == "bubblewrap"
+    assert tuning.analyzer.kind == "llm" and tuning.analyzer.api_key_env == "OPENAI_API_KEY"
+    worker = {"PATH": "/usr/bin", "OPENAI_API_KEY": "sk-meta", "ANTHROPIC_API_KEY": "sk-run", "HOME": "/root"}
+    env = agent_environment(
+        tuning.runner.env, Path("/step/home"), {**worker, "TUNEFLEET_REDIS_PASSWORD": "x"}
+    )
+    assert env == {
+        "PATH": "/usr/bin",
+        "HOME": "/step/home",
+        "CLAUDE_BIN": "claude",
+        "ANTHROPIC_API_KEY": "sk-run",
+    }

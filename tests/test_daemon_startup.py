@@ -124,6 +124,8 @@ BAD_SETTINGS: dict[str, tuple[dict[str, str | None], str]] = {
     "Redis URL with a bad port": ({"TUNEFLEET_REDIS_URL": "redis://127.0.0.1:63x9/0"}, "is not a Redis URL"),
     "sentinel without a port": ({"TUNEFLEET_REDIS_SENTINELS": '["sentinel-1"]'}, "is not host:port"),
     "concurrency 0 in the environment": ({"TUNEFLEET_CONCURRENCY": "0"}, "TUNEFLEET_CONCURRENCY"),
+    "empty API token": ({"TUNEFLEET_API_TOKEN": ""}, "api_token (TUNEFLEET_API_TOKEN) is empty"),
+    "short read token": ({"TUNEFLEET_API_READ_TOKEN": "x" * 15}, "has 15 characters: it needs at least 16"),
 }
 
 

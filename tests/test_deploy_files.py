@@ -657,6 +657,7 @@ DOCKERFILE_BREAKS: dict[str, tuple[str, str]] = {
     "other entrypoint": ('ENTRYPOINT ["tini", "--", "tunefleet"]', 'ENTRYPOINT ["tunefleet"]'),
     "unpinned base": ("FROM python:3.11.14-slim-bookworm", "FROM python:3.11-slim"),
     "other base": ("FROM python:3.11.14-slim-bookworm", "FROM python:3.12.1-slim-bookworm"),
+    "base by tag only": ("-slim-bookworm@sha256:", "-slim-bookworm #"),
     "never installed": ("RUN pip install ", "RUN echo "),
     "hashes not required": ("pip install --require-hashes ", "pip install "),
     "lock not copied": ("COPY requirements/runtime.lock", "COPY requirements/dev.lock"),

@@ -5,9 +5,13 @@ Each test registers a tuning of two cases, `hostile` and `victim` (whose rubric 
 `tests/agents/hostile.py` in every role (honest everywhere but in the role under test, and honest on
 the victim), and checks the store, the system repository and the process table afterwards. With
 forging agent also hunts the case's attempt folders in the store by path, those of tries to come
-included. With `sandbox: none` an agent runs as the worker's user and can reach the whole store
-(docs/adapters.md), so there only the protections that hold without a sandbox are tested: the loop
-never takes a forged record (sealed records), the step's keeper and the limits.
+included. These run agents as the worker's user (`agent_uid: 0`), with which `sandbox: none` leaves the
+store open (docs/adapters.md), so there only the protections that hold without a sandbox are tested:
+the loop never takes a forged record (sealed records), the step's keeper and the limits.
+
+The last section runs a root worker as shipped (agents as nobody) on a Redis with the shipped ACL
+users, beside a daemon serving its API and another tuning, with OPENAI_API_KEY and the worker's Redis
+password in the worker's environment: an agent of each role, in each sandbox kind, reaches for them.
 """
 
 from __future__ import annotations
@@ -24,12 +28,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from pydantic import SecretStr
 
 from service.core.files import read_model
 from service.core.models.records import ApplyRecord, Feedback, RunRecord
 from service.core.settings import FleetSettings
+from tests.support.acl_redis import AclRedis, role_settings
+from tests.support.acl_redis import acl_redis as acl_redis  # the fixture
 from tests.support.fleet import Fleet, wait_until, write_tuning
+from tests.support.fleet import case as demo_case
+from tests.support.redis_server import free_port
 from tests.support.tools import needs_tool, python_agent_paths
 
 AGENT = str(Path(__file__).parent / "agents" / "hostile.py")
@@ -96,6 +106,7 @@ def store_outside_tmp() -> Iterator[Path]:
     """The store in a folder outside /tmp (a sandbox's /tmp is its own), so that a sandbox showing the
     host's root would show the store too."""
     folder = Path(tempfile.mkdtemp(prefix="tunefleet-hostile-", dir=STORE_PARENT))
+    folder.chmod(0o755)  # as a store's parent usually is: agents of another user reach their folders
     yield folder / "store"
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -350,3 +361,126 @@ async def test_an_agent_dies_with_its_worker(hostile_fleet: Fleet, tmp_path: Pat
     hostile_fleet.workers[0].send_signal(signal.SIGKILL)
     hostile_fleet.workers[0].wait()
     await wait_until(lambda: hostile_processes(hostile_fleet) == [], 15, "the agent's processes gone")
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets and the fleet itself: agents as another user, with their own environment and network
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+"""The contained agents' interpreter: the virtualenv's may sit where another user cannot reach (/root)."""
+OPENAI_KEY = "sk-hostile-test-7c1d0e"
+API_TOKEN = "hostile-test-api-token-5b2e"
+SECRET_ACTS = ["env:OPENAI_API_KEY", "env:TUNEFLEET_REDIS_PASSWORD", "every-environ", "redis-ping"]
+SECRET_ACTS += ["api-read", "api-write", "parent-environ", "other-tuning"]
+
+
+def contained_adapter(
+    role: str, act: str, sandbox: str, network: bool, where: dict[str, str]
+) -> dict[str, Any]:
+    """A role of the contained fleet: an honest role is given the meta agent's key (its env allowlist), the
+    hostile one nothing of the worker's environment, only where the fleet's parts are."""
+    hostile = act != "none"
+    return {
+        "kind": "command",
+        "argv": [SYSTEM_PYTHON, AGENT, act, role, *ROLE_ARGS[role]],
+        "timeout_s": 60,
+        "env": [f"{k}={v}" for k, v in where.items()] + ([] if hostile else ["OPENAI_API_KEY"]),
+        "sandbox": {
+            "kind": sandbox,
+            "network": network,
+            "readonly_paths": [str(Path(AGENT).parent)],
+            "limits": LIMITS,
+        },
+    }
+
+
+async def run_contained(
+    acl: AclRedis, base: FleetSettings, tmp_path: Path, role: str, sandbox: str, network: bool
+) -> list[dict[str, Any]]:
+    """The hostile tuning next to another one (`t0`), on a Redis with the shipped ACL users, a daemon
+    serving its API with a token, and a worker run as root whose environment holds OPENAI_API_KEY and
+    its Redis password, its agents as nobody; what the hostile agent's `secrets` act came to."""
+    if sandbox == "none" and os.geteuid() != 0:
+        pytest.skip("without a sandbox, only a root worker runs its agents as another user")
+    submitter = role_settings(base, acl, "submitter").model_copy(
+        update={"api_port": free_port(), "api_token": SecretStr(API_TOKEN)}
+    )
+    worker = role_settings(base, acl, "worker").model_copy(update={"agent_uid": 65534})
+    daemon, workers = Fleet(submitter, tmp_path / "logs"), Fleet(worker, tmp_path / "worker-logs")
+    try:
+        other = write_tuning(tmp_path / "t0", [demo_case("pass")], name="t0")
+        await daemon.start_tuning(other)
+        where = {
+            "HOSTILE_STORE": str(base.store),
+            "HOSTILE_REDIS": f"127.0.0.1:{acl.server.port}",
+            "HOSTILE_API": f"127.0.0.1:{submitter.api_port}",
+            "HOSTILE_OTHER": str(base.store / "tunings" / "t0" / "cases" / "pass" / "r1" / "case.json"),
+        }
+        roles = {
+            ROLE_KEYS[r]: contained_adapter(r, "secrets" if r == role else "none", sandbox, network, where)
+            for r in ROLE_ARGS
+        }
+        # Beside the store (another user reaches it there): a command runs in its tuning file's folder.
+        tuning = write_tuning(base.store.parent / "t", CASES, name="t1", tries=2, **roles)
+        await daemon.start_tuning(tuning)
+        daemon.start_daemon(tuning)
+        await wait_until(lambda: _answers(f"http://{where['HOSTILE_API']}/healthz"), 30, "the daemon's API")
+        assert Path(where["HOSTILE_OTHER"]).stat().st_mode & 0o004, (
+            "the other tuning's file is world-readable"
+        )
+        workers.start_worker(concurrency=4, OPENAI_API_KEY=OPENAI_KEY)
+        rows = await daemon.wait_finished(2, timeout_s=120)
+        assert {c: r.state for c, r in rows.items()} == {"hostile": "completed", "victim": "completed"}
+        assert_graded_by_the_real_agents(daemon)
+        return probes(daemon)
+    finally:
+        daemon.teardown()
+        workers.teardown()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def assert_nothing_reached(results: list[dict[str, Any]], network: bool) -> None:
+    """The agent tried every act, and none came to anything (with the network open, a bare TCP connection
+    to Redis is all it gets); no secret shows in what it wrote down."""
+    for act in SECRET_ACTS:
+        assert any(r["target"].startswith(act) for r in results), f"the agent never tried {act}"
+    allowed = {"redis-connect"} if network else set()
+    reached = [r for r in results if r["ok"] and r["target"] not in allowed]
+    assert reached == [], f"the agent reached {reached}"
+    assert OPENAI_KEY not in json.dumps(results) and "w-pass-1" not in json.dumps(results)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("role", ["run", "analyze", "apply"])
+async def test_an_agent_reaches_no_secret_and_not_the_fleet(
+    acl_redis: AclRedis, hostile_settings: FleetSettings, tmp_path: Path, role: str, sandbox: str
+) -> None:
+    """An agent of any role, sandboxed or not, run by a root worker whose environment holds the meta
+    agent's key and the Redis password, finds neither in its environment, in its parent's or any
+    process's /proc/<pid>/environ, cannot open a connection to the fleet's Redis nor to the daemon's
+    API (its network is its own), and cannot read another tuning's files in the store."""
+    results = await run_contained(acl_redis, hostile_settings, tmp_path, role, sandbox, network=False)
+    assert_nothing_reached(results, network=False)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+async def test_an_agent_with_the_network_open_still_reaches_nothing(
+    acl_redis: AclRedis, hostile_settings: FleetSettings, tmp_path: Path, sandbox: str
+) -> None:
+    """With `network: true` a runner can open a connection to Redis, but Redis answers it nothing (the
+    shipped ACL has no default user and the runner holds no password) and the API refuses it without a
+    token; its environment and /proc hold no secret and the other tuning stays hidden."""
+    results = await run_contained(acl_redis, hostile_settings, tmp_path, "run", sandbox, network=True)
+    assert_nothing_reached(results, network=True)
+    by_target = {r["target"]: r for r in results}
+    assert by_target["redis-connect"]["ok"], "the network was not open"
+    assert "NOAUTH" in by_target["redis-ping"]["detail"]
+    assert (
+        " 401 " in by_target["api-read"]["detail"] + " " and " 401 " in by_target["api-write"]["detail"] + " "
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+import subprocess
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -41,16 +42,20 @@ from tests.support.k8s_checks import (
     security_problems,
     store_problems,
 )
+from tests.support.k8s_containment import acl_problems, egress_problems, pod_problems, worker_secret_problems
 from tests.support.k8s_wiring import (
     command_problems,
     external_redis_problems,
     monitoring_problems,
     redis_problems,
 )
+from tests.support.keda import shipped_rule
 from tests.support.kustomize import render
+from tests.support.tools import require_tool
 
 BASE = K8S / "base"
 OVERLAY = K8S / "overlays" / "external-redis"
+SANDBOXED = K8S / "overlays" / "bubblewrap"
 
 Check = Callable[[list[Obj]], list[str]]
 
@@ -78,10 +83,15 @@ BOTH: dict[str, Check] = {
     "store": store_problems,
     "commands": command_problems,
     "monitoring": monitoring_problems,
+    "pods": pod_problems,
+    "worker secrets": worker_secret_problems,
+    "egress": egress_problems,
 }
+IN_CLUSTER: dict[str, Check] = {**BOTH, "redis": redis_problems, "redis acl": acl_problems}
 TREES: dict[str, tuple[Path, dict[str, Check]]] = {
-    "base": (BASE, {**BOTH, "redis": redis_problems}),
+    "base": (BASE, IN_CLUSTER),
     "external-redis": (OVERLAY, {**BOTH, "external redis": external_redis_problems}),
+    "bubblewrap": (SANDBOXED, IN_CLUSTER),
 }
 
 
@@ -104,11 +114,16 @@ def test_both_trees_render_the_whole_fleet() -> None:
         ("Deployment", "worker"),
         ("PodDisruptionBudget", "worker"),
         ("ScaledObject", "worker"),
+        ("TriggerAuthentication", "redis-scaler"),
+        ("NetworkPolicy", "worker-egress"),
+        ("ConfigMap", "redis-acl"),
         ("ServiceMonitor", "daemon"),
         ("PersistentVolumeClaim", "store"),
     } <= kinds
     overlay = {(o["kind"], o["metadata"]["name"]) for o in rendered(OVERLAY)}
-    assert overlay == kinds - {("StatefulSet", "redis"), ("Service", "redis"), ("NetworkPolicy", "redis")}
+    in_cluster_redis = {("StatefulSet", "redis"), ("Service", "redis"), ("NetworkPolicy", "redis")}
+    assert overlay == kinds - in_cluster_redis - {("ConfigMap", "redis-acl")}
+    assert {(o["kind"], o["metadata"]["name"]) for o in rendered(SANDBOXED)} == kinds
     namespaced = [o for o in rendered(BASE) if o["kind"] != "Namespace"]
     assert {o["metadata"].get("namespace") for o in namespaced} == {"tunefleet"}
 
@@ -118,10 +133,33 @@ def test_secret_example_is_valid_and_has_every_key_used() -> None:
     secret = yaml.safe_load(SECRET_EXAMPLE.read_text())
     assert schema_errors(secret) == []
     refs = [ref for folder in (BASE, OVERLAY) for obj in rendered(folder) for ref in secret_refs(obj)]
+    refs += [ref for folder in (BASE, OVERLAY) for obj in rendered(folder) for ref in _auth_refs(obj)]
     assert {ref["name"] for ref in refs} == {SECRET_NAME}
     used = {ref["key"] for ref in refs}
-    assert {"api-token", "redis-password", "redis-worker-url", "redis-submitter-password"} <= used
+    assert {"api-token", "redis-worker-url", "redis-submitter-password", "redis-scaler-password"} <= used
+    assert {"redis-monitor-password", "redis-scaler-address"} <= used
     assert used <= secret_keys()
+
+
+def _auth_refs(obj: Obj) -> list[Obj]:
+    """The Secret keys a KEDA TriggerAuthentication reads."""
+    if obj["kind"] != "TriggerAuthentication":
+        return []
+    return list(obj["spec"].get("secretTargetRef", []))
+
+
+@pytest.mark.parametrize("tree", list(TREES))
+def test_kubectl_kustomize_renders_what_the_checks_read(tree: str) -> None:
+    """`kubectl kustomize` (kustomize itself) renders each tree into exactly the objects the checks read
+    (the offline renderer's), so that every check above holds for what `kubectl apply -k` applies."""
+    kubectl = require_tool("kubectl")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(TREES[tree][0])], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    by_kubectl = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
+    assert sorted(by_kubectl, key=key) == sorted(rendered(TREES[tree][0]), key=key)
 
 
 def test_grace_follows_the_settings() -> None:
@@ -179,9 +217,14 @@ WRONG_FIELDS: dict[str, Mutation] = {
         gracePeriod=40
     ),
     "scaledobject minReplicas": lambda o: _spec(o, "ScaledObject", "worker").update(minReplicas=1),
-    "scaledobject threshold not a string": lambda o: _trigger(o)["metadata"].update(threshold=10),
-    "scaledobject prometheus field misspelt": lambda o: _trigger(o)["metadata"].update(serverAdress="x"),
+    "scaledobject listLength not a string": lambda o: _trigger(o)["metadata"].update(listLength=10),
+    "scaledobject fallback behavior unknown": lambda o: _spec(o, "ScaledObject", "worker")["fallback"].update(
+        behavior="keepHigher"
+    ),
     "scaledobject trigger field": lambda o: _trigger(o).update(metric="x"),
+    "triggerauthentication field misspelt": lambda o: _spec(
+        o, "TriggerAuthentication", "redis-scaler"
+    ).update(secretTargetRefs=[]),
     "servicemonitor bearer token field": lambda o: _spec(o, "ServiceMonitor", "daemon")["endpoints"][
         0
     ].update(bearerToken="x"),
@@ -226,17 +269,24 @@ BROKEN: dict[str, tuple[Path, Mutation, Check]] = {
         lambda o: _set_env(_worker(o), "TUNEFLEET_CONCURRENCY", "4"),
         scaling_problems,
     ),
-    "redis list scaler": (BASE, lambda o: _trigger(o).update(type="redis"), scaling_problems),
-    "query of no metric": (
+    "prometheus scaler": (BASE, lambda o: _trigger(o).update(type="prometheus"), scaling_problems),
+    "counts another key": (
         BASE,
-        lambda o: _trigger(o)["metadata"].update(query="sum(tunefleet_queue_length)"),
+        lambda o: _trigger(o)["metadata"].update(listName="arq:queue"),
         scaling_problems,
     ),
-    "query of another namespace": (
+    "queue renamed": (BASE, lambda o: _set_env(_worker(o), "TUNEFLEET_QUEUE", "q2"), scaling_problems),
+    "keda as the default user": (BASE, lambda o: _trigger(o)["metadata"].pop("username"), scaling_problems),
+    "keda with the worker's password": (
         OVERLAY,
-        lambda o: _trigger(o)["metadata"].update(
-            query=_trigger(o)["metadata"]["query"].replace('tunefleet"', 'x"')
+        lambda o: _spec(o, "TriggerAuthentication", "redis-scaler")["secretTargetRef"][0].update(
+            key="redis-worker-password"
         ),
+        scaling_problems,
+    ),
+    "static fallback": (
+        BASE,
+        lambda o: _spec(o, "ScaledObject", "worker")["fallback"].pop("behavior"),
         scaling_problems,
     ),
     "scales the daemon": (
@@ -326,6 +376,74 @@ BROKEN: dict[str, tuple[Path, Mutation, Check]] = {
         lambda o: _daemon(o).update(args=["daemon", "/tunings/mine.yaml"]),
         command_problems,
     ),
+    "service-account token": (
+        SANDBOXED,
+        lambda o: _spec(o, "Deployment", "worker")["template"]["spec"].pop("automountServiceAccountToken"),
+        pod_problems,
+    ),
+    "probe of kubernetes' default timeout": (
+        BASE,
+        lambda o: _worker(o)["readinessProbe"].pop("timeoutSeconds"),
+        pod_problems,
+    ),
+    "redis by tag": (
+        BASE,
+        lambda o: _spec(o, "StatefulSet", "redis")["template"]["spec"]["containers"][0].update(
+            image="redis:7.2.5"
+        ),
+        pod_problems,
+    ),
+    "worker gets the api token": (
+        OVERLAY,
+        lambda o: _worker(o)["env"].append(env_of(_daemon(o))["TUNEFLEET_API_TOKEN"]),
+        worker_secret_problems,
+    ),
+    "worker reads the submitter's password": (
+        BASE,
+        lambda o: env_of(_worker(o))["TUNEFLEET_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"].update(
+            key="redis-submitter-password"
+        ),
+        worker_secret_problems,
+    ),
+    "no egress policy": (
+        BASE,
+        lambda o: o.remove(find(o, "NetworkPolicy", "worker-egress")),
+        egress_problems,
+    ),
+    "egress to everything": (
+        OVERLAY,
+        lambda o: _spec(o, "NetworkPolicy", "worker-egress")["egress"].append({}),
+        egress_problems,
+    ),
+    "egress to the daemon": (
+        BASE,
+        lambda o: _spec(o, "NetworkPolicy", "worker-egress")["egress"].append(
+            {
+                "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "daemon"}}}],
+                "ports": [{"port": 8321}],
+            }
+        ),
+        egress_problems,
+    ),
+    "acl file drifted": (
+        BASE,
+        lambda o: find(o, "ConfigMap", "redis-acl")["data"].update(
+            {"users.acl": "user default on nopass ~* +@all\n"}
+        ),
+        acl_problems,
+    ),
+    "redis with one shared password": (
+        BASE,
+        lambda o: _spec(o, "StatefulSet", "redis")["template"]["spec"]["containers"][0].update(
+            args=["exec redis-server --requirepass x --appendonly yes"]
+        ),
+        acl_problems,
+    ),
+    "worker as the default user": (
+        SANDBOXED,
+        lambda o: _set_env(_worker(o), "TUNEFLEET_REDIS_URL", "redis://redis:6379/0"),
+        acl_problems,
+    ),
     "scrape without token": (
         BASE,
         lambda o: _spec(o, "ServiceMonitor", "daemon")["endpoints"][0].pop("authorization"),
@@ -347,3 +465,13 @@ def test_broken_manifest_is_caught(case: str) -> None:
     assert check(objects) == []
     mutate(objects)
     assert check(objects) != []
+
+
+def test_the_fallback_never_scales_a_busy_fleet_down() -> None:
+    """When KEDA cannot read the queue, the shipped rule keeps every worker count it may find (at least
+    the fallback's), and with the queue readable it wants one worker per TUNEFLEET_CONCURRENCY cases."""
+    rule = shipped_rule()
+    for current in range(rule.min_workers, rule.max_workers + 1):
+        assert rule.desired(None, current) >= current
+    assert rule.desired(None, rule.min_workers) == rule.fallback_workers
+    assert rule.desired(rule.per_worker * 3, 1) == 3 and rule.desired(0, 5) == rule.min_workers

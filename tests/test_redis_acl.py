@@ -3,90 +3,31 @@ nothing the others do (the submitter cannot claim, the monitor cannot write)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
 import redis
 import yaml
-from pydantic import SecretStr
 
 from service.client.client import TunefleetClient
 from service.core import keys
 from service.core.settings import FleetSettings
 from service.metrics import fleet_snapshot
 from service.watch.snapshot import take_snapshot
-from tests.support.fleet import Fleet, case, settings_env, wait_until, write_tuning
+from tests.support.acl_redis import PASSWORDS, AclRedis, role_env, role_settings
+from tests.support.acl_redis import acl_redis as acl_redis  # the fixture
+from tests.support.fleet import Fleet, case, wait_until, write_tuning
 from tests.support.goals import start_goal, wait_goal_ended, write_goal
-from tests.support.redis_proc import RedisProcess
+from tests.support.keda import COUNT_QUEUE
 from tests.support.redis_server import free_port
 from tests.support.tools import needs_tool
 from workers.claim import CLAIM, claim_arguments
 
-ROOT = Path(__file__).resolve().parent.parent
-ACL_DIR = ROOT / "deploy" / "redis"
-PASSWORDS = {"worker": "w-pass-1", "submitter": "s-pass-2", "monitor": "m-pass-3"}
-ADMIN = "admin-pass-4"
-"""A test-only administrator (appended to the rendered file) reads the ACL log."""
-
 pytestmark = needs_tool("sha256sum")
-
-
-@dataclass
-class AclRedis:
-    server: RedisProcess
-
-    def url(self, user: str) -> str:
-        return f"redis://{user}@127.0.0.1:{self.server.port}/0"
-
-    def client(self, user: str) -> redis.Redis:
-        password = ADMIN if user == "admin" else PASSWORDS[user]
-        return redis.Redis(port=self.server.port, username=user, password=password)
-
-    def denials(self, user: str) -> list[dict[str, Any]]:
-        with self.client("admin") as admin:
-            log = cast(list[dict[str, Any]], admin.acl_log())
-        return [e for e in log if e["username"] == user]
-
-
-@pytest.fixture
-def acl_redis(tmp_path: Path) -> Iterator[AclRedis]:
-    env = {**os.environ, **{f"REDIS_ACL_{u.upper()}_PASSWORD": p for u, p in PASSWORDS.items()}}
-    rendered = subprocess.run(
-        [str(ACL_DIR / "render-acl.sh"), str(ACL_DIR / "users.acl")],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert all(p not in rendered for p in PASSWORDS.values()), "passwords are stored hashed"
-    acl = tmp_path / "users.acl"
-    acl.write_text(rendered + f"user admin on >{ADMIN} ~* &* +@all\n")
-    port = free_port()
-    server = RedisProcess(
-        tmp_path / "redis",
-        port,
-        ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--aclfile", str(acl)],
-    )
-    server.start()
-    yield AclRedis(server)
-    server.stop()
-
-
-def role_settings(base: FleetSettings, acl: AclRedis, user: str) -> FleetSettings:
-    """The user named in the URL, its password in the password setting (as a deployment would)."""
-    update = {"redis_url": acl.url(user), "redis_password": SecretStr(PASSWORDS[user])}
-    return base.model_copy(update=update)
-
-
-def role_env(settings: FleetSettings) -> dict[str, str]:
-    return {**os.environ, **settings_env(settings), "TUNEFLEET_LOG_FORMAT": "json"}
 
 
 async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
@@ -222,3 +163,34 @@ def test_the_default_user_is_off(acl_redis: AclRedis) -> None:
     """A client without a user name is refused: the default user is off."""
     with redis.Redis(port=acl_redis.server.port) as r, pytest.raises(redis.exceptions.AuthenticationError):
         r.ping()
+
+
+async def test_the_scaler_counts_queued_and_running_cases_and_nothing_else(
+    acl_redis: AclRedis, settings: FleetSettings, tmp_path: Path
+) -> None:
+    """As `scaler`, the queue-length script KEDA runs counts every case of a tuning, the running ones with
+    the waiting ones (arq keeps a running job in its sorted set), while one worker of one slot runs one
+    of them; the scaler can write nothing, read no other key and run no script that writes."""
+    submitter = role_settings(settings, acl_redis, "submitter")
+    worker = role_settings(settings, acl_redis, "worker")
+    fleet, workers = Fleet(submitter, tmp_path / "logs"), Fleet(worker, tmp_path / "worker-logs")
+    try:
+        cases = [case(f"slow-{n}") for n in range(4)]
+        slow = {"kind": "demo", "seed": 1, "latency": {"run_ms": 30_000, "analyze_ms": 0, "apply_ms": 0}}
+        await fleet.start_tuning(write_tuning(tmp_path / "t", cases, adapter=slow))
+        workers.start_worker(concurrency=1)
+        with acl_redis.client("admin") as admin:
+            await wait_until(lambda: len(admin.keys("tf:lease:*")) == 1, 30, "one case running")
+        with acl_redis.client("scaler") as r:
+            assert r.eval(COUNT_QUEUE, 1, settings.queue) == 4
+            for command in [
+                ("ZADD", settings.queue, 1, "x"),
+                ("GET", keys.paused()),
+                ("EVAL", "return redis.call('ZREM', KEYS[1], 'x')", 1, settings.queue),
+                ("EVAL", "return redis.call('GET', KEYS[1])", 1, keys.paused()),
+            ]:
+                with pytest.raises((redis.exceptions.NoPermissionError, redis.exceptions.ResponseError)):
+                    r.execute_command(*command)
+    finally:
+        fleet.teardown()
+        workers.teardown()

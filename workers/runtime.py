@@ -45,7 +45,7 @@ class WorkerRuntime:
         self.gate = BreakerGate(
             self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0, outage=self.outage
         )
-        self.host = AgentHost(grace_s=settings.stop_grace_s, cgroup_dirs=tuple(settings.cgroup_dirs))
+        self.host = AgentHost.of_worker(settings)
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
         """job id -> the lease token this process holds for it (read by the worker's finish_job)."""

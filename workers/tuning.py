@@ -38,7 +38,7 @@ class TuningRuntime:
         self.runner: Runner = build_runner(self.config.runner, host, batch.redis)
         self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, batch.redis)
         self.applier: Applier = build_applier(self.config.applier, host, batch.redis)
-        self.prober: Prober = build_prober(self.config.runner)
+        self.prober: Prober = build_prober(self.config.runner, host)
         self.held_out = held_out_ids(store)
         """Its held-out cases (service.evals.split): never run as cases, only evaluated."""
         self._batch = batch

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Write users.acl with each user's password (from the environment) as a SHA-256 hash, for redis-server
 # --aclfile. Usage: REDIS_ACL_WORKER_PASSWORD=… REDIS_ACL_SUBMITTER_PASSWORD=…
-#   REDIS_ACL_MONITOR_PASSWORD=… deploy/redis/render-acl.sh [users.acl] > /etc/redis/users.acl
+#   REDIS_ACL_MONITOR_PASSWORD=… REDIS_ACL_SCALER_PASSWORD=… deploy/redis/render-acl.sh [users.acl] \
+#   > /etc/redis/users.acl
 # A user whose password is unset is left without one: it cannot log in.
 set -eu
 template=${1:-$(dirname "$0")/users.acl}
@@ -12,6 +13,7 @@ while IFS= read -r line; do
     worker) secret=${REDIS_ACL_WORKER_PASSWORD:-} ;;
     submitter) secret=${REDIS_ACL_SUBMITTER_PASSWORD:-} ;;
     monitor) secret=${REDIS_ACL_MONITOR_PASSWORD:-} ;;
+    scaler) secret=${REDIS_ACL_SCALER_PASSWORD:-} ;;
     *) secret= ;;
   esac
   if [ -n "$secret" ]; then

@@ -68,6 +68,12 @@ class FleetSettings(BaseSettings):
         description="Cgroup folders (cgroup v2, or one per v1 hierarchy such as pids and memory) in which "
         "a worker makes one group per agent step, to enforce its processes and memory limits.",
     )
+    agent_uid: int = Field(
+        default=65534,
+        ge=0,
+        description="The user (and group) every agent runs as when the worker runs as root (65534: "
+        "nobody; 0 runs them as root, unsafe); a worker that is not root runs them as itself.",
+    )
     max_lease_losses: int = Field(default=5, ge=1, description="Lost leases before a case ends failed.")
 
     lock_lease_s: float = Field(

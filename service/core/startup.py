@@ -72,6 +72,25 @@ def check_redis_address(settings: FleetSettings) -> None:
         ) from None
 
 
+API_TOKEN_MIN_CHARS = 16
+"""The shortest API token the daemon serves with: an empty bearer token would match an empty one."""
+
+
+def check_api_tokens(settings: FleetSettings) -> None:
+    """Refuse an API token that is set but empty or shorter than API_TOKEN_MIN_CHARS, before serving."""
+    for field in ("api_token", "api_read_token"):
+        token = getattr(settings, field)
+        if token is None:
+            continue
+        length = len(token.get_secret_value())
+        if length < API_TOKEN_MIN_CHARS:
+            what = "is empty" if length == 0 else f"has {length} characters"
+            raise ConfigError(
+                f"{field} (TUNEFLEET_{field.upper()}) {what}: it needs at least {API_TOKEN_MIN_CHARS} "
+                "(make one with `openssl rand -hex 32`), or leave it unset to keep that access closed"
+            )
+
+
 def validation_line(exc: ValidationError) -> str:
     """A settings ValidationError as one line: each field named with what is wrong with it."""
     return "; ".join(

@@ -29,7 +29,7 @@ from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
 from service.core.models.status import SubmitReport
 from service.core.settings import FleetSettings
-from service.core.startup import check_redis_address
+from service.core.startup import check_api_tokens, check_redis_address
 from service.core.store import TuningStore
 from service.daemon.lease import DaemonLock
 from service.daemon.mirror import Mirror
@@ -197,6 +197,7 @@ async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bo
     from service.api.server import listen, serve  # the web server: only when serving
 
     check_redis_address(settings)
+    check_api_tokens(settings)
     sock = None if once else listen(settings.api_host, settings.api_port)
     api = "none (--once)" if sock is None else "{}:{}".format(*sock.getsockname()[:2])
     try:

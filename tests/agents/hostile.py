@@ -22,6 +22,12 @@ ACT:
     fork          fork up to 10,000 processes that sleep; how many it got goes into probe.json
     write-2gb     write 2 GB into one file of its workspace (or its output folder)
     hang          start a child in a new session, then hang: the step stays under way
+    secrets       reach for the fleet's secrets and the fleet itself: OPENAI_API_KEY and
+                  TUNEFLEET_REDIS_PASSWORD in its environment; those names in the environ of its
+                  parent, of every ancestor it can see and of every process in /proc; a TCP
+                  connection to the fleet's Redis (HOSTILE_REDIS, host:port) and a PING on it; the
+                  daemon's API (HOSTILE_API, host:port) without a token, read and write; another
+                  tuning's file in the store (HOSTILE_OTHER)
     none          nothing: an honest agent
 
 The honest analyzer fails the first try of phase nomem and passes every other, so that each case
@@ -31,9 +37,11 @@ has one apply.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -181,6 +189,90 @@ def write_2gb(folder: Path) -> list[dict[str, Any]]:
     ]
 
 
+SECRET_NAMES = (b"OPENAI_API_KEY=", b"TUNEFLEET_REDIS_PASSWORD=")
+
+
+def _environ_secrets(pid: int) -> str:
+    data = Path(f"/proc/{pid}/environ").read_bytes()
+    found = [name.decode() for name in SECRET_NAMES if name in data]
+    if not found:
+        raise LookupError(f"readable, but holds no secret ({len(data)} bytes)")
+    return ", ".join(found)
+
+
+def _ancestors() -> list[int]:
+    pids: list[int] = []
+    pid = os.getppid()
+    while pid > 0 and len(pids) < 20:
+        pids.append(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return pids
+
+
+def _address(variable: str) -> tuple[str, int]:
+    host, _, port = os.environ.get(variable, "127.0.0.1:1").rpartition(":")
+    return host, int(port)
+
+
+def _redis_connect() -> str:
+    with socket.create_connection(_address("HOSTILE_REDIS"), timeout=3):
+        return "connected"
+
+
+def _redis_ping() -> str:
+    with socket.create_connection(_address("HOSTILE_REDIS"), timeout=3) as conn:
+        conn.sendall(b"PING\r\n")
+        answer = conn.recv(200).decode(errors="replace").strip()
+    if answer != "+PONG":
+        raise PermissionError(answer)
+    return answer
+
+
+def _http(method: str, path: str) -> str:
+    host, port = _address("HOSTILE_API")
+    with socket.create_connection((host, port), timeout=3) as conn:
+        request = (
+            f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        conn.sendall(request.encode())
+        status = conn.recv(200).decode(errors="replace").split("\r\n", 1)[0]
+    if " 200 " not in status + " " and " 202 " not in status + " ":
+        raise PermissionError(status)
+    return status
+
+
+def reach_secrets() -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    for name in ("OPENAI_API_KEY", "TUNEFLEET_REDIS_PASSWORD"):
+        _try(results, f"env:{name}", lambda n=name: "present" if n in os.environ else _raise(KeyError(n)))
+    ancestors = _ancestors()
+    _try(results, f"parent-environ:{os.getppid()}", lambda: _environ_secrets(os.getppid()))
+    for pid in ancestors[1:]:
+        _try(results, f"ancestor-environ:{pid}", lambda p=pid: _environ_secrets(p))
+    others = [
+        int(p.name) for p in Path("/proc").glob("[0-9]*") if int(p.name) not in (os.getpid(), *ancestors)
+    ]
+    exposed = []
+    for pid in others:
+        with contextlib.suppress(Exception):
+            exposed.append(f"{pid}: {_environ_secrets(pid)}")
+    results.append({"target": "every-environ", "ok": bool(exposed), "detail": "; ".join(exposed)[:200]})
+    _try(results, "redis-connect", _redis_connect)
+    _try(results, "redis-ping", _redis_ping)
+    _try(results, "api-read", lambda: _http("GET", "/api/status"))
+    _try(results, "api-write", lambda: _http("POST", "/api/pause"))
+    other = Path(os.environ.get("HOSTILE_OTHER", "/nonexistent"))
+    _try(results, f"other-tuning:{other}", other.read_text)
+    return results
+
+
+def _raise(exc: Exception) -> str:
+    raise exc
+
+
 def act(name: str, args: argparse.Namespace, output: Path) -> list[dict[str, Any]]:
     given = [Path(p) for p in (args.workspace, args.memory, args.system, args.worktree) if p]
     system = Path(args.system or args.worktree) if (args.system or args.worktree) else None
@@ -192,6 +284,7 @@ def act(name: str, args: argparse.Namespace, output: Path) -> list[dict[str, Any
         "setsid": lambda: start_setsid(output),
         "hang": lambda: start_setsid(output),
         "none": lambda: [],
+        "secrets": reach_secrets,
         "fork": fork_many,
         "write-2gb": lambda: write_2gb(Path(args.workspace) if args.workspace else output.parent),
     }

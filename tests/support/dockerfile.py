@@ -63,7 +63,7 @@ def dockerfile_problems(text: str, context: Path) -> list[str]:
     problems = copy_problems(steps, context)
     froms = [a for k, a in steps if k == "FROM"]
     if not froms or not re.fullmatch(PINNED_BASE, froms[0].split()[0]):
-        problems.append(f"FROM is {froms[:1]}, not a pinned python:3.11.<patch>-slim-<debian> image")
+        problems.append(f"FROM is {froms[:1]}, not python:3.11.<patch>-slim-<debian>@sha256:<digest>")
     problems += pip_problems(steps)
     installs = " ".join(a for k, a in steps if k == "RUN" and "apt-get" in a and "install" in a)
     installed = set(installs.split())
@@ -84,7 +84,8 @@ def dockerfile_problems(text: str, context: Path) -> list[str]:
     return problems
 
 
-PINNED_BASE = r"python:3\.11\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?"
+PINNED_BASE = r"python:3\.11\.\d+-slim-(bookworm|trixie)@sha256:[0-9a-f]{64}"
+"""A tag can be pushed again; its digest cannot: the base is pinned by both."""
 
 
 def pip_problems(steps: list[tuple[str, str]]) -> list[str]:

@@ -95,8 +95,10 @@ def settings_env(settings: FleetSettings) -> dict[str, str]:
         env[f"TUNEFLEET_{field.upper()}"] = (
             json.dumps(value) if isinstance(value, list | dict) else str(value)
         )
-    if settings.redis_password is not None:
-        env["TUNEFLEET_REDIS_PASSWORD"] = settings.redis_password.get_secret_value()
+    for field in ("redis_password", "api_token", "api_read_token"):  # secrets dump as "**********"
+        secret = getattr(settings, field)
+        if secret is not None:
+            env[f"TUNEFLEET_{field.upper()}"] = secret.get_secret_value()
     return env
 
 

@@ -22,14 +22,32 @@ Obj = dict[str, Any]
 
 
 def vendored_schema(obj: Obj) -> Obj | None:
-    """The schema of a custom resource kept in deploy/k8s/schemas, if there is one for its kind."""
+    """The schema of a custom resource kept in deploy/k8s/schemas, if there is one for its kind, closed
+    as `kubectl apply --validate=strict` reads it: a field its schema does not list is an error."""
     group_version = str(obj.get("apiVersion", "")).replace("/", "-")
     path = SCHEMAS / f"{group_version}-{str(obj.get('kind', '')).lower()}.json"
     if not path.is_file():
         return None
-    schema = json.loads(path.read_text())
+    schema = closed(json.loads(path.read_text()))
     assert isinstance(schema, dict)
     return schema
+
+
+def closed(schema: Any) -> Any:
+    """`schema` with every object that lists its properties closed to others (additionalProperties
+    false), unless it keeps unknown fields (x-kubernetes-preserve-unknown-fields) or says otherwise."""
+    if isinstance(schema, list):
+        return [closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {key: closed(value) for key, value in schema.items()}
+    if (
+        "properties" in result
+        and "additionalProperties" not in result
+        and not result.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        result["additionalProperties"] = False
+    return result
 
 
 def schema_errors(obj: Obj) -> list[str]:

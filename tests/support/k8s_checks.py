@@ -3,14 +3,11 @@ security, settings and the store. Each returns the problems it finds, [] when th
 
 from __future__ import annotations
 
-import re
-
 import yaml
 
 from tests.support.fleet_cli import is_setting, setting_default
 from tests.support.grace import default_stop_grace_s, release_wait_s
 from tests.support.k8s import (
-    ROOT,
     SECRET_EXAMPLE,
     SECRET_NAME,
     Obj,
@@ -21,6 +18,7 @@ from tests.support.k8s import (
     pod_templates,
     schema_errors,
 )
+from tests.support.k8s_containment import queue_of, trigger_problems
 
 HEALTHZ, READYZ = "/healthz", "/readyz"
 
@@ -48,36 +46,9 @@ def grace_problems(objects: list[Obj]) -> list[str]:
     return problems
 
 
-def exported_metrics() -> set[str]:
-    source = (ROOT / "service" / "metrics.py").read_text()
-    return {f"tunefleet_{name}" for name in re.findall(r'_(?:gauge|counter)\(\s*"([a-z_]+)"', source)}
-
-
-def trigger_problems(trigger: Obj, concurrency: int, namespace: str | None) -> list[str]:
-    """A trigger asks Prometheus for queued plus running cases of this namespace, `concurrency` per worker."""
-    metadata = trigger["metadata"]
-    if trigger["type"] != "prometheus":
-        return [f"trigger {trigger['type']!r}: the queue is a sorted set, use the prometheus scaler"]
-    problems = []
-    per_worker = trigger.get("metricType", "AverageValue") == "AverageValue"
-    if float(metadata["threshold"]) != concurrency or not per_worker:
-        problems.append(f"threshold {metadata['threshold']} is not the worker's concurrency {concurrency}")
-    used = set(re.findall(r"tunefleet_[a-z_]+", metadata["query"]))
-    if not {"tunefleet_queue_depth", "tunefleet_cases_in_progress"} <= used:
-        problems.append(f"the query counts neither queued nor running cases: {metadata['query']}")
-    if used - exported_metrics():
-        problems.append(
-            f"the query uses metrics the daemon does not export: {sorted(used - exported_metrics())}"
-        )
-    for queried in re.findall(r'namespace="([^"]*)"', metadata["query"]):
-        if queried != namespace:
-            problems.append(f"the query reads namespace {queried!r}; the fleet runs in {namespace!r}")
-    return problems
-
-
 def scaling_problems(objects: list[Obj]) -> list[str]:
-    """KEDA scales the worker Deployment on metrics the daemon exports, one worker per `concurrency`,
-    slowly downwards, and the Deployment leaves the count to it."""
+    """KEDA scales the worker Deployment on the queue itself, one worker per `concurrency`, slowly
+    downwards, never down for want of its metric, and the Deployment leaves the count to it."""
     scaled = [o for o in objects if o["kind"] == "ScaledObject"]
     if len(scaled) != 1:
         return [f"expected one ScaledObject, found {len(scaled)}"]
@@ -96,7 +67,9 @@ def scaling_problems(objects: list[Obj]) -> list[str]:
     configured = env_value(container, "TUNEFLEET_CONCURRENCY")
     concurrency = int(configured) if configured is not None else int(setting_default("concurrency"))
     for trigger in spec["triggers"]:
-        problems += trigger_problems(trigger, concurrency, scaled[0]["metadata"].get("namespace"))
+        problems += trigger_problems(objects, trigger, concurrency, queue_of(container))
+    if (spec.get("fallback") or {}).get("behavior") != "currentReplicasIfHigher":
+        problems.append("fallback may scale a busy fleet down when the metric is missing")
     behavior = spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior", {})
     if behavior.get("scaleDown", {}).get("stabilizationWindowSeconds", 300) < 300:
         problems.append("scale-down stabilization under 5 minutes: workers would come and go with each poll")

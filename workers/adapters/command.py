@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import structlog
 from pydantic import ValidationError
 
 from service.core.errors import ConfigError
@@ -30,14 +31,11 @@ from workers.adapters.base import (
     StepExit,
 )
 from workers.adapters.folder import StepFolder
+from workers.adapters.isolation import open_without_sandbox
 from workers.adapters.process import AgentHost, ProcessResult, ProcessSpec, run_process
-from workers.adapters.sandbox import (
-    SandboxMounts,
-    check_sandbox,
-    containment,
-    is_sandbox_setup_failure,
-    wrap_argv,
-)
+from workers.adapters.sandbox import SandboxMounts, agent_spec, check_sandbox, is_sandbox_setup_failure
+
+log = structlog.get_logger()
 
 MEMORY_KILL_EXITS = (137, -9)
 """128 + SIGKILL as a shell or container reports it, and SIGKILL as Python reports it."""
@@ -148,29 +146,34 @@ class CommandStep:
         self._config = config
         self._host = host
         self._step = step
+        if config.sandbox.kind == "none":
+            log.warning(
+                "agent_sandbox_none",
+                step=step,
+                open=open_without_sandbox(host.powers, config.sandbox.network),
+                advice="use sandbox kind bubblewrap, podman or docker (docs/adapters.md)",
+            )
 
     def process_spec(
         self, values: Mapping[str, str], log_file: Path, mounts: SandboxMounts, default_cwd: Path
     ) -> ProcessSpec:
-        """The process of this step: the rendered argv in the role's sandbox, under its keeper."""
-        sandbox = self._config.sandbox
+        """The process of this step: the rendered argv in the role's sandbox, under its keeper, with the
+        role's own environment (workers/adapters/isolation.py)."""
         cwd = self._config.cwd or default_cwd
-        name = f"tf-{self._step}-{uuid.uuid4().hex[:12]}"
         mounts = replace(
             mounts,
             readonly=[*mounts.readonly, *([self._config.cwd] if self._config.cwd else [])],
             cwd=cwd,
-            env_names=sorted(self._config.env),
         )
-        argv = render_argv(self._config.argv, values, self._step)
-        return ProcessSpec(
-            argv=wrap_argv(argv, sandbox, mounts, name),
+        return agent_spec(
+            render_argv(self._config.argv, values, self._step),
+            self._config.sandbox,
+            self._host,
+            mounts,
+            self._config.env,
+            name=f"tf-{self._step}-{uuid.uuid4().hex[:12]}",
             log_file=log_file,
             timeout_s=self._config.timeout_s,
-            grace_s=self._host.grace_s,
-            env=self._config.env,
-            cwd=cwd,
-            containment=containment(sandbox, self._host.cgroup_dirs, name),
         )
 
     def _sandbox_down(self, result: ProcessResult) -> str | None:

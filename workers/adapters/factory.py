@@ -84,13 +84,13 @@ def build_applier(config: AdapterConfig, host: AgentHost, redis: Redis | None = 
     return APPLIER.build(config, host, redis)
 
 
-def build_prober(config: AdapterConfig) -> Prober:
+def build_prober(config: AdapterConfig, host: AgentHost | None = None) -> Prober:
     """The prober of the runner's sandbox: pass the tuning's runner config."""
     if isinstance(config, DemoAdapter):
         return DemoProber(config)
     if isinstance(config, LlmAdapter):
         return NoSandboxProber()
-    return SandboxProber(config.sandbox)
+    return SandboxProber(config.sandbox, host=host)
 
 
 def build_goal_agent(

@@ -28,6 +28,8 @@ from typing import BinaryIO
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from service.core.settings import FleetSettings
+from workers.adapters.isolation import RootPowers, lend, take_back
 from workers.adapters.reaper import START_FAILED_EXIT, START_FAILED_PREFIX
 
 log = structlog.get_logger()
@@ -45,18 +47,32 @@ KEEPER_MARGIN_S = 2.0
 """How much longer than `grace_s` the keeper gets to end the agent's processes before it is killed."""
 
 
-def agent_environment() -> dict[str, str]:
-    """The worker's environment less tunefleet's own settings (Redis password, API token, ...)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
-
-
 @dataclass(frozen=True)
 class AgentHost:
-    """What the worker's machine gives every agent process: the TERM-to-KILL grace and the cgroup
-    folders (from the worker's settings) in which each step gets a group of its own."""
+    """What the worker's machine gives every agent process: the TERM-to-KILL grace, the cgroup folders
+    (from the worker's settings) in which each step gets a group of its own, the user agents run as
+    (None: the worker's own) and the folders hidden from an agent that has no sandbox (the store)."""
 
     grace_s: float = 10.0
     cgroup_dirs: Sequence[Path] = ()
+    agent_uid: int | None = None
+    hidden: Sequence[Path] = ()
+    powers: RootPowers = field(default_factory=RootPowers)
+
+    @classmethod
+    def of_worker(cls, settings: FleetSettings) -> AgentHost:
+        """The host of a worker with these settings: agents run as `agent_uid` where this process is root
+        and may switch users, and the store is hidden from an unsandboxed agent where it may."""
+        powers = RootPowers.of_this_process()
+        if settings.agent_uid == 0:  # root agents: another user's namespaces would hide nothing from them
+            powers = RootPowers()
+        return cls(
+            grace_s=settings.stop_grace_s,
+            cgroup_dirs=tuple(settings.cgroup_dirs),
+            agent_uid=settings.agent_uid if powers.switch_user else None,
+            hidden=(settings.store.absolute(),),
+            powers=powers,
+        )
 
 
 @dataclass(frozen=True)
@@ -70,11 +86,18 @@ class Containment:
     cgroup_dirs: Sequence[Path] = ()
     cgroup_limits: Mapping[str, int] = field(default_factory=dict)
     cleanup: Sequence[str] = ()
+    uid: int | None = None
+    namespaces: Mapping[str, object] | None = None
+    env_args: str | None = None
+    lent: Sequence[Path] = ()
+    lent_to: int | None = None
+    """The folders the step writes, given to `lent_to` (the agent's user) for the step and taken back
+    when it ends; None: they stay the worker's."""
 
 
 @dataclass(frozen=True)
 class ProcessSpec:
-    """What to run and how long to let it run."""
+    """What to run and how long to let it run; `env` is the process's whole environment."""
 
     argv: Sequence[str]
     log_file: Path
@@ -93,6 +116,9 @@ class ProcessSpec:
             "cgroup_dirs": [str(p) for p in self.containment.cgroup_dirs],
             "cgroup_limits": dict(self.containment.cgroup_limits),
             "cleanup": list(self.containment.cleanup),
+            "uid": self.containment.uid,
+            "namespaces": self.containment.namespaces,
+            "env_args": self.containment.env_args,
         }
         return [sys.executable, "-I", "-S", str(KEEPER), json.dumps(config), "--", *self.argv]
 
@@ -198,7 +224,7 @@ async def _start(spec: ProcessSpec, log_handle: BinaryIO) -> asyncio.subprocess.
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_handle,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**agent_environment(), **spec.env},
+                env=dict(spec.env),
                 cwd=spec.cwd,
                 start_new_session=True,
             )
@@ -208,6 +234,18 @@ async def _start(spec: ProcessSpec, log_handle: BinaryIO) -> asyncio.subprocess.
 async def run_process(spec: ProcessSpec) -> ProcessResult:
     """Run `spec.argv` to its end, its timeout, or the caller's cancellation (which is re-raised)."""
     spec.log_file.parent.mkdir(parents=True, exist_ok=True)
+    lent_to = spec.containment.lent_to
+    lent = spec.containment.lent if lent_to is not None else ()
+    if lent_to is not None and lent:
+        await asyncio.to_thread(lend, lent, lent_to)
+    try:
+        return await _run(spec)
+    finally:
+        if lent:  # every process of the step is gone by now: the folders are the worker's again
+            await asyncio.shield(asyncio.to_thread(take_back, lent))
+
+
+async def _run(spec: ProcessSpec) -> ProcessResult:
     started = time.monotonic()
     with spec.log_file.open("ab") as log_handle:
         start_offset = log_handle.tell()

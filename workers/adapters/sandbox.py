@@ -6,8 +6,12 @@ files that programs need to run and to reach the network), the paths its role ma
 (read-only), the folders of its own step (read-write), a private `/tmp`, `/dev` and `/proc`,
 and nothing else: not the store, not another case, not the system repository. It runs in new
 namespaces (PID, IPC, UTS, user and cgroup where the kernel allows; network unless
-`network: true`), in a new session, with no capabilities, and dies with the worker.
-docs/adapters.md ("Sandboxes") has the table.
+`network: true`), in a new session, with no capabilities, and dies with the worker. Each starts
+the agent with a cleared environment and gives it only the agent's own (workers/adapters/isolation.py):
+bubblewrap reads it from a file descriptor its keeper fills, containers take each name's value from
+their caller (`-e NAME`), so that no value shows on a command line. Where the worker is root, the
+agent runs as `agent_uid` (the keeper drops to it before bubblewrap starts; containers get `--user`).
+docs/adapters.md ("Sandboxes", "What each agent receives") has the tables.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from service.core.errors import ConfigError
 from service.core.models.tuning import AgentLimits, DemoAdapter, SandboxConfig
-from workers.adapters.process import Containment, ProcessSpec, run_process
+from workers.adapters.isolation import agent_environment
+from workers.adapters.process import AgentHost, Containment, ProcessSpec, run_process
 
 CONTAINER_SETUP_EXIT = 125
 """The exit code with which `docker run` / `podman run` say the container could not be started."""
@@ -52,6 +57,10 @@ ETC_FILES = (
 """What programs need of /etc to run, resolve names and check TLS certificates."""
 
 MIB = 1024 * 1024
+ENV_ARGS = "{agent-env-fd}"
+"""Where bubblewrap's argv names the descriptor with the agent's environment; its keeper fills it in."""
+CONTAINER_SKIPS = frozenset({"PATH", "HOME"})
+"""Variables a container keeps its own (the image's PATH) or is given apart (HOME)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class SandboxMounts:
     cwd: Path | None = None
     home: Path | None = None
     env_names: Sequence[str] = field(default_factory=tuple)
+    """The names of the agent's environment a container is given (values from its caller's)."""
 
 
 def _unique(paths: Iterable[Path]) -> list[str]:
@@ -95,14 +105,12 @@ def _bubblewrap(argv: Sequence[str], config: SandboxConfig, mounts: SandboxMount
     wrapped += ["--size", str(config.limits.tmp_mb * MIB), "--tmpfs", "/tmp"]
     wrapped += ["--unshare-all", *(["--share-net"] if config.network else [])]
     wrapped += ["--new-session", "--die-with-parent", "--cap-drop", "ALL"]
+    wrapped += ["--clearenv", "--args", ENV_ARGS, "--setenv", "TMPDIR", "/tmp"]
     writable = _unique(mounts.writable)
     readonly = [p for p in _unique([*config.readonly_paths, *mounts.readonly]) if p not in writable]
     # Parents first, so a child bind is not hidden under its parent's.
     for path in sorted(readonly + writable, key=lambda p: p.count("/")):
         wrapped += ["--bind" if path in writable else "--ro-bind", path, path]
-    if mounts.home is not None:
-        wrapped += ["--setenv", "HOME", str(mounts.home)]
-    wrapped += ["--setenv", "TMPDIR", "/tmp"]
     if mounts.cwd is not None:
         wrapped += ["--chdir", str(mounts.cwd)]
     return [*wrapped, *config.extra_args, "--", *argv]
@@ -121,17 +129,29 @@ def _container_limits(limits: AgentLimits) -> list[str]:
     return options
 
 
-def _container(argv: Sequence[str], config: SandboxConfig, mounts: SandboxMounts, name: str) -> list[str]:
+def _container_user(config: SandboxConfig, uid: int | None) -> list[str]:
+    """Who the agent is in its container: `uid` where the worker is root; else, for docker, the worker's
+    own user, so that what it writes into the store stays the worker's (rootless podman maps this itself)."""
+    if uid is not None:
+        return ["--user", f"{uid}:{uid}"]
+    if config.kind == "docker":
+        return ["--user", f"{os.getuid()}:{os.getgid()}"]
+    return []
+
+
+def _container(
+    argv: Sequence[str], config: SandboxConfig, mounts: SandboxMounts, name: str, uid: int | None
+) -> list[str]:
     check_sandbox(config)
     assert config.image is not None
     wrapped = [config.kind, "run", "--rm", "-i", "--init", "--name", name]
     wrapped += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only"]
     wrapped += ["--tmpfs", f"/tmp:size={config.limits.tmp_mb}m"]
+    if config.kind == "podman":  # podman would pass the caller's proxy variables (and their secrets) on
+        wrapped += ["--http-proxy=false"]
     if not config.network:
         wrapped += ["--network", "none"]
-    if config.kind == "docker" and hasattr(os, "getuid"):
-        # Files the agent writes into the store must stay the worker's (rootless podman maps this itself).
-        wrapped += ["--user", f"{os.getuid()}:{os.getgid()}"]
+    wrapped += _container_user(config, uid)
     wrapped += _container_limits(config.limits)
     writable = _unique(mounts.writable)
     for path in _unique([*config.readonly_paths, *mounts.readonly]):
@@ -143,21 +163,74 @@ def _container(argv: Sequence[str], config: SandboxConfig, mounts: SandboxMounts
         wrapped += ["-e", f"HOME={mounts.home}"]
     if mounts.cwd is not None:
         wrapped += ["-w", str(mounts.cwd)]
+    wrapped += ["-e", "TMPDIR=/tmp"]
     for env_name in mounts.env_names:
-        wrapped += ["-e", env_name]  # the value comes from our environment, never from the command line
+        if env_name not in CONTAINER_SKIPS:  # the value comes from the caller's environment, never argv
+            wrapped += ["-e", env_name]
     return [*wrapped, *config.extra_args, config.image, *argv]
 
 
 def wrap_argv(
-    argv: Sequence[str], config: SandboxConfig, mounts: SandboxMounts, name: str = "tf"
+    argv: Sequence[str],
+    config: SandboxConfig,
+    mounts: SandboxMounts,
+    name: str = "tf",
+    uid: int | None = None,
 ) -> list[str]:
     """The argv that runs `argv` inside the configured sandbox (unchanged for kind none); `name` names
-    a container, so that it can be removed when the step ends."""
+    a container, so that it can be removed when the step ends; `uid` is the agent's user, if not the
+    worker's."""
     if config.kind == "none":
         return list(argv)
     if config.kind == "bubblewrap":
         return _bubblewrap(argv, config, mounts)
-    return _container(argv, config, mounts, name)
+    return _container(argv, config, mounts, name, uid)
+
+
+def _namespaces(config: SandboxConfig, host: AgentHost, mounts: SandboxMounts) -> dict[str, object] | None:
+    """What the keeper isolates by itself for an agent with no sandbox, where the worker may: the store
+    hidden but for the step's folders (those it writes writable), /proc, and the network unless open."""
+    if config.kind != "none" or not host.powers.namespaces:
+        return None
+    hidden = [str(p) for p in host.hidden]
+    writable = _unique(mounts.writable)
+    shown = writable + _unique([*config.readonly_paths, *mounts.readonly])
+    inside = [p for p in dict.fromkeys(shown) if any(p == h or p.startswith(h + "/") for h in hidden)]
+    return {"network": config.network, "hide": hidden, "show": [[p, p in writable] for p in inside]}
+
+
+def agent_spec(
+    argv: Sequence[str],
+    config: SandboxConfig,
+    host: AgentHost,
+    mounts: SandboxMounts,
+    allowed_env: dict[str, str | None],
+    *,
+    name: str,
+    log_file: Path,
+    timeout_s: float,
+) -> ProcessSpec:
+    """The process of one agent step: `argv` in its sandbox, under its keeper, with the agent's own
+    environment, user and namespaces (workers/adapters/isolation.py)."""
+    env = agent_environment(allowed_env, mounts.home, os.environ)
+    mounts = replace(mounts, env_names=sorted(env))
+    uid = host.agent_uid
+    return ProcessSpec(
+        argv=wrap_argv(argv, config, mounts, name, uid),
+        log_file=log_file,
+        timeout_s=timeout_s,
+        grace_s=host.grace_s,
+        env=env,
+        cwd=mounts.cwd,
+        containment=replace(
+            containment(config, host.cgroup_dirs, name),
+            uid=uid if config.kind in ("none", "bubblewrap") else None,
+            lent=tuple(mounts.writable),
+            lent_to=uid,
+            namespaces=_namespaces(config, host, mounts),
+            env_args=ENV_ARGS if config.kind == "bubblewrap" else None,
+        ),
+    )
 
 
 def containment(config: SandboxConfig, cgroup_dirs: Sequence[Path], name: str) -> Containment:
@@ -196,20 +269,27 @@ def is_sandbox_setup_failure(config: SandboxConfig, exit_code: int) -> bool:
 
 
 class SandboxProber:
-    """Runs the probe command (default: the sandbox around `true`); exit 0 means the sandbox works.
+    """Runs the probe command (default: the sandbox around `true`, as the agents' own user and with an
+    agent's environment); exit 0 means the sandbox works.
 
     Without a sandbox (kind none) there is nothing to probe: it always works.
     """
 
-    def __init__(self, config: SandboxConfig, grace_s: float = 5.0) -> None:
+    def __init__(self, config: SandboxConfig, grace_s: float = 5.0, host: AgentHost | None = None) -> None:
         check_sandbox(config)
         self._config = config
-        self._grace_s = grace_s
+        self._host = host or AgentHost(grace_s=grace_s)
 
     def probe_argv(self, name: str = "tf-probe") -> list[str]:
+        """The probe's command as one can run it by hand: without the descriptor that its keeper fills
+        with an agent's environment (a probe has none to give)."""
         if self._config.probe_argv:
             return list(self._config.probe_argv)
-        return wrap_argv(["true"], self._config, SandboxMounts(), name)
+        argv = wrap_argv(["true"], self._config, SandboxMounts(), name, self._host.agent_uid)
+        if ENV_ARGS in argv:
+            at = argv.index(ENV_ARGS)
+            del argv[at - 1 : at + 1]
+        return argv
 
     async def probe(self) -> str | None:
         if self._config.kind == "none":
@@ -217,13 +297,18 @@ class SandboxProber:
         timeout_s = self._config.probe_timeout_s
         with tempfile.TemporaryDirectory(prefix="tf-probe-") as scratch:
             name = f"tf-probe-{Path(scratch).name}"
-            spec = ProcessSpec(
-                argv=self.probe_argv(name),
+            spec = agent_spec(
+                ["true"],
+                self._config,
+                self._host,
+                SandboxMounts(),
+                {},
+                name=name,
                 log_file=Path(scratch) / "probe.log",
                 timeout_s=timeout_s,
-                grace_s=self._grace_s,
-                containment=containment(self._config, (), name),
             )
+            if self._config.probe_argv:
+                spec = replace(spec, argv=list(self._config.probe_argv))
             result = await run_process(spec)
         if result.start_error:
             return f"sandbox probe could not start: {result.start_error}"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import string
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from service.core.models.case import Slug
 from service.core.models.holdout import HoldoutConfig
@@ -109,7 +110,12 @@ class SandboxConfig(BaseModel):
 
     kind: Literal["none", "bubblewrap", "podman", "docker"] = "none"
     image: str | None = Field(default=None, description="Container image (podman, docker).")
-    network: bool = Field(default=True, description="Whether the agent can reach the network.")
+    network: bool = Field(
+        default=False,
+        description="Whether the agent can reach the network. Off by default: the agent gets a network "
+        "namespace of its own with nothing in it (bubblewrap, containers, and `none` when the worker runs "
+        'as root); docs/adapters.md, "What each agent receives".',
+    )
     readonly_paths: list[Path] = Field(
         default_factory=list,
         description="More host paths the agent may read (its own installation, say); bubblewrap and "
@@ -121,6 +127,26 @@ class SandboxConfig(BaseModel):
         default=None, description="Overrides the default probe; exit 0 means the sandbox works."
     )
     probe_timeout_s: float = Field(default=20.0, gt=0)
+
+
+def _env_entries(value: object) -> object:
+    """`env` as a mapping of name to its set value, or None for the worker's value: from a list of `NAME`
+    and `NAME=VALUE` entries, or from a mapping of names to values."""
+    if isinstance(value, list):
+        entries: dict[str, str | None] = {}
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ValueError(f"env[{index}]: expected NAME or NAME=VALUE, not {type(item).__name__}")
+            name, sep, given = item.partition("=")
+            entries[name] = given if sep else None
+        value = entries
+    if isinstance(value, dict):
+        for name in value:
+            if not isinstance(name, str) or not re.fullmatch(ENV_NAME_RE, name):
+                raise ValueError(f"env: {name!r} is not a variable name (letters, digits, _)")
+            if name.startswith("TUNEFLEET_"):
+                raise ValueError(f"env: {name} is one of the fleet's own settings: no agent gets them")
+    return value
 
 
 class CommandAdapter(BaseModel):
@@ -136,7 +162,12 @@ class CommandAdapter(BaseModel):
     argv: list[str] = Field(min_length=1)
     timeout_s: float = Field(default=1800.0, gt=0)
     sandbox_exit_code: int = Field(default=SANDBOX_UNAVAILABLE_EXIT, ge=1, le=255)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: Annotated[dict[str, str | None], BeforeValidator(_env_entries)] = Field(
+        default_factory=dict,
+        description="The variables the agent gets besides the base (PATH, HOME, LANG, TZ, ...): a list of "
+        "NAME (the worker's value, if it has one) or NAME=VALUE (that value); a mapping NAME: VALUE is "
+        "read as NAME=VALUE. Nothing else of the worker's environment reaches the agent.",
+    )
     cwd: Path | None = None
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
