@@ -153,6 +153,28 @@ def llm_tokens(provider: str) -> str:
     return f"{PREFIX}:llm-tokens:{provider}"
 
 
+def llm_format(provider: str) -> str:
+    """STRING, EX a day: the response format an LLM provider was found to take (structured_output auto)."""
+    return f"{PREFIX}:llm-format:{provider}"
+
+
+def llm_answered(provider: str) -> str:
+    """STRING, PX: when (Redis ms) an LLM provider last answered a call, marked at most once a second
+    per worker: a call that times out while it answers others is its step's fault, not an outage."""
+    return f"{PREFIX}:llm-answered:{provider}"
+
+
+def llm_limit(provider: str) -> str:
+    """HASH `limit`, `max`, `changed_ms`, `cuts`: an LLM provider's fleet-wide permits now, lowered on a
+    429 and raised again slowly (adaptive concurrency; absent: its configured `concurrency`)."""
+    return f"{PREFIX}:llm-limit:{provider}"
+
+
+def llm_limits_pattern() -> str:
+    """SCAN pattern of every `llm_limit` key (status)."""
+    return f"{PREFIX}:llm-limit:*"
+
+
 def cancelled(tuning: str) -> str:
     """SET: the job ids (`case:<tuning>:<case>:<rev>`) of a tuning's cases that `cancel` cancelled, one per
     case (cancelling a whole tuning adds each unfinished case); a worker checks it when it claims a case

@@ -17,6 +17,7 @@ from service.models.jobs import CaseJob
 from service.settings import FleetSettings
 from service.store import Store
 from workers.adapters.base import Prober
+from workers.adapters.llm import Providers
 from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
 from workers.case import CaseRun
@@ -49,6 +50,8 @@ class WorkerRuntime:
             self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0, outage=self.outage
         )
         self.host = AgentHost(grace_s=settings.stop_grace_s, cgroup_dirs=tuple(settings.cgroup_dirs))
+        self.llm = Providers(redis)
+        """The LLM providers' clients, limits and formats, shared by every step; closed by `aclose`."""
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
         """job id -> the lease token this process holds for it (read by the worker's finish_job)."""
@@ -65,6 +68,7 @@ class WorkerRuntime:
                 self.settings.lock_lease_s,
                 self.host,
                 self.settings.git_timeout_s,
+                self.llm,
             )
             self._tunings[name] = current
         return current
@@ -123,6 +127,10 @@ class WorkerRuntime:
             controls=self.controls,
             worker=self.name,
         )
+
+    async def aclose(self) -> None:
+        """Close what the process kept open for its steps (the LLM clients' connections)."""
+        await self.llm.aclose()
 
     def describe(self) -> dict[str, Any]:
         return {"worker": self.name, "slots": self.settings.concurrency, "cases": sorted(self.leases)}

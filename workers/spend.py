@@ -75,6 +75,7 @@ async def record_spend(
             tokens=usage.tokens,
             cost_usd=usage.cost_usd,
             unmeasured_tokens=usage.unmeasured_tokens,
+            estimated_tokens=usage.estimated_tokens,
             detail=why,
         )
 

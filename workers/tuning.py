@@ -9,6 +9,7 @@ from service.store import TuningStore
 from service.system import SystemRepo
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
+from workers.adapters.llm import Providers
 from workers.adapters.process import AgentHost
 from workers.lock import ImprovementsLock
 
@@ -23,6 +24,7 @@ class TuningRuntime:
         lock_lease_s: float,
         host: AgentHost,
         git_timeout_s: float,
+        llm: Providers,
     ) -> None:
         self.store = store
         self.config: TuningConfig = store.config()
@@ -30,9 +32,9 @@ class TuningRuntime:
         self.name = self.config.name
         self.repo = SystemRepo(store.repo, store.snapshots, git_timeout_s)
         self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
-        self.runner: Runner = build_runner(self.config.runner, host, batch.redis)
-        self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, batch.redis)
-        self.applier: Applier = build_applier(self.config.applier, host, batch.redis)
+        self.runner: Runner = build_runner(self.config.runner, host, llm)
+        self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, llm)
+        self.applier: Applier = build_applier(self.config.applier, host, llm)
         self.prober: Prober = build_prober(self.config.runner)
         self._batch = batch
         self._redis = batch.redis

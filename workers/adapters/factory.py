@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from redis.asyncio import Redis
-
 from service.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner
 from workers.adapters.demo import DemoAnalyzer, DemoApplier, DemoRunner
-from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner
+from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner, Providers
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
 
@@ -22,31 +20,31 @@ class NoSandboxProber:
         return None
 
 
-def build_runner(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Runner:
-    """`host`: what the worker's machine gives agent processes (grace, cgroups); `redis`: where an llm
-    runner keeps its provider's fleet-wide limits (a worker passes its own)."""
+def build_runner(config: AdapterConfig, host: AgentHost, llm: Providers | None = None) -> Runner:
+    """`host`: what the worker's machine gives agent processes (grace, cgroups); `llm`: the worker's LLM
+    providers (their clients, fleet-wide limits and formats; a worker passes its own)."""
     if isinstance(config, DemoAdapter):
         return DemoRunner(config)
     if isinstance(config, LlmAdapter):
-        return LlmRunner(config, redis)
+        return LlmRunner(config, llm)
     return CommandRunner(config, host)
 
 
-def build_analyzer(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Analyzer:
-    """`redis`: where an llm analyzer keeps its provider's fleet-wide limits (a worker passes its own)."""
+def build_analyzer(config: AdapterConfig, host: AgentHost, llm: Providers | None = None) -> Analyzer:
+    """`llm`: the worker's LLM providers (a worker passes its own)."""
     if isinstance(config, DemoAdapter):
         return DemoAnalyzer(config)
     if isinstance(config, LlmAdapter):
-        return LlmAnalyzer(config, redis)
+        return LlmAnalyzer(config, llm)
     return CommandAnalyzer(config, host)
 
 
-def build_applier(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Applier:
-    """`redis`: where an llm applier keeps its provider's fleet-wide limits (a worker passes its own)."""
+def build_applier(config: AdapterConfig, host: AgentHost, llm: Providers | None = None) -> Applier:
+    """`llm`: the worker's LLM providers (a worker passes its own)."""
     if isinstance(config, DemoAdapter):
         return DemoApplier(config)
     if isinstance(config, LlmAdapter):
-        return LlmApplier(config, redis)
+        return LlmApplier(config, llm)
     return CommandApplier(config, host)
 
 

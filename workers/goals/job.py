@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service import keys
@@ -24,6 +23,7 @@ from workers.adapters.goal_base import GoalAgent
 from workers.adapters.goal_command import CommandGoalAgent
 from workers.adapters.goal_demo import DemoGoalAgent
 from workers.adapters.llm.goal import LlmGoalAgent
+from workers.adapters.llm.provider import Providers
 from workers.adapters.process import AgentHost
 from workers.errors import KeyRefused, LeaseLost, ProviderDown
 from workers.goals.loop import end, pursue
@@ -103,8 +103,8 @@ async def goal_run(runtime: WorkerRuntime, job: GoalJob, lease: CaseLease) -> Go
         spec=spec,
         state=state or await _first_state(runtime, store, spec, version),
         lease=lease,
-        planner=build_goal_agent(spec.analyzer, host, "analyzer", runtime.redis),
-        worker_agent=build_goal_agent(spec.runner, host, "runner", runtime.redis),
+        planner=build_goal_agent(spec.analyzer, host, "analyzer", runtime.llm),
+        worker_agent=build_goal_agent(spec.runner, host, "runner", runtime.llm),
         system_dir=system_dir,
     )
     if state is None:
@@ -139,13 +139,13 @@ async def _first_state(
     )
 
 
-def build_goal_agent(config: object, host: AgentHost, role: str, redis: Redis | None = None) -> GoalAgent:
-    """The agent that takes a role's goal steps (ConfigError for a kind that has none); `redis`: where
-    an llm agent keeps its provider's fleet-wide limits."""
+def build_goal_agent(config: object, host: AgentHost, role: str, llm: Providers | None = None) -> GoalAgent:
+    """The agent that takes a role's goal steps (ConfigError for a kind that has none); `llm`: the
+    worker's LLM providers (clients, fleet-wide limits, formats)."""
     if config is None or isinstance(config, DemoAdapter):
         return DemoGoalAgent()
     if isinstance(config, CommandAdapter):
         return CommandGoalAgent(config, host, role)
     if isinstance(config, LlmAdapter):
-        return LlmGoalAgent(config, redis)
+        return LlmGoalAgent(config, llm)
     raise ConfigError(f"{role}: the {getattr(config, 'kind', '?')} kind takes no goal steps")

@@ -13,7 +13,7 @@ from service.models.tuning import CommandAdapter
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
 from workers.errors import CaseFault, KeyRefused, ProviderDown
-from workers.spend import check_case_budget, tuning_hold
+from workers.spend import check_case_budget, record_spend, tuning_hold
 
 SANDBOX_TRIPS_FILE = "sandbox-trips.json"
 """In the case's folder: how often its runner reported the sandbox down with no sandbox to probe."""
@@ -122,6 +122,7 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) 
         duration_ms=record.duration_ms,
         tokens=usage.tokens,
         unmeasured_tokens=usage.unmeasured_tokens,
+        estimated_tokens=usage.estimated_tokens,
         cost_usd=usage.cost_usd,
         detail=record.void or record.output.error or f"{record.output.turns} turns",
         data={
@@ -167,6 +168,9 @@ async def _run_once(
     started_at = datetime.now(UTC)
     began = time.monotonic()
     outcome = await cr.tuning.runner.run(request)
+    stopped = outcome.provider_down or outcome.key_refused
+    if stopped is not None and outcome.spent is not None:  # paid for before the provider stopped
+        await record_spend(cr, phase, attempt, "run", outcome.spent, f"run stopped: {stopped}")
     if outcome.provider_down is not None:  # not this case's fault: handed back, no try spent
         raise ProviderDown(f"the runner's {outcome.provider_down}")
     if outcome.key_refused is not None:
