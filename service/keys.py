@@ -164,15 +164,11 @@ def llm_answered(provider: str) -> str:
     return f"{PREFIX}:llm-answered:{provider}"
 
 
-def llm_limit(provider: str) -> str:
-    """HASH `limit`, `max`, `changed_ms`, `cuts`: an LLM provider's fleet-wide permits now, lowered on a
-    429 and raised again slowly (adaptive concurrency; absent: its configured `concurrency`)."""
-    return f"{PREFIX}:llm-limit:{provider}"
-
-
-def llm_limits_pattern() -> str:
-    """SCAN pattern of every `llm_limit` key (status)."""
-    return f"{PREFIX}:llm-limit:*"
+def llm_limits() -> str:
+    """HASH: LLM provider id -> JSON `{limit, max, changed_ms, cuts, name}`: the fleet-wide permits of a
+    provider that answered 429, lowered then and raised again slowly (adaptive concurrency); a provider
+    back at its configured `concurrency` has no field."""
+    return f"{PREFIX}:llm-limits"
 
 
 def cancelled(tuning: str) -> str:

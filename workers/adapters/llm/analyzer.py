@@ -64,7 +64,8 @@ def report(feedback: Feedback, request: AnalyzeRequest, model: str) -> str:
         f"# Analysis of {request.case.id}, {request.phase} try {request.attempt}\n\n"
         f"Verdict: **{feedback.verdict}**{' (done)' if feedback.done else ''}, by {model}\n\n"
         f"{feedback.summary}\n\n## Scores\n\n{scores}\n## Improvements\n\n{changes}\n"
-        f"Usage: {usage.input_tokens} input and {usage.output_tokens} output tokens, "
+        f"Usage: {usage.input_tokens} input and {usage.output_tokens} output tokens"
+        f"{f' ({usage.estimated_tokens} of them estimated)' if usage.estimated_tokens else ''}, "
         f"{usage.cost_usd:g} USD.\n"
     )
 

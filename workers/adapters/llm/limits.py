@@ -6,8 +6,8 @@
   PERMIT_LEASE_S while the call runs, and releases it afterwards, also when cancelled. The permit of
   a worker that died lapses within PERMIT_LEASE_S.
 - Adaptive concurrency: a 429 halves the permits fleet-wide (`THROTTLE`, at most once per CUT_GAP_S,
-  down to one), kept in `tf:llm-limit:<provider>`; every RECOVER_S without a 429 gives one back
-  (`ACQUIRE`), until the configured `concurrency` is reached and the key goes. `tunefleet status`
+  down to one), kept in the provider's field of `tf:llm-limits`; every RECOVER_S without a 429 gives
+  one back (`ACQUIRE`), until the configured `concurrency` is reached and the field goes. `tunefleet status`
   shows a provider while it runs below its configuration.
 - `tokens_per_minute`: a sliding window (`tf:llm-tokens:<provider>`): every completion's tokens are
   added with the time, and a call waits until the last minute's tokens are under the limit.
@@ -49,21 +49,22 @@ POLL_MAX_S = 1.0
 _NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 
 ACQUIRE = f"""
--- KEYS: permits limit ; ARGV: holder concurrency lease_ms recover_ms -> 1 granted, 0 not now
+-- KEYS: permits limits ; ARGV: holder concurrency lease_ms recover_ms provider -> 1 granted, 0 not now
 {_NOW_MS}
 local limit = tonumber(ARGV[2])
-local cut = tonumber(redis.call('HGET', KEYS[2], 'limit') or ARGV[2])
-if cut < limit then
-  local changed = tonumber(redis.call('HGET', KEYS[2], 'changed_ms') or 0)
-  if now - changed >= tonumber(ARGV[4]) then
-    cut = cut + 1
-    redis.call('HSET', KEYS[2], 'limit', cut, 'changed_ms', now)
+local raw = redis.call('HGET', KEYS[2], ARGV[5])
+if raw then
+  local state = cjson.decode(raw)
+  if state.limit < limit and now - state.changed_ms >= tonumber(ARGV[4]) then
+    state.limit = state.limit + 1
+    state.changed_ms = now
+    redis.call('HSET', KEYS[2], ARGV[5], cjson.encode(state))
   end
-end
-if cut >= limit then
-  redis.call('DEL', KEYS[2])
-else
-  limit = cut
+  if state.limit >= limit then
+    redis.call('HDEL', KEYS[2], ARGV[5])
+  else
+    limit = state.limit
+  end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < limit then
@@ -75,15 +76,19 @@ return 0
 """
 
 THROTTLE = f"""
--- KEYS: limit ; ARGV: concurrency gap_ms name -> the permits now
+-- KEYS: limits ; ARGV: concurrency gap_ms name provider -> the permits now
 {_NOW_MS}
-local limit = tonumber(redis.call('HGET', KEYS[1], 'limit') or ARGV[1])
-local changed = tonumber(redis.call('HGET', KEYS[1], 'changed_ms') or 0)
-if now - changed < tonumber(ARGV[2]) then return limit end
-local halved = math.max(1, math.floor(limit / 2))
-redis.call('HSET', KEYS[1], 'limit', halved, 'max', ARGV[1], 'changed_ms', now, 'name', ARGV[3])
-redis.call('HINCRBY', KEYS[1], 'cuts', 1)
-return halved
+local raw = redis.call('HGET', KEYS[1], ARGV[4])
+local state = {{limit = tonumber(ARGV[1]), changed_ms = 0, cuts = 0}}
+if raw then state = cjson.decode(raw) end
+if now - state.changed_ms < tonumber(ARGV[2]) then return state.limit end
+state.limit = math.max(1, math.floor(state.limit / 2))
+state.max = tonumber(ARGV[1])
+state.changed_ms = now
+state.cuts = state.cuts + 1
+state.name = ARGV[3]
+redis.call('HSET', KEYS[1], ARGV[4], cjson.encode(state))
+return state.limit
 """
 
 RENEW = f"""
@@ -180,7 +185,7 @@ class ProviderLimits:
             return
         try:
             limit = await self._throttle(
-                [keys.llm_limit(self.provider)], [self.concurrency, int(CUT_GAP_S * 1000), self.name]
+                [keys.llm_limits()], [self.concurrency, int(CUT_GAP_S * 1000), self.name, self.provider]
             )
         except RedisError as exc:
             log.warning("llm_throttle_not_kept", provider=self.provider, error=str(exc))
@@ -199,10 +204,9 @@ class ProviderLimits:
 
     async def _permit(self, holder: str, limit: int) -> None:
         permits = keys.llm_permits(self.provider)
-        cut = keys.llm_limit(self.provider)
         delay_s = POLL_MIN_S
-        args: list[str | int] = [holder, limit, self.lease_ms, int(RECOVER_S * 1000)]
-        while not int(await self._acquire([permits, cut], args)):
+        args: list[str | int] = [holder, limit, self.lease_ms, int(RECOVER_S * 1000), self.provider]
+        while not int(await self._acquire([permits, keys.llm_limits()], args)):
             await asyncio.sleep(delay_s * (0.5 + random.random()))
             delay_s = min(delay_s * 2, POLL_MAX_S)
 
