@@ -21,12 +21,10 @@ from service.models.case import Case
 from service.models.records import Feedback
 from workers.adapters.llm.session import strip_fences
 
+SCORES = (0, 0.25, 0.5, 0.75, 1)
+"""The scores the schema offers (the check takes any number from 0 to 1)."""
 FLEET_FIELDS = ("run_seal", "seal", "usage")
 """Feedback fields the model is not asked for: the seals are the fleet's, the usage is measured."""
-SUMMARY_CHARS_MAX = 2000
-CHANGE_CHARS_MAX = 2000
-IMPROVEMENTS_MAX = 10
-"""Bounds the schema sets on what the model writes (a grammar-constrained model stops there)."""
 
 
 def _base_schema() -> dict[str, Any]:
@@ -45,23 +43,17 @@ def feedback_schema(case: Case) -> dict[str, Any]:
     defs = base.pop("$defs", {})
     properties = base["properties"]
     ids = case.rubric_ids
-    score = {"type": "number", "minimum": 0, "maximum": 1}
+    # Quarters: a grammar (llama.cpp's) bounds no number, but it keeps to an enum.
+    score = {"type": "number", "enum": list(SCORES)}
     properties["rubric"] = {
         "type": "object",
-        "description": "A score from 0 to 1 for every rubric item id of the case.",
+        "description": "A score from 0 to 1 (in quarters) for every rubric item id of the case.",
         "properties": {item: dict(score) for item in ids},
         "required": list(ids),
         "additionalProperties": False,
     }
-    properties["summary"] = {"type": "string", "maxLength": SUMMARY_CHARS_MAX}
-    properties["improvements"] = {
-        "type": "array",
-        "items": {"$ref": "#/$defs/Improvement"},
-        "maxItems": IMPROVEMENTS_MAX,
-    }
-    improvement = defs.get("Improvement")
-    if improvement is not None:
-        improvement["properties"]["change"]["maxLength"] = CHANGE_CHARS_MAX
+    # No maxLength nor maxItems: llama.cpp turns them into grammar repetitions, and past its limits its
+    # grammar fails to parse (llama-cpp-python 0.3.36 then crashes at the first token).
     order = ["verdict", "done", "rubric", "improvements", "summary"]
     rest = {name: value for name, value in properties.items() if name not in order}
     variants = []
