@@ -1,6 +1,7 @@
 """`kind: llm` against a real model: SmolLM2-135M-Instruct served by llama-cpp-python
-(tests/support/llama.py), behind the tests' recording server (tests/support/fake_openai.py relays every call to it and records
-what the real server answered). Real tokenization, real usage, real grammar-constrained output.
+(tests/support/llama.py), behind the tests' recording server (tests/support/fake_openai.py relays every
+call to it and records what the real server answered). Real tokenization, real usage, real
+grammar-constrained output.
 
 Few and short: one tuning of three cases with the model in every role, small answers.
 """
