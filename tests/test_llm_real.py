@@ -39,6 +39,8 @@ CASES = [
     },
 ]
 FINAL = {"completed", "difficult", "failed"}
+PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "llm-demo" / "prompts"
+"""make demo-llm's short prompts: the built-in ones take a small model on a busy CPU a minute to read."""
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,7 @@ def model_adapter(base_url: str) -> dict[str, Any]:
         "timeout_s": 300,
         "max_retries": 1,
         "concurrency": 2,
+        "prompts": {"analyze": str(PROMPTS / "analyze.md"), "apply": str(PROMPTS / "apply.md")},
     }
 
 

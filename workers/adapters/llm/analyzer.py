@@ -12,7 +12,7 @@ from service.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
 from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.grading import check_feedback, feedback_schema
-from workers.adapters.llm.prompts import load_template, tree_view, workspace_view
+from workers.adapters.llm.prompts import load_template, schema_text, tree_view, workspace_view
 from workers.adapters.llm.provider import Providers, check_limits
 from workers.adapters.llm.session import Message, Session, in_session, step_exit
 
@@ -50,7 +50,7 @@ def prompt_values(request: AnalyzeRequest, schema: dict[str, Any]) -> dict[str, 
         "earlier": _earlier(request),
         "workspace": workspace_view(request.workspace_dir),
         "system": tree_view(request.system_dir),
-        "schema": json.dumps(schema, indent=2),
+        "schema": schema_text(schema),
     }
 
 

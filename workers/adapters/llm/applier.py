@@ -3,7 +3,6 @@ the applier makes in the worktree (the fleet commits the folder afterwards)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from service.models.tuning import LlmAdapter
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
 from workers.adapters.llm.errors import LlmStepError
-from workers.adapters.llm.prompts import load_template, tree_view
+from workers.adapters.llm.prompts import load_template, schema_text, tree_view
 from workers.adapters.llm.provider import Providers, check_limits
 from workers.adapters.llm.session import Message, Session, in_session, step_exit, strip_fences
 
@@ -76,7 +75,7 @@ class LlmApplier:
         return await in_session(self._config, self._providers, request, "edits", self._schema, edit, failed)
 
     async def _edit(self, session: Session, request: ApplyRequest, started: float) -> ApplyOutcome:
-        values = prompt_values(request, json.dumps(self._schema, indent=2))
+        values = prompt_values(request, schema_text(self._schema))
         messages: list[Message] = [{"role": "user", "content": self._template.substitute(values)}]
         answer = await session.ask(messages)
         plan, texts, failures = check_plan(answer, request.worktree_dir)

@@ -44,6 +44,7 @@ from workers.adapters.goal_base import (
 )
 from workers.adapters.llm.errors import LlmStepError, MissingApiKey, ProviderAuthFailed, ProviderUnavailable
 from workers.adapters.llm.goal_prompts import goal_values, load_goal_template
+from workers.adapters.llm.prompts import schema_text
 from workers.adapters.llm.provider import Provider, Providers, borrowed, check_limits
 from workers.adapters.llm.session import Message, Session, strip_fences
 
@@ -150,7 +151,7 @@ class LlmGoalAgent:
     async def _step(self, request: GoalStepRequest, session: Session, folder: StepFolder) -> str | None:
         """Ask, repair once, write the step's `out/` files; the step's error if the answer stayed invalid."""
         step = request.step
-        schema = json.dumps(session.schema, indent=2) if session.schema else ""
+        schema = schema_text(session.schema) if session.schema else ""
         prompt = self._templates[step].substitute(goal_values(request, schema))
         check: Callable[[str], str] = check_todo
         what = "TODO in Markdown"
