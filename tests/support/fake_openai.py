@@ -86,7 +86,7 @@ class Recorded:
     client: tuple[str, int] | None = None
     """The client's address and port: one TCP connection per distinct port."""
     answer: dict[str, Any] = field(default_factory=dict)
-    """How it was answered: `status` and, for a completion, its `usage` (filled in when answered)."""
+    """How it was answered: `status`, `done_at` (monotonic) when relayed, and a completion's `usage`."""
 
     @property
     def text(self) -> str:
@@ -238,7 +238,7 @@ class FakeOpenAI:
             raise RuntimeError("Forward without an upstream server")
         async with httpx.AsyncClient(timeout=600) as client:
             got = await client.post(self.upstream + "/v1/chat/completions", json=body)
-        answer: dict[str, Any] = {"status": got.status_code}
+        answer: dict[str, Any] = {"status": got.status_code, "done_at": time.monotonic()}
         if got.status_code == 200:
             answer["usage"] = got.json().get("usage")
         recorded.answer.update(answer)
