@@ -17,7 +17,12 @@ log=var/llama-server.log
 "$py" -m llama_cpp.server --model "$gguf" --model_alias SmolLM2-135M-Instruct --host 127.0.0.1 \
   --port "$port" --n_ctx 8192 --n_threads 2 >"$log" 2>&1 &
 pid=$!
-cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+cleanup() {  # TERM; it waits for the answer it is writing, so KILL after 5 s
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
 trap cleanup EXIT
 for _ in $(seq 600); do
   "$py" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/v1/models', timeout=1)" \

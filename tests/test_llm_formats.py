@@ -128,3 +128,18 @@ async def test_one_worker_reuses_its_client_across_steps(fleet: Fleet, tmp_path:
     assert all(r.state == "completed" for r in rows.values())
     connections = {r.client for r in server.requests}
     assert len(server.requests) >= 8 * 4 and len(connections) == 1, (len(server.requests), connections)
+
+
+async def test_max_tokens_refused_is_sent_as_max_completion_tokens(tmp_path: Path) -> None:
+    """max_output_tokens goes out as max_tokens (which llama-cpp-python, vLLM and Ollama read); a server
+    that refuses it by name gets the call again with max_completion_tokens, and so do later calls."""
+    refusal = Status(400, message="Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens'.")
+    async with Providers() as providers:
+        with FakeOpenAI() as server:
+            server.play(refusal, Reply(GOOD), Reply(GOOD))
+            config = LlmAdapter(base_url=server.base_url, model="m", api_key_env=None, max_output_tokens=64)
+            analyzer = LlmAnalyzer(config, providers)
+            for n in (1, 2):
+                assert (await analyzer.analyze(analyze_request(tmp_path / str(n)))).exit.error is None
+    limits = [{k: v for k, v in r.body.items() if k.startswith("max_")} for r in server.requests]
+    assert limits == [{"max_tokens": 64}, {"max_completion_tokens": 64}, {"max_completion_tokens": 64}]

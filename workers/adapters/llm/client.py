@@ -44,6 +44,7 @@ from workers.adapters.llm.errors import (
     CallTimedOut,
     FormatRefused,
     LlmStepError,
+    ParamRefused,
     ProviderAuthFailed,
     ProviderRejected,
     ProviderUnavailable,
@@ -192,9 +193,11 @@ class LlmClient:
                 await self._limits.throttled()
             raise
         except openai.APIStatusError as exc:
+            detail = describe(exc, self._config.base_url, self._secret)
             if "response_format" in params and refuses_format(exc):
-                detail = describe(exc, self._config.base_url, self._secret)
                 raise FormatRefused(f"the response format was refused: {detail}", exc.status_code) from exc
+            if "max_tokens" in params and exc.status_code == 400 and "max_tokens" in detail:
+                raise ParamRefused(f"max_tokens was refused: {detail}", exc.status_code) from exc
             raise
         await self._provider.answered()
         if not meter.measured(completion):

@@ -4,7 +4,8 @@
     ├── MissingApiKey         the variable named by `api_key_env` is not set on this worker
     ├── ProviderAuthFailed    the server refused the key (401, 403): not tried again
     ├── ProviderRejected      the server refused the request itself (another 4xx)
-    │   └── FormatRefused     ... because of its response format (a 4xx or 5xx that says so)
+    │   ├── FormatRefused     ... because of its response format (a 4xx or 5xx that says so)
+    │   └── ParamRefused      ... because of `max_tokens` (a 400 that names it: send max_completion_tokens)
     ├── CallTimedOut          one call timed out again and again while the provider answered others
     └── ProviderUnavailable   429, 5xx, timeouts or no connection, still so after every attempt
 
@@ -37,6 +38,10 @@ class ProviderRejected(LlmStepError):
 
 class FormatRefused(ProviderRejected):
     """The provider refused the request's `response_format` (the negotiation tries the next one)."""
+
+
+class ParamRefused(ProviderRejected):
+    """The provider refused `max_tokens` (OpenAI's reasoning models want `max_completion_tokens`)."""
 
 
 class CallTimedOut(LlmStepError):

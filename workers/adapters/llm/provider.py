@@ -74,6 +74,9 @@ class Provider:
         self.base_url = base_url
         self.formats = FormatMemory(self.id, redis)
         self.estimator = Estimator(base_url, model)
+        self.max_tokens_param = "max_tokens"
+        """How `max_output_tokens` is sent: `max_tokens`, which every server knows, until the server
+        refuses it (OpenAI's reasoning models): then `max_completion_tokens`, for the worker's life."""
         self._redis = redis
         self._clients: dict[str | None, tuple[openai.AsyncOpenAI, str]] = {}
         self._limits: dict[tuple[int | None, int | None], ProviderLimits | None] = {}

@@ -26,6 +26,7 @@ from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import (
     FormatRefused,
     LlmStepError,
+    ParamRefused,
     ProviderAuthFailed,
     ProviderRejected,
     ProviderUnavailable,
@@ -88,7 +89,7 @@ class Session:
         if config.temperature is not None:
             params["temperature"] = config.temperature
         if config.max_output_tokens is not None:
-            params["max_completion_tokens"] = config.max_output_tokens
+            params[self.provider.max_tokens_param] = config.max_output_tokens
         return params
 
     async def ask(self, messages: list[Message]) -> str:
@@ -142,6 +143,10 @@ class Session:
         before = self.meter.usage()
         try:
             completion = await self.client.complete(params, self.meter)
+        except ParamRefused as exc:
+            self.say(f"call {n}: {exc}: asking again with max_completion_tokens")
+            self.provider.max_tokens_param = "max_completion_tokens"
+            return await self._call(messages, fmt)
         except LlmStepError as exc:
             answer = json.dumps({"error": str(exc)}, indent=2).encode()
             write_atomic(self.step_dir / f"answer-{n}.json", answer, durable=False)
