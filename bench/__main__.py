@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from bench.common import ROOT, Figure, empty_trash
-from service import logs
+from service.core import logs
 
 BENCHMARKS = [
     "overhead",

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from bench.common import Env, Figure, run_async
-from service import logs
-from service.models.case import Case
+from service.core import logs
+from service.core.models.case import Case
 from tests.support.fleet import case, demo_adapter, steps_run_twice
 
 NAME = "autoscale"

@@ -24,9 +24,9 @@ from typing import Any, Self, cast
 
 import redis
 
-from service.client import TunefleetClient
-from service.models.case import Case
-from service.settings import FleetSettings
+from service.client.client import TunefleetClient
+from service.core.models.case import Case
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, kill_all, settings_env, write_tuning
 from tests.support.redis_server import RedisServer
 

@@ -1,5 +1,5 @@
 """One load process of the coordination benchmark: running cases as Redis sees them, with the
-product's own code (workers.lease.CaseLease, service.events.EventSink, the worker's breaker watch and
+product's own code (workers.lease.CaseLease, service.core.events.EventSink, the worker's breaker watch and
 presence loop), without agents or a store of attempts.
 
 python -m bench.coord_sim --first I --count N --workers W --event-every-s S --seconds T
@@ -23,13 +23,13 @@ from typing import Any
 
 import structlog
 
-from service import keys, logs
-from service.batch import RedisBatch
-from service.connection import connect
-from service.events import EventSink
-from service.models.jobs import job_id_for
-from service.settings import FleetSettings
-from service.store import Store
+from service.core import keys, logs
+from service.core.batch import RedisBatch
+from service.core.connection import connect
+from service.core.events import EventSink
+from service.core.models.jobs import job_id_for
+from service.core.settings import FleetSettings
+from service.core.store import Store
 from workers.lease import CaseLease
 from workers.main import announce
 from workers.runtime import WorkerRuntime

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from bench.common import ROOT, Env, Figure, wait_for
 from bench.coord_sim import READY, TUNING, case_name
-from service.models.jobs import job_id_for
+from service.core.models.jobs import job_id_for
 
 NAME = "coordination"
 CASES = 10_000

@@ -29,7 +29,7 @@ from bench.common import (
     simple_cases,
     wait_for,
 )
-from service.models.case import Case
+from service.core.models.case import Case
 from tests.support.fleet import demo_adapter
 
 NAME = "dispatch"

@@ -38,11 +38,11 @@ from typing import Any, cast
 
 from bench import bare
 from bench.common import ROOT, TRASH, Env, Figure, median, run_async, simple_cases, zero_latency
-from service.client import SUBMIT_BATCH, TunefleetClient
-from service.events import EventSink
-from service.models.case import Case
-from service.models.jobs import CASE_FUNCTION, CaseJob
-from service.queries import fleet_status
+from service.client.client import SUBMIT_BATCH, TunefleetClient
+from service.client.queries import fleet_status
+from service.core.events import EventSink
+from service.core.models.case import Case
+from service.core.models.jobs import CASE_FUNCTION, CaseJob
 
 NAME = "queue_scale"
 TOTAL = 100_000

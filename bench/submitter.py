@@ -8,10 +8,10 @@ import asyncio
 import sys
 
 from bench.common import simple_cases
-from service import logs
-from service.client import TunefleetClient
-from service.models.case import Case
-from service.settings import FleetSettings
+from service.client.client import TunefleetClient
+from service.core import logs
+from service.core.models.case import Case
+from service.core.settings import FleetSettings
 
 
 async def submit(tuning: str, prefix: str, count: int) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from service.settings import FleetSettings
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, demo_adapter, steps_run_twice, write_tuning
 from tests.support.redis_server import RedisServer
 

@@ -1,5 +1,5 @@
-"""tunefleet's core and front end; as a library it configures no logging (see `service.logs`)."""
+"""tunefleet's core and front end; as a library it configures no logging (see `service.core.logs`)."""
 
-from service.logs import library_defaults
+from service.core.logs import library_defaults
 
 library_defaults()

@@ -1,5 +1,5 @@
 """`python -m service`: the tunefleet CLI."""
 
-from service.cli import main
+from service.cli.main import main
 
 main()

@@ -21,13 +21,13 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from service import keys
-from service.errors import TunefleetError
-from service.goal_metrics import GoalCollector
-from service.models.api import LockState, StatusView
-from service.models.events import Event
-from service.models.status import WAIT_WORDS
-from service.queries import fleet_status
+from service.client.queries import fleet_status
+from service.core import keys
+from service.core.errors import TunefleetError
+from service.core.models.api import LockState, StatusView
+from service.core.models.events import Event
+from service.core.models.status import WAIT_WORDS
+from service.goals.metrics import GoalCollector
 
 log = structlog.get_logger()
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from service.api import create_app
-from service.client import TunefleetClient
-from service.models.records import AGENT_TEXT_MAX_CHARS, Feedback
+from service.api.app import create_app
+from service.client.client import TunefleetClient
+from service.core.models.records import AGENT_TEXT_MAX_CHARS, Feedback
 from tests.support.fleet import Fleet, write_tuning
 from tests.test_command_loop import R1_CASE, agent, case_root, inline
 

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from rich.console import Console
 
-from service.files import read_model
-from service.models.records import CaseResult, RunOutput, RunRecord, Usage
-from service.models.status import FleetStatus, TuningStatus
-from service.models.tuning import TuningConfig
-from service.render import status_table
-from service.tunings import load_tuning_file
+from service.cli.render import status_table
+from service.client.tunings import load_tuning_file
+from service.core.files import read_model
+from service.core.models.records import CaseResult, RunOutput, RunRecord, Usage
+from service.core.models.status import FleetStatus, TuningStatus
+from service.core.models.tuning import TuningConfig
 from tests.support.fleet import Fleet, write_tuning
 from tests.test_command_loop import R1_CASE, agent, case_root
 

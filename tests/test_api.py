@@ -12,14 +12,14 @@ import pytest
 from pydantic import SecretStr
 from starlette.routing import Route
 
-from service import keys
-from service.api import create_app
-from service.client import TunefleetClient
-from service.errors import TunefleetError
-from service.models.api import CaseRows, EventsPage, StatusView, TuningList
-from service.models.status import CaseDetail
-from service.server import serve
-from service.settings import FleetSettings
+from service.api.app import create_app
+from service.api.server import serve
+from service.client.client import TunefleetClient
+from service.core import keys
+from service.core.errors import TunefleetError
+from service.core.models.api import CaseRows, EventsPage, StatusView, TuningList
+from service.core.models.status import CaseDetail
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, write_tuning
 from tests.support.redis_server import RedisServer, free_port
 

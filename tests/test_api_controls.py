@@ -12,11 +12,11 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from service import keys
-from service.api import create_app
-from service.client import TunefleetClient
-from service.models.api import BatchRefused, BatchResult, Cancelled, CaseRows
-from service.settings import FleetSettings
+from service.api.app import create_app
+from service.client.client import TunefleetClient
+from service.core import keys
+from service.core.models.api import BatchRefused, BatchResult, Cancelled, CaseRows
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, write_tuning
 from tests.support.redis_server import RedisServer
 

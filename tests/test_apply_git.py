@@ -8,9 +8,9 @@ import os
 import time
 from pathlib import Path
 
-from service.files import read_model
-from service.models.records import ApplyRecord
-from service.settings import FleetSettings
+from service.core.files import read_model
+from service.core.models.records import ApplyRecord
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
 from tests.support.git import FAIL_ON_COMMIT, HANGING_HOOK, bare_remote, fake_git
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.cases import load_case
-from service.errors import CaseFileError, ConfigError
-from service.models.tuning import LlmAdapter
-from service.tunings import load_tuning_file
+from service.client.tunings import load_tuning_file
+from service.core.cases import load_case
+from service.core.errors import CaseFileError, ConfigError
+from service.core.models.tuning import LlmAdapter
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
 
 BAD_FILES = {

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from service import keys
-from service.client import TunefleetClient
+from service.client.client import TunefleetClient
+from service.core import keys
+from service.core.models.records import CaseResult, Spend
+from service.core.settings import FleetSettings
 from service.metrics import FleetMetrics
-from service.models.records import CaseResult, Spend
-from service.settings import FleetSettings
 from tests.support.fleet import (
     Fleet,
     case,

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from service import keys
+from service.core import keys
 from tests.support.fleet import Fleet, case, demo_adapter, event_time_s, wait_until, write_tuning
 from tests.support.redis_server import RedisServer
 

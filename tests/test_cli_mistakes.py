@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.cases import load_case
-from service.errors import CaseFileError
-from service.models.case import SLUG_PATTERN
-from service.settings import FleetSettings
+from service.core.cases import load_case
+from service.core.errors import CaseFileError
+from service.core.models.case import SLUG_PATTERN
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
 
 

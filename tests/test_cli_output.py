@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from service.queries import results
-from service.render import results_table
-from service.store import Store
+from service.cli.render import results_table
+from service.client.queries import results
+from service.core.store import Store
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
 
 LONG_ID = "a-case-whose-identifier-is-long-enough-to-be-cut-in-eighty-columns"
@@ -118,7 +118,7 @@ DEVELOPER_WORDS = ("import", "package", "python -m", "module", "noqa", "TODO")
 def test_help_texts_speak_to_users() -> None:
     """`tunefleet --help` and every command's `--help` give each command and argument a help text, and
     none carries a developer's note (imports, packages, modules)."""
-    from service.cli import app
+    from service.cli.main import app
 
     commands = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
     assert len(commands) >= 12

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from service.models.case import Case, RubricItem
-from service.models.records import ApplyOutput, Feedback, RunRecord
-from service.models.tuning import CommandAdapter, SandboxConfig
+from service.core.models.case import Case, RubricItem
+from service.core.models.records import ApplyOutput, Feedback, RunRecord
+from service.core.models.tuning import CommandAdapter, SandboxConfig
 from tests.support.tools import needs_tool, python_agent_paths
 from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunRequest
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner, PlaceholderError

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.files import read_model
-from service.models.records import RunRecord
+from service.core.files import read_model
+from service.core.models.records import RunRecord
 from tests.support.fleet import Fleet, demo_adapter, wait_until, write_tuning
 
 AGENT = str(Path(__file__).parent / "agents" / "contract_agent.py")

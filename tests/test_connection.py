@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from service.connection import connect, safe_url
-from service.errors import RedisUnavailableError
-from service.settings import FleetSettings
+from service.core.connection import connect, safe_url
+from service.core.errors import RedisUnavailableError
+from service.core.settings import FleetSettings
 from tests.support.redis_server import RedisServer, free_port
 
 SECRET = "s3cret-pass-9412"

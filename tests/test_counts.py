@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from service.core.models.status import TuningStatus
+from service.core.settings import FleetSettings
 from service.metrics import FleetMetrics
-from service.models.status import TuningStatus
-from service.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
 
 CASES = [

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from service import keys
-from service.settings import FleetSettings
+from service.core import keys
+from service.core.settings import FleetSettings
 from tests.support.fleet import case, settings_env, wait_until, write_tuning
 from tests.support.redis_server import RedisServer, free_port
 

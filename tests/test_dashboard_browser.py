@@ -20,9 +20,9 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from service.client import TunefleetClient
-from service.server import serve
-from service.settings import FleetSettings
+from service.api.server import serve
+from service.client.client import TunefleetClient
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
 from tests.support.redis_server import free_port
 from tests.support.tools import needs_module, needs_tool
@@ -69,7 +69,7 @@ pytestmark = [
 
 @contextlib.asynccontextmanager
 async def served(client: TunefleetClient, settings: FleetSettings) -> AsyncIterator[str]:
-    """The API and dashboard served by service.server.serve on a free loopback port, reads guarded by
+    """The API and dashboard served by service.api.server.serve on a free loopback port, reads guarded by
     READ_TOKEN; the URL that opens the dashboard with it (`/?token=…`, which keeps it as a cookie)."""
     port = free_port()
     stopping = asyncio.Event()

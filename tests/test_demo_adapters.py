@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from service.models.case import Case, DemoKnobs, RubricItem
-from service.models.records import ApplyOutput, Feedback, Phase, RunRecord
-from service.models.tuning import CommandAdapter, DemoAdapter, StepLatency
+from service.core.models.case import Case, DemoKnobs, RubricItem
+from service.core.models.records import ApplyOutput, Feedback, Phase, RunRecord
+from service.core.models.tuning import CommandAdapter, DemoAdapter, StepLatency
 from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunOutcome, RunRequest
 from workers.adapters.command import CommandRunner
 from workers.adapters.demo import INJECTED_FAULT, DemoAnalyzer, DemoApplier, DemoRunner

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from service.errors import ConfigError
-from service.settings import CONFIG_ENV
-from service.tunings import load_tuning_file
+from service.client.tunings import load_tuning_file
+from service.core.errors import ConfigError
+from service.core.settings import CONFIG_ENV
 from tests.support.dockerfile import (
     STORE_PATH,
     dockerfile_problems,
@@ -469,7 +469,7 @@ def test_build_context_keeps_what_the_image_copies_and_drops_the_rest() -> None:
     assert copied and not [c for c in copied if ignored_by(patterns, c)]
     for path in (".venv/bin/python", ".git/HEAD", "service/__pycache__/x.pyc", ".env", "var/bench"):
         assert ignored_by(patterns, path), path
-    assert ignored_by(["service"], "service/api.py"), "a broken ignore file would be caught"
+    assert ignored_by(["service"], "service/api/app.py"), "a broken ignore file would be caught"
 
 
 def test_package_data_is_installed() -> None:
@@ -684,14 +684,14 @@ def test_parse_duration() -> None:
 
 def test_the_grafana_dashboard_plots_only_metrics_the_daemon_exports() -> None:
     """Every metric the Grafana dashboard queries is one that the daemon's collectors export
-    (service/metrics.py and service/goal_metrics.py)."""
+    (service/metrics.py and service/goals/metrics.py)."""
     import json
     import re
 
     dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"tunefleet_[a-z_]+", e)}
-    source = "".join((ROOT / "service" / name).read_text() for name in ("metrics.py", "goal_metrics.py"))
+    source = "".join((ROOT / "service" / name).read_text() for name in ("metrics.py", "goals/metrics.py"))
     exported = set(re.findall(r'"(?:\{NAMESPACE\}_)?([a-z_]+)"', source))
     for metric in used:
         base = re.sub(r"_(total|bucket|count|sum)$", "", metric.removeprefix("tunefleet_"))

@@ -19,8 +19,9 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from service.models.case import DemoKnobs
-from service.models.tuning import (
+from service.cli.schema import SCHEMAS
+from service.core.models.case import DemoKnobs
+from service.core.models.tuning import (
     PLACEHOLDERS,
     AgentLimits,
     Budget,
@@ -32,8 +33,7 @@ from service.models.tuning import (
     StepLatency,
     TuningConfig,
 )
-from service.schema import SCHEMAS
-from service.settings import CONFIG_ENV, FleetSettings
+from service.core.settings import CONFIG_ENV, FleetSettings
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

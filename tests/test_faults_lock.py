@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from service import keys
-from service.connection import connect
-from service.settings import FleetSettings
+from service.core import keys
+from service.core.connection import connect
+from service.core.settings import FleetSettings
 from tests.support.fleet import (
     Fleet,
     case,

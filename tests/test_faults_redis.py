@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import FleetSettings
+from service.core.settings import FleetSettings
 from tests.support.fleet import (
     RULE_CASES,
     Fleet,

@@ -15,11 +15,11 @@ from typing import Any, cast
 import redis
 from arq.utils import timestamp_ms
 
-from service import keys
-from service.connection import connect
-from service.files import read_model
-from service.models.records import RunRecord
-from service.settings import FleetSettings
+from service.core import keys
+from service.core.connection import connect
+from service.core.files import read_model
+from service.core.models.records import RunRecord
+from service.core.settings import FleetSettings
 from tests.support.fleet import (
     Fleet,
     case,
@@ -197,7 +197,7 @@ async def test_a_free_slot_sees_new_cases_behind_long_running_ones(fleet: Fleet,
     idle = fleet.start_worker(concurrency=2)
     await wait_until(lambda: any(w.endswith(f":{idle.pid}") for w in _alive(fleet)), 30, "the idle worker up")
     async with fleet.client() as client:
-        from service.models.case import Case
+        from service.core.models.case import Case
 
         quick = Case.model_validate(case("quick"))
         submitted_at = time.time()
@@ -214,7 +214,7 @@ async def test_the_same_case_submitted_twice_at_once_runs_once(fleet: Fleet, tmp
     submission of the finished case enqueues nothing, and a new rev runs again."""
     import asyncio
 
-    from service.models.case import Case
+    from service.core.models.case import Case
 
     await fleet.start_tuning(write_tuning(tmp_path / "t", []))
     c1 = Case.model_validate(case("c1"))

@@ -10,11 +10,11 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from service.api import create_app
-from service.client import TunefleetClient
-from service.goal_api import GoalCancelled, GoalDetail, GoalList
-from service.models.goal_state import GoalSummary
-from service.settings import FleetSettings
+from service.api.app import create_app
+from service.client.client import TunefleetClient
+from service.core.models.goal_state import GoalSummary
+from service.core.settings import FleetSettings
+from service.goals.api import GoalCancelled, GoalDetail, GoalList
 from tests.support.fleet import Fleet, wait_until
 from tests.support.goals import goal_state, wait_goal_ended
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from service.client import TunefleetClient
-from service.settings import FleetSettings
+from service.client.client import TunefleetClient
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet
 from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from tests.support.tools import needs_tool

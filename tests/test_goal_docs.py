@@ -3,7 +3,7 @@ goal knobs with their defaults, and the schema names it cites."""
 
 from __future__ import annotations
 
-from service.models.goal import GOAL_PLACEHOLDERS, GoalDemoKnobs
+from service.core.models.goal import GOAL_PLACEHOLDERS, GoalDemoKnobs
 from tests.test_docs import ADAPTERS, render_default, section, table_rows
 
 

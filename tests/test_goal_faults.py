@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import FleetSettings
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, wait_until, write_tuning
 from tests.support.goals import agent_starts, start_goal, trace, wait_goal_ended, write_goal
 from tests.support.redis_server import RedisServer

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from service.core.models.goal import GoalLimits
+from service.core.models.goal_state import GoalState, TraceEvent
 from service.goals.store import GoalStore
-from service.models.goal import GoalLimits
-from service.models.goal_state import GoalState, TraceEvent
 from tests.support.fleet import Fleet
 from tests.support.goals import goal_dir, start_goal, trace, wait_goal_ended, write_goal
 

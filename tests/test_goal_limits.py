@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service import keys
+from service.core import keys
 from tests.support.fleet import Fleet, wait_until, write_tuning
 from tests.support.goals import goal_cli, goal_dir, start_goal, trace, wait_goal_ended, write_goal
 

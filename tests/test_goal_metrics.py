@@ -13,11 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from service import keys
-from service.api import create_app
-from service.client import TunefleetClient
-from service.models.goal import FINAL_STATUSES
-from service.settings import FleetSettings
+from service.api.app import create_app
+from service.client.client import TunefleetClient
+from service.core import keys
+from service.core.models.goal import FINAL_STATUSES
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet
 from tests.support.goals import goal_state, start_goal, wait_goal_ended, write_goal
 from tests.support.tools import needs_tool

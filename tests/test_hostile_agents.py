@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from service.files import read_model
-from service.models.records import ApplyRecord, Feedback, RunRecord
-from service.settings import FleetSettings
+from service.core.files import read_model
+from service.core.models.records import ApplyRecord, Feedback, RunRecord
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, wait_until, write_tuning
 from tests.support.tools import needs_tool, python_agent_paths
 

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 from typing import Any, cast
 
-from service import keys
-from service.models.records import Usage
-from service.models.tuning import LlmAdapter, ModelPrice
+from service.core import keys
+from service.core.models.records import Usage
+from service.core.models.tuning import LlmAdapter, ModelPrice
 from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet, wait_until, write_tuning
 from tests.support.redis_server import RedisServer

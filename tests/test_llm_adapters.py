@@ -17,12 +17,12 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from service import keys
-from service.errors import ConfigError
-from service.files import read_model
-from service.models.case import Case, DemoKnobs, RubricItem
-from service.models.records import Feedback, Improvement, RunOutput, RunRecord, Usage
-from service.models.tuning import LlmAdapter, ModelPrice, TuningConfig
+from service.core import keys
+from service.core.errors import ConfigError
+from service.core.files import read_model
+from service.core.models.case import Case, DemoKnobs, RubricItem
+from service.core.models.records import Feedback, Improvement, RunOutput, RunRecord, Usage
+from service.core.models.tuning import LlmAdapter, ModelPrice, TuningConfig
 from tests.support.fake_openai import Drop, FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet, event_time_s, wait_until, write_tuning
 from tests.support.redis_server import RedisServer

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from service import keys
-from service.models.tuning import LlmAdapter
+from service.core import keys
+from service.core.models.tuning import LlmAdapter
 from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet, write_tuning
 from tests.support.redis_server import RedisServer

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from service.files import read_model
-from service.models.case import Case, RubricItem
-from service.models.records import Feedback
+from service.core.files import read_model
+from service.core.models.case import Case, RubricItem
+from service.core.models.records import Feedback
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.fleet import Fleet, write_tuning
 from tests.test_llm_adapters import KEY, KEY_ENV, analyze, feedback_of

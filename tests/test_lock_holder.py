@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from service import keys
-from service.models.status import RunningCase
-from service.queries import fleet_status
-from service.settings import FleetSettings
+from service.client.queries import fleet_status
+from service.core import keys
+from service.core.models.status import RunningCase
+from service.core.settings import FleetSettings
 from workers.lock import ImprovementsLock
 
 

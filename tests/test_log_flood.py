@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from service import keys
+from service.core import keys
 from tests.support.fleet import Fleet, wait_until
 from tests.support.redis_server import RedisServer
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from service import logs
+from service.core import logs
 from tests.support.redis_server import free_port
 
 
@@ -65,9 +65,9 @@ def test_the_client_library_never_logs_to_stdout() -> None:
     client's warnings reach stderr through stdlib logging."""
     program = (
         "import asyncio\n"
-        "from service.client import TunefleetClient\n"
-        "from service.settings import FleetSettings\n"
-        "from service.errors import RedisUnavailableError\n"
+        "from service.client.client import TunefleetClient\n"
+        "from service.core.settings import FleetSettings\n"
+        "from service.core.errors import RedisUnavailableError\n"
         "async def main() -> None:\n"
         "    settings = FleetSettings(redis_url=f'redis://127.0.0.1:{PORT}/0', redis_connect_attempts=2)\n"
         "    try:\n"

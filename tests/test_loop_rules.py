@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from service.files import read_model
-from service.models.records import ApplyRecord, CaseResult, RunRecord
-from service.settings import FleetSettings
+from service.core.files import read_model
+from service.core.models.records import ApplyRecord, CaseResult, RunRecord
+from service.core.settings import FleetSettings
 from tests.support.fleet import RULE_CASES, Fleet, case, step_starts, write_tuning
 
 CASES = [*RULE_CASES, case("void-out", voids={"nomem-1": 3})]

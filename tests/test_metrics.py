@@ -12,12 +12,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from service.api import create_app
-from service.client import TunefleetClient
-from service.events import EventSink
+from service.api.app import create_app
+from service.client.client import TunefleetClient
+from service.core.events import EventSink
+from service.core.models.api import StatusView
+from service.core.settings import FleetSettings
 from service.metrics import FleetMetrics
-from service.models.api import StatusView
-from service.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
 from tests.support.tools import require_tool
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from service.models.status import FleetStatus, TuningStatus
-from service.render import status_table
-from service.store import CaseStore, Store
+from service.cli.render import status_table
+from service.core.models.status import FleetStatus, TuningStatus
+from service.core.store import CaseStore, Store
 from service.watch.snapshot import WatchSnapshot
 from service.watch.view import overview, tunings_table
 from tests.support.fleet import Fleet, case, wait_until, write_tuning

@@ -17,10 +17,10 @@ import redis
 import yaml
 from pydantic import SecretStr
 
-from service import keys
-from service.client import TunefleetClient
+from service.client.client import TunefleetClient
+from service.core import keys
+from service.core.settings import FleetSettings
 from service.metrics import fleet_snapshot
-from service.settings import FleetSettings
 from service.watch.snapshot import take_snapshot
 from tests.support.fleet import Fleet, case, settings_env, wait_until, write_tuning
 from tests.support.goals import start_goal, wait_goal_ended, write_goal

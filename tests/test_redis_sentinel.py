@@ -15,8 +15,8 @@ from typing import Any, cast
 import pytest
 import redis
 
-from service import keys
-from service.settings import FleetSettings
+from service.core import keys
+from service.core.settings import FleetSettings
 from tests.support.fleet import (
     Fleet,
     case,

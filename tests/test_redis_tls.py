@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from service.connection import connect
-from service.errors import RedisUnavailableError
-from service.settings import FleetSettings
+from service.core.connection import connect
+from service.core.errors import RedisUnavailableError
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, write_tuning
 from tests.support.redis_proc import RedisProcess
 from tests.support.redis_server import free_port

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from service.files import read_model
-from service.models.records import Feedback, Note, RunRecord
+from service.core.files import read_model
+from service.core.models.records import Feedback, Note, RunRecord
 from tests.support.fleet import Fleet, write_tuning
 from tests.test_command_loop import R1_CASE, agent, case_root, inline
 

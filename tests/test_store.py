@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.store import Store
+from service.core.store import Store
 
 
 def test_submitted_memory_replaces_the_kept_one(tmp_path: Path) -> None:

@@ -10,12 +10,12 @@ from typing import cast
 import pytest
 import yaml
 
-from service.client import SUBMIT_BATCH
-from service.errors import StoreError
-from service.files import publish_temps, read_model, write_temp
-from service.models.case import Case
-from service.models.records import CaseResult
-from service.settings import FleetSettings
+from service.client.client import SUBMIT_BATCH
+from service.core.errors import StoreError
+from service.core.files import publish_temps, read_model, write_temp
+from service.core.models.case import Case
+from service.core.models.records import CaseResult
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, write_tuning
 from tests.support.redis_server import RedisServer
 

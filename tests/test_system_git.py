@@ -17,15 +17,15 @@ import pytest
 import structlog
 from rich.console import Console
 
-from service.client import TunefleetClient
-from service.daemon import Daemon
-from service.errors import SystemRepoError
-from service.git import git
-from service.mirror import Mirror
-from service.queries import fleet_status
-from service.render import status_table
-from service.settings import FleetSettings
-from service.system import SystemRepo
+from service.cli.render import status_table
+from service.client.client import TunefleetClient
+from service.client.queries import fleet_status
+from service.core.errors import SystemRepoError
+from service.core.git import git
+from service.core.settings import FleetSettings
+from service.core.system import SystemRepo
+from service.daemon.main import Daemon
+from service.daemon.mirror import Mirror
 from tests.support.git import FAIL_ON_COMMIT, HANGING_HOOK, bare_remote, fake_git, run
 
 PROC = Path("/proc")

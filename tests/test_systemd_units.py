@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from service.models.tuning import SandboxConfig
+from service.core.models.tuning import SandboxConfig
 from tests.support.fleet_cli import argv_problems, is_setting
 from tests.support.grace import default_stop_grace_s, parse_duration, release_wait_s
 from tests.support.tools import needs_tool

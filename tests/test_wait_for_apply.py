@@ -28,7 +28,7 @@ async def test_a_run_start_waits_for_the_apply_under_way(fleet: Fleet, tmp_path:
         "the apply to start",
     )
     async with fleet.client() as client:
-        from service.models.case import Case
+        from service.core.models.case import Case
 
         assert await client.submit("t1", Case.model_validate(case("late")))
     await fleet.wait_finished(2)

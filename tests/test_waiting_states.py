@@ -12,9 +12,9 @@ from pathlib import Path
 
 from rich.console import Console, RenderableType
 
+from service.cli.render import status_table
+from service.core.models.status import FleetStatus
 from service.metrics import FleetMetrics
-from service.models.status import FleetStatus
-from service.render import status_table
 from service.watch.snapshot import WatchSnapshot, take_snapshot
 from service.watch.view import overview
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import FleetSettings
+from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, settings_env, wait_until, write_tuning
 from tests.support.tools import require_tool
 
@@ -27,7 +27,7 @@ SCREEN_TIMEOUT_S = 30.0
 
 def watch_argv() -> list[str]:
     """`python -m service watch` once the CLI has the command, else the package's own entry point."""
-    from service.cli import app
+    from service.cli.main import app
 
     names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
     module = ["service", "watch"] if "watch" in names else ["service.watch"]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rich.console import Console, RenderableType
 
-from service.models.events import Event
-from service.models.status import FleetStatus, LockHolder, TuningStatus, WorkerStatus
-from service.store import Store
+from service.core.models.events import Event
+from service.core.models.status import FleetStatus, LockHolder, TuningStatus, WorkerStatus
+from service.core.store import Store
 from service.watch.logtail import LogTail, find_step_log, read_tail
 from service.watch.snapshot import LockState, RunningStep, WatchSnapshot
 from service.watch.state import WatchState

@@ -9,10 +9,10 @@ import sys
 
 from pydantic import ValidationError
 
-from service import logs
-from service.errors import TunefleetError
-from service.settings import FleetSettings
-from service.startup import check_redis_address, load_settings, validation_line
+from service.core import logs
+from service.core.errors import TunefleetError
+from service.core.settings import FleetSettings
+from service.core.startup import check_redis_address, load_settings, validation_line
 from workers.main import run_worker
 
 

@@ -16,8 +16,8 @@ from typing import Literal
 import structlog
 from redis.asyncio import Redis
 
-from service import keys
-from service.events import EventSink
+from service.core import keys
+from service.core.events import EventSink
 from workers.adapters.base import Prober
 from workers.outage import RedisOutage, every
 

@@ -9,13 +9,13 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
-from service.events import EventSink
-from service.files import write_atomic, write_model
-from service.models.case import Case
-from service.models.records import Phase, StepName
-from service.models.status import RunningCase, WaitCause
-from service.settings import FleetSettings
-from service.store import CaseStore
+from service.core.events import EventSink
+from service.core.files import write_atomic, write_model
+from service.core.models.case import Case
+from service.core.models.records import Phase, StepName
+from service.core.models.status import RunningCase, WaitCause
+from service.core.settings import FleetSettings
+from service.core.store import CaseStore
 from workers.breaker import BreakerGate
 from workers.control import Controls
 from workers.lease import CaseLease

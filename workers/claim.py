@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from service import keys
+from service.core import keys
 from workers.lease import LOSS_VERDICT
 
 CLAIM = f"""

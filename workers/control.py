@@ -15,8 +15,8 @@ from typing import Literal
 import structlog
 from redis.asyncio import Redis
 
-from service import keys
-from service.models.status import Hold
+from service.core import keys
+from service.core.models.status import Hold
 from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()

@@ -12,7 +12,7 @@ TunefleetError
 
 from __future__ import annotations
 
-from service.errors import TunefleetError
+from service.core.errors import TunefleetError
 
 
 class WorkerError(TunefleetError):

@@ -27,8 +27,8 @@ from arq.utils import timestamp_ms
 from arq.worker import Function
 from redis.exceptions import RedisError
 
-from service import keys
-from service.models.jobs import CASE_FUNCTION, GOAL_FUNCTION, dump_job, load_job
+from service.core import keys
+from service.core.models.jobs import CASE_FUNCTION, GOAL_FUNCTION, dump_job, load_job
 from workers.claim import Claimer
 from workers.goals.job import run_goal
 from workers.jobs import run_case

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import time
 
-from service.connection import COMMAND_RETRIES
-from service.health import HealthChecks
-from service.settings import FleetSettings
+from service.core.connection import COMMAND_RETRIES
+from service.core.health import HealthChecks
+from service.core.settings import FleetSettings
 from workers.fleet_worker import FleetWorker
 
 STALE_POLLS = 25
 """Polls a worker may miss before it is not alive."""
 STALE_MIN_S = 5.0
 BACKOFF_S = 2.0
-"""What a command's retries wait between attempts, at most, in all (service.connection's backoff)."""
+"""What a command's retries wait between attempts, at most, in all (service.core.connection's backoff)."""
 
 
 def redis_stall_s(settings: FleetSettings) -> float:

@@ -10,9 +10,9 @@ import structlog
 from arq import Retry
 from redis.exceptions import RedisError
 
-from service.errors import TunefleetError
-from service.models.jobs import CaseJob
-from service.models.records import CaseResult, Note
+from service.core.errors import TunefleetError
+from service.core.models.jobs import CaseJob
+from service.core.models.records import CaseResult, Note
 from workers.case import CaseRun
 from workers.errors import KeyRefused, LeaseLost, ProviderDown
 from workers.lease import CaseLease

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from service import keys
-from service.batch import RedisBatch
+from service.core import keys
+from service.core.batch import RedisBatch
 from workers.errors import LeaseLost
 from workers.outage import RedisOutage, every
 

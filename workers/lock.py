@@ -17,8 +17,8 @@ from contextlib import asynccontextmanager
 import structlog
 from redis.asyncio import Redis
 
-from service import keys
-from service.batch import RedisBatch
+from service.core import keys
+from service.core.batch import RedisBatch
 from workers.errors import LockLost
 from workers.outage import RedisOutage, every
 from workers.tasks import watched

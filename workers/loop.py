@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.files import write_json
-from service.models.records import CaseResult, Feedback, Note, Phase, RunRecord
+from service.core.files import write_json
+from service.core.models.records import CaseResult, Feedback, Note, Phase, RunRecord
 from workers.case import CaseRun
 from workers.errors import CaseFault, VoidsExhausted
 from workers.spend import OverBudget, case_usage
@@ -68,7 +68,7 @@ async def run_phase(
     cr: CaseRun, phase: Phase, tries: int, memory: Path | None, after: str | None, out_of_tries: str
 ) -> Passed | Difficult:
     """`after`: the seal of the record the phase's first run follows (the records chain, see
-    service.models.records)."""
+    service.core.models.records)."""
     for attempt in range(1, tries + 1):
         run, feedback = await try_once(cr, phase, attempt, memory, after)
         if feedback.done:

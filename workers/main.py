@@ -10,10 +10,10 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from service import keys
-from service.connection import connect
-from service.health import listen_health, serve_health
-from service.settings import FleetSettings
+from service.core import keys
+from service.core.connection import connect
+from service.core.health import listen_health, serve_health
+from service.core.settings import FleetSettings
 from workers.fleet_worker import FleetWorker
 from workers.health import worker_checks
 from workers.runtime import WorkerRuntime

@@ -10,12 +10,12 @@ import structlog
 from arq import Retry
 from arq.connections import ArqRedis
 
-from service.batch import RedisBatch
-from service.errors import CaseFileError, StoreError
-from service.events import EventSink
-from service.models.jobs import CaseJob
-from service.settings import FleetSettings
-from service.store import Store
+from service.core.batch import RedisBatch
+from service.core.errors import CaseFileError, StoreError
+from service.core.events import EventSink
+from service.core.models.jobs import CaseJob
+from service.core.settings import FleetSettings
+from service.core.store import Store
 from workers.adapters.base import Prober
 from workers.adapters.llm import Providers
 from workers.adapters.process import AgentHost

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service import keys
-from service.events import COST_SCALE
-from service.files import append_line, read_model
-from service.models.records import ApplyRecord, Feedback, Phase, RunRecord, Spend, StepName, Usage
-from service.models.status import Hold
-from service.models.tuning import Budget
+from service.core import keys
+from service.core.events import COST_SCALE
+from service.core.files import append_line, read_model
+from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, Spend, StepName, Usage
+from service.core.models.status import Hold
+from service.core.models.tuning import Budget
 from workers.case import CaseRun
 
 LEDGER_FILE = "spent.jsonl"

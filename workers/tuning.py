@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from service import keys
-from service.batch import RedisBatch
-from service.models.tuning import TuningConfig
-from service.store import TuningStore
-from service.system import SystemRepo
+from service.core import keys
+from service.core.batch import RedisBatch
+from service.core.models.tuning import TuningConfig
+from service.core.store import TuningStore
+from service.core.system import SystemRepo
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
 from workers.adapters.llm import Providers

@@ -11,7 +11,7 @@ const SERIES_MAX = 300;
 const CHART_MIN_SPAN_MS = 30000;
 const EVENTS_MAX = 100;
 const STATES = ["completed", "difficult", "failed", "cancelled"];
-// What a case a worker holds may wait for before its next step (service/models/status.py WAIT_WORDS).
+// What a case a worker holds may wait for before its next step (service/core/models/status.py WAIT_WORDS).
 const WAIT_WORDS = {
   resume: "waiting for resume", hold: "waiting for the hold", sandbox: "waiting for the sandbox",
   apply: "waiting for an apply", lock: "waiting for the lock",

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from rich.table import Table
 
+from service.core.models.goal import FINAL_STATUSES, GoalSpec
+from service.core.models.goal_state import GoalState, GoalSummary
 from service.goals.fleet import GoalFiles, Goals
 from service.goals.spec import load_goal_file
-from service.models.goal import FINAL_STATUSES, GoalSpec
-from service.models.goal_state import GoalState, GoalSummary
 
 GOAL_SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import structlog
 from arq.connections import ArqRedis
 
-from service import keys
-from service.errors import ConfigError, TunefleetError, UnknownTuningError
+from service.core import keys
+from service.core.errors import ConfigError, TunefleetError, UnknownTuningError
+from service.core.models.goal import FINAL_STATUSES, GoalLimitsSpec, GoalSpec
+from service.core.models.goal_state import GoalState, GoalSummary
+from service.core.models.jobs import GOAL_FUNCTION, GoalJob
+from service.core.settings import FleetSettings
+from service.core.store import Store
+from service.core.system import SystemRepo
 from service.goals.spec import load_goal_file, resolve_agents, resolve_limits
 from service.goals.store import GoalsStore, GoalStore
-from service.models.goal import FINAL_STATUSES, GoalLimitsSpec, GoalSpec
-from service.models.goal_state import GoalState, GoalSummary
-from service.models.jobs import GOAL_FUNCTION, GoalJob
-from service.settings import FleetSettings
-from service.store import Store
-from service.system import SystemRepo
 
 log = structlog.get_logger()
 

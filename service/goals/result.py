@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.models.goal_state import Completion, GoalState, IterationState
+from service.core.models.goal_state import Completion, GoalState, IterationState
 
 
 def render_result(state: GoalState, root: Path) -> str:

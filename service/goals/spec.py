@@ -11,11 +11,11 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from service.errors import ConfigError
-from service.files import describe_validation
-from service.models.goal import GOAL_PLACEHOLDERS, GoalLimits, GoalSpec
-from service.models.tuning import CommandAdapter, DemoAdapter, TuningConfig
-from service.settings import FleetSettings
+from service.core.errors import ConfigError
+from service.core.files import describe_validation
+from service.core.models.goal import GOAL_PLACEHOLDERS, GoalLimits, GoalSpec
+from service.core.models.tuning import CommandAdapter, DemoAdapter, TuningConfig
+from service.core.settings import FleetSettings
 
 
 def load_goal_file(path: Path) -> GoalSpec:

@@ -2,7 +2,7 @@
 
 <store>/goals/<goal>/
     GOAL_SPEC.json          the spec as submitted (absolute paths)
-    GOAL_STATE.json         the state (service.models.goal_state), schema-validated, written atomically
+    GOAL_STATE.json         the state (service.core.models.goal_state), schema-validated, written atomically
     GOAL_TRACE.jsonl        the state's events, one per line, each appended once
     GOAL_RESULT.md          the account for people, rendered from the state (service.goals.result)
     workspace.git/          the workspace as a bare git repository: a commit per work step
@@ -21,11 +21,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from service.errors import StoreError
-from service.files import read_model, write_atomic, write_model
+from service.core.errors import StoreError
+from service.core.files import read_model, write_atomic, write_model
+from service.core.models.goal import GoalSpec
+from service.core.models.goal_state import GoalState, IterationState
 from service.goals.result import render_result
-from service.models.goal import GoalSpec
-from service.models.goal_state import GoalState, IterationState
 
 SPEC_FILE = "GOAL_SPEC.json"
 STATE_FILE = "GOAL_STATE.json"

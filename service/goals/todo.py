@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from service.errors import TunefleetError
-from service.models.goal_state import TodoTask
+from service.core.errors import TunefleetError
+from service.core.models.goal_state import TodoTask
 
 CHECKBOX = re.compile(r"^\s*[-*]\s+\[(?P<mark>[ xX])\]\s*(?P<text>.*)$")
 TASK = re.compile(r"^(?P<id>[A-Za-z0-9][A-Za-z0-9._-]{0,63})\s*:\s*(?P<title>\S.*)$")

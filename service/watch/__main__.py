@@ -10,9 +10,9 @@ import sys
 
 from rich.console import Console
 
-from service import logs
-from service.errors import TunefleetError
-from service.settings import FleetSettings
+from service.core import logs
+from service.core.errors import TunefleetError
+from service.core.settings import FleetSettings
 from service.watch.app import watch
 
 

@@ -16,10 +16,10 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from service.client import TunefleetClient
-from service.errors import TunefleetError
-from service.settings import FleetSettings
-from service.store import Store
+from service.client.client import TunefleetClient
+from service.core.errors import TunefleetError
+from service.core.settings import FleetSettings
+from service.core.store import Store
 from service.watch.logtail import find_step_log, read_tail
 from service.watch.snapshot import WatchSnapshot, take_snapshot
 from service.watch.state import Key, WatchState

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from rich.table import Column, Table
 from rich.text import Text
 
-from service.models.events import Event
+from service.core.models.events import Event
 from service.watch.snapshot import LockState, RunningStep
 
 KIND_STYLE = {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from service.store import Store
+from service.core.store import Store
 from service.watch.snapshot import RunningStep
 
 TAIL_BYTES = 256 * 1024

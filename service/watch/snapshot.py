@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.asyncio import Redis
 
-from service import keys
-from service.models.events import Event
-from service.models.records import Phase, StepName
-from service.models.status import WAIT_WORDS, FleetStatus, LockHolder, RunningCase, WaitCause
-from service.queries import fleet_status
+from service.client.queries import fleet_status
+from service.core import keys
+from service.core.models.events import Event
+from service.core.models.records import Phase, StepName
+from service.core.models.status import WAIT_WORDS, FleetStatus, LockHolder, RunningCase, WaitCause
 
 
 class RunningStep(BaseModel):

@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from service.render import STATE_STYLE, outcome_counts, waits_words
+from service.cli.render import STATE_STYLE, outcome_counts, waits_words
 from service.watch.fmt import (
     KIND_STYLE,
     clock,

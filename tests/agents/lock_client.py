@@ -20,11 +20,11 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from service import keys
-from service.connection import connect
-from service.settings import FleetSettings
-from service.store import Store
-from service.system import SystemRepo
+from service.core import keys
+from service.core.connection import connect
+from service.core.settings import FleetSettings
+from service.core.store import Store
+from service.core.system import SystemRepo
 from workers.errors import LockLost
 from workers.lock import ImprovementsLock
 

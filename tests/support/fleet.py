@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from service.client import TunefleetClient
-from service.daemon import Daemon
-from service.models.status import ResultRow
-from service.queries import results
-from service.settings import FleetSettings
+from service.client.client import TunefleetClient
+from service.client.queries import results
+from service.core.models.status import ResultRow
+from service.core.settings import FleetSettings
+from service.daemon.main import Daemon
 
 RUBRIC = [
     {"id": "correct", "text": "The answer is correct."},

@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from service.cli import app
-from service.settings import FleetSettings
+from service.cli.main import app
+from service.core.settings import FleetSettings
 
 PENDING_SETTINGS = {"health_host": "127.0.0.1", "health_port": 0, "api_public_read": False}
 """Settings (with their defaults) that branches merged beside this one add: the health endpoints and
@@ -23,7 +23,7 @@ def cli_group() -> Any:
 
 def cli_commands() -> dict[str, Any]:
     commands = getattr(cli_group(), "commands", None)
-    assert isinstance(commands, dict) and commands, "service.cli.app has no subcommands"
+    assert isinstance(commands, dict) and commands, "service.cli.main.app has no subcommands"
     return commands
 
 

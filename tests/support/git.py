@@ -10,7 +10,7 @@ REAL_GIT = shutil.which("git")
 
 
 def run(*args: str, cwd: Path | None = None) -> str:
-    """A git command run the plain way, for setting up and checking (not through service.system)."""
+    """A git command run the plain way, for setting up and checking (not through service.core.system)."""
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
+from service.core.models.goal import FINAL_STATUSES
+from service.core.models.goal_state import GoalState
+from service.core.store import Store
 from service.goals.fleet import GoalFiles
-from service.models.goal import FINAL_STATUSES
-from service.models.goal_state import GoalState
-from service.store import Store
 from tests.support.fleet import Fleet, settings_env, wait_until
 
 

@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-from service.settings import FleetSettings
+from service.core.settings import FleetSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET_WORKER = ROOT / "workers" / "fleet_worker.py"

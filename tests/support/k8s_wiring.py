@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from service.errors import ConfigError
-from service.tunings import load_tuning_file
+from service.client.tunings import load_tuning_file
+from service.core.errors import ConfigError
 from tests.support.dockerfile import DOCKERFILE, image_paths
 from tests.support.fleet_cli import argv_problems
 from tests.support.k8s import (

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.models.case import Case, DemoKnobs, RunTask
-from service.models.records import SEAL_FIELDS, Feedback, Phase, RunOutput, RunRecord, Usage
+from service.core.models.case import Case, DemoKnobs, RunTask
+from service.core.models.records import SEAL_FIELDS, Feedback, Phase, RunOutput, RunRecord, Usage
 
 
 class StepRequest(BaseModel):

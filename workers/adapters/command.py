@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.errors import ConfigError
-from service.files import write_atomic
-from service.models.records import SEAL_FIELDS, RunOutput
-from service.models.tuning import PLACEHOLDERS, CommandAdapter
+from service.core.errors import ConfigError
+from service.core.files import write_atomic
+from service.core.models.records import SEAL_FIELDS, RunOutput
+from service.core.models.tuning import PLACEHOLDERS, CommandAdapter
 from workers.adapters.base import (
     AnalyzeOutcome,
     AnalyzeRequest,

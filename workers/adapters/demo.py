@@ -18,10 +18,10 @@ from pathlib import Path
 
 import structlog
 
-from service.files import append_line
-from service.models.case import SLUG_RE
-from service.models.records import ApplyOutput, Feedback, Improvement, RunOutput, Usage
-from service.models.tuning import DemoAdapter
+from service.core.files import append_line
+from service.core.models.case import SLUG_RE
+from service.core.models.records import ApplyOutput, Feedback, Improvement, RunOutput, Usage
+from service.core.models.tuning import DemoAdapter
 from workers.adapters.base import (
     AnalyzeOutcome,
     AnalyzeRequest,

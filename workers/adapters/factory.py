@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
+from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner
 from workers.adapters.demo import DemoAnalyzer, DemoApplier, DemoRunner

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.models.goal import GoalDemoKnobs, GoalStep
-from service.models.records import Usage
+from service.core.models.goal import GoalDemoKnobs, GoalStep
+from service.core.models.records import Usage
 
 PLAN_OUTPUT = "TODO.md"
 PLAN_SUMMARY = "plan.json"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.files import write_atomic
-from service.models.goal import GOAL_PLACEHOLDERS, GoalStep
-from service.models.tuning import CommandAdapter
+from service.core.files import write_atomic
+from service.core.models.goal import GOAL_PLACEHOLDERS, GoalStep
+from service.core.models.tuning import CommandAdapter
 from workers.adapters.command import CommandStep
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (

@@ -1,5 +1,5 @@
 """The built-in demo agents' goal steps: in-process, deterministic, driven by the goal's `demo` knobs
-(service.models.goal.GoalDemoKnobs), writing the same `out/` files a command agent writes.
+(service.core.models.goal.GoalDemoKnobs), writing the same `out/` files a command agent writes.
 
 - plan: a TODO of `tasks` tasks, the previous review's remaining work first; an invalid one (no task)
   in the iterations listed in `invalid_todo`;
@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from service.files import append_line, write_atomic
+from service.core.files import append_line, write_atomic
+from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
 from service.goals.todo import TodoError, parse_todo
-from service.models.goal_state import ProgressEntry, Review, WorkerResult
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (
     PLAN_OUTPUT,

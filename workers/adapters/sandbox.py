@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.errors import ConfigError
-from service.models.tuning import AgentLimits, DemoAdapter, SandboxConfig
+from service.core.errors import ConfigError
+from service.core.models.tuning import AgentLimits, DemoAdapter, SandboxConfig
 from workers.adapters.process import Containment, ProcessSpec, run_process
 
 CONTAINER_SETUP_EXIT = 125

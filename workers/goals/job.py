@@ -10,15 +10,15 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError
 
-from service import keys
-from service.errors import ConfigError, TunefleetError
+from service.core import keys
+from service.core.errors import ConfigError, TunefleetError
+from service.core.models.goal import FINAL_STATUSES, GoalSpec
+from service.core.models.goal_state import GoalState, GoalSummary
+from service.core.models.jobs import GoalJob
+from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
+from service.core.system import SystemRepo
 from service.goals.spec import resolve_limits
 from service.goals.store import GoalStore
-from service.models.goal import FINAL_STATUSES, GoalSpec
-from service.models.goal_state import GoalState, GoalSummary
-from service.models.jobs import GoalJob
-from service.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
-from service.system import SystemRepo
 from workers.adapters.goal_base import GoalAgent
 from workers.adapters.goal_command import CommandGoalAgent
 from workers.adapters.goal_demo import DemoGoalAgent

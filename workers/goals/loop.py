@@ -17,8 +17,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from service.models.goal import FINAL_STATUSES, GoalStep, Limit
-from service.models.goal_state import Completion, GoalState, IterationState
+from service.core.models.goal import FINAL_STATUSES, GoalStep, Limit
+from service.core.models.goal_state import Completion, GoalState, IterationState
 from workers.goals import steps
 from workers.goals.run import GoalRun
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.files import describe_validation
-from service.models.goal_state import ProgressEntry, WorkerResult
+from service.core.files import describe_validation
+from service.core.models.goal_state import ProgressEntry, WorkerResult
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import WORK_RESULT
 

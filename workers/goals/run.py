@@ -10,13 +10,13 @@ from typing import Any
 
 import structlog
 
-from service import keys
+from service.core import keys
+from service.core.models.goal import GoalSpec, GoalStep
+from service.core.models.goal_state import GoalState, IterationState, TraceEvent
+from service.core.settings import FleetSettings
+from service.core.system import SystemRepo
 from service.goals.fleet import summary_of
 from service.goals.store import GoalStore
-from service.models.goal import GoalSpec, GoalStep
-from service.models.goal_state import GoalState, IterationState, TraceEvent
-from service.settings import FleetSettings
-from service.system import SystemRepo
 from workers.adapters.goal_base import GoalAgent
 from workers.breaker import BreakerGate
 from workers.control import Controls

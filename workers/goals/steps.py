@@ -16,8 +16,17 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.errors import SystemRepoError
-from service.files import describe_validation, write_atomic
+from service.core.errors import SystemRepoError
+from service.core.files import describe_validation, write_atomic
+from service.core.models.goal import GoalStep
+from service.core.models.goal_state import (
+    IterationState,
+    PlanRecord,
+    Review,
+    ReviewRecord,
+    WorkerResult,
+    WorkRecord,
+)
 from service.goals.store import (
     CHANGES_FILE,
     PROGRESS_FILE,
@@ -27,15 +36,6 @@ from service.goals.store import (
     WORKER_RESULT_FILE,
 )
 from service.goals.todo import TodoError, parse_todo
-from service.models.goal import GoalStep
-from service.models.goal_state import (
-    IterationState,
-    PlanRecord,
-    Review,
-    ReviewRecord,
-    WorkerResult,
-    WorkRecord,
-)
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (
     PLAN_OUTPUT,

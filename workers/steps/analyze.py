@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.files import describe_validation, read_model
-from service.models.case import Case
-from service.models.records import Feedback, Note, Phase, RunRecord, new_seal
-from service.system import tree_digest
+from service.core.files import describe_validation, read_model
+from service.core.models.case import Case
+from service.core.models.records import Feedback, Note, Phase, RunRecord, new_seal
+from service.core.system import tree_digest
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
 from workers.errors import CaseFault, KeyRefused, ProviderDown

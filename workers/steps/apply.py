@@ -4,7 +4,7 @@ It edits a private copy of the current version (a plain folder: no git repositor
 configure); the fleet commits that folder's content on top of the version, and the commit becomes
 current only through the fenced publish. The commit message carries the attempt's trailer, so an
 apply whose worker died after publishing is found again instead of being paid for twice. Pushing to
-the user's mirror is the daemon's business (service.mirror): it never holds the lock.
+the user's mirror is the daemon's business (service.daemon.mirror): it never holds the lock.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.errors import SystemRepoError
-from service.files import describe_validation, read_model
-from service.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
+from service.core.errors import SystemRepoError
+from service.core.files import describe_validation, read_model
+from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
 from workers.errors import CaseFault, KeyRefused, LockLost, ProviderDown

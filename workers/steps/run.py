@@ -7,9 +7,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.files import read_model
-from service.models.records import ApplyRecord, Phase, RunOutput, RunRecord, SandboxTrips, new_seal
-from service.models.tuning import CommandAdapter
+from service.core.files import read_model
+from service.core.models.records import ApplyRecord, Phase, RunOutput, RunRecord, SandboxTrips, new_seal
+from service.core.models.tuning import CommandAdapter
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
 from workers.errors import CaseFault, KeyRefused, ProviderDown

@@ -7,8 +7,8 @@ import json
 import time
 from typing import Any
 
-from service.models.records import SEAL_FIELDS, Feedback, Usage
-from service.models.tuning import LlmAdapter
+from service.core.models.records import SEAL_FIELDS, Feedback, Usage
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
 from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.grading import check_feedback, feedback_schema

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.files import describe_validation
-from service.models.records import ApplyOutput, Usage
-from service.models.tuning import LlmAdapter
+from service.core.files import describe_validation
+from service.core.models.records import ApplyOutput, Usage
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
 from workers.adapters.llm.errors import LlmStepError

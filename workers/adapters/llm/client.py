@@ -39,7 +39,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from service.models.tuning import LlmAdapter
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.llm.errors import (
     CallTimedOut,
     FormatRefused,

@@ -26,7 +26,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from service import keys
+from service.core import keys
 
 log = structlog.get_logger()
 

@@ -27,11 +27,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from service.files import append_line, describe_validation, write_atomic
+from service.core.files import append_line, describe_validation, write_atomic
+from service.core.models.goal import GOAL_STEPS, GoalStep
+from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
+from service.core.models.tuning import LlmAdapter
 from service.goals.todo import TodoError, parse_todo
-from service.models.goal import GOAL_STEPS, GoalStep
-from service.models.goal_state import ProgressEntry, Review, WorkerResult
-from service.models.tuning import LlmAdapter
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (
     PLAN_OUTPUT,

@@ -14,8 +14,8 @@ import string
 from importlib import resources
 from pathlib import Path
 
-from service.errors import ConfigError
-from service.models.goal import GoalStep
+from service.core.errors import ConfigError
+from service.core.models.goal import GoalStep
 from workers.adapters.goal_base import GoalStepRequest
 from workers.adapters.llm.prompts import tree_view, workspace_view
 

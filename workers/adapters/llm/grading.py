@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.files import describe_validation
-from service.models.case import Case
-from service.models.records import Feedback
+from service.core.files import describe_validation
+from service.core.models.case import Case
+from service.core.models.records import Feedback
 from workers.adapters.llm.session import strip_fences
 
 SCORES = (0, 0.25, 0.5, 0.75, 1)

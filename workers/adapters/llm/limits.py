@@ -28,8 +28,8 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from service import keys
-from service.models.tuning import LlmAdapter
+from service.core import keys
+from service.core.models.tuning import LlmAdapter
 from workers.tasks import watched
 
 log = structlog.get_logger()

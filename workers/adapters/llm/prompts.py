@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from service.errors import ConfigError
+from service.core.errors import ConfigError
 
 PromptStep = Literal["analyze", "apply", "run"]
 

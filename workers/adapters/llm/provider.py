@@ -25,9 +25,9 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from service import keys
-from service.errors import ConfigError
-from service.models.tuning import LlmAdapter
+from service.core import keys
+from service.core.errors import ConfigError
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.llm.errors import MissingApiKey
 from workers.adapters.llm.formats import FormatMemory
 from workers.adapters.llm.limits import ProviderLimits

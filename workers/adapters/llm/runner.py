@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from service.files import append_line
-from service.models.records import RunOutput, Usage
-from service.models.tuning import LlmAdapter
+from service.core.files import append_line
+from service.core.models.records import RunOutput, Usage
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import RunOutcome, RunRequest
 from workers.adapters.llm.errors import (
     CallTimedOut,

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service.files import append_line, write_atomic
-from service.models.records import Usage
-from service.models.tuning import LlmAdapter
+from service.core.files import append_line, write_atomic
+from service.core.models.records import Usage
+from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import StepExit, StepRequest
 from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import (

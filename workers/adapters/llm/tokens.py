@@ -24,8 +24,8 @@ import openai
 import structlog
 from openai.types.chat import ChatCompletion
 
-from service.models.records import Usage
-from service.models.tuning import LlmAdapter
+from service.core.models.records import Usage
+from service.core.models.tuning import LlmAdapter
 
 log = structlog.get_logger()
 

@@ -1,0 +1,1 @@
+"""The `tunefleet` command line (front end)."""

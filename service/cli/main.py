@@ -1,0 +1,354 @@
+"""`tunefleet`: the command line. Settings are built once here and handed down."""
+
+# Commands import what they need when they run, so that `tunefleet status` does not pay for the
+# web server, git or YAML at start-up.
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from service.cli.schema import SCHEMAS, schemas
+from service.cli.support import (
+    LOGGING_COMMANDS,
+    CaseArg,
+    Format,
+    FormatOption,
+    JsonOption,
+    TuningArg,
+    fail,
+    run,
+)
+from service.client.client import TunefleetClient
+from service.core import logs
+from service.core.errors import TunefleetError
+from service.core.models.status import Hold, ResultRow
+from service.core.settings import CONFIG_ENV, FleetSettings
+from service.core.startup import check_redis_address, load_settings
+
+HELP = "Tune an agent's instructions against a data set on a fleet of workers."
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
+
+
+def _settings(ctx: typer.Context) -> FleetSettings:
+    settings: FleetSettings = ctx.obj
+    return settings
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option(help="A YAML settings file (or $TUNEFLEET_CONFIG).")] = None,
+    store: Annotated[Path | None, typer.Option(help="The store folder (or $TUNEFLEET_STORE).")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="redis:// or rediss:// URL.")] = None,
+) -> None:
+    """Tune an agent's instructions against a data set on a fleet of workers."""
+    # Options travel as environment, so that worker processes started from here see them too.
+    if config is not None:
+        os.environ[CONFIG_ENV] = str(config.resolve())
+    if store is not None:
+        os.environ["TUNEFLEET_STORE"] = str(store.resolve())
+    if redis_url is not None:
+        os.environ["TUNEFLEET_REDIS_URL"] = redis_url
+    try:
+        settings = load_settings()
+    except TunefleetError as exc:
+        fail(exc, ctx.invoked_subcommand in LOGGING_COMMANDS)
+    logs.configure(settings.log_format, settings.log_level)
+    ctx.obj = settings
+
+
+@app.command(help="Claim cases from the queue and run the loop on them until stopped (SIGTERM/SIGINT).")
+def worker(
+    ctx: typer.Context,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Cases this process runs at once (1 or more).")
+    ] = None,
+    burst: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
+) -> None:
+    # The worker is its own program (`python -m workers`); this command becomes it, so the service
+    # package never imports the workers package.
+    if concurrency is not None and concurrency < 1:
+        what = "the cases this worker runs at once"
+        fail(f"--concurrency must be 1 or more (got {concurrency}): {what}", as_log=True)
+    try:
+        check_redis_address(_settings(ctx))
+    except TunefleetError as exc:
+        fail(exc, as_log=True)
+    argv = [sys.executable, "-m", "workers"]
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    if burst:
+        argv.append("--burst")
+    os.execv(sys.executable, argv)
+
+
+@app.command()
+def daemon(
+    ctx: typer.Context,
+    tunings: Annotated[list[Path], typer.Argument(help="Tuning files to register and enqueue.")],
+    once: Annotated[bool, typer.Option(help="Enqueue and reconcile once, then exit.")] = False,
+) -> None:
+    """Register tunings and enqueue their cases; serve the HTTP API, the dashboard and /metrics.
+
+    It re-enqueues failed cases, keeps Redis and the store agreed, and serves on api_host:api_port.
+    One daemon per fleet: a second one on the same Redis is refused."""
+    from service.daemon.main import run_daemon
+
+    run(run_daemon(_settings(ctx), tunings, once), as_log=True)
+
+
+@app.command()
+def submit(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="A case file or a folder of them.")],
+    tuning: Annotated[str, typer.Option(help="The tuning to submit into.")],
+) -> None:
+    """Validate case files and enqueue them; a bad file is refused by name, the rest go in."""
+
+    async def go() -> int:
+        async with TunefleetClient(_settings(ctx)) as client:
+            report = await client.submit_path(tuning, path)
+        if not (report.accepted or report.duplicates or report.refused):
+            fail(f"{path}: no case files (*.yaml, *.yml, *.json) in it; nothing submitted")
+        console = Console()
+        for refusal in report.refused:
+            Console(stderr=True).print(
+                f"[red]refused[/red] {escape(refusal.error)}", highlight=False, soft_wrap=True
+            )
+        console.print(
+            f"enqueued {len(report.accepted)}, already known {len(report.duplicates)}, "
+            f"refused {len(report.refused)}"
+        )
+        return 1 if report.refused else 0
+
+    raise typer.Exit(run(go()))
+
+
+@app.command()
+def status(ctx: typer.Context, fmt: FormatOption = Format.table, as_json: JsonOption = False) -> None:
+    """Queue depth, running cases, outcomes, tokens and cost, from the live counters."""
+
+    from service.cli.render import out_console, status_table, status_tsv
+
+    async def go() -> None:
+        async with TunefleetClient(_settings(ctx)) as client:
+            result = await client.status()
+        if as_json or fmt is Format.json:
+            print(result.model_dump_json(indent=2))
+        elif fmt is Format.tsv:
+            sys.stdout.write(status_tsv(result))
+        else:
+            out_console().print(status_table(result))
+
+    run(go())
+
+
+@app.command()
+def results(
+    ctx: typer.Context, tuning: TuningArg, fmt: FormatOption = Format.table, as_json: JsonOption = False
+) -> None:
+    """One row per case: case, rev, state, reason, tokens, cost, and the declared outcome if any.
+
+    Unfinished cases of a held tuning say why they wait."""
+    from service.cli.render import hold_line, out_console, results_table, results_tsv
+
+    async def go() -> tuple[Hold | None, list[ResultRow]]:
+        client = TunefleetClient(_settings(ctx))
+        client.tuning_store(tuning)
+        hold = await _hold_of(client, tuning)
+        return hold, await client.results(tuning, hold)
+
+    hold, rows = run(go())
+    if as_json or fmt is Format.json:
+        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+    elif fmt is Format.tsv:
+        sys.stdout.write(results_tsv(rows))
+    else:
+        console = out_console()
+        if hold is not None:
+            console.print(hold_line(tuning, hold))
+        console.print(results_table(rows))
+
+
+async def _hold_of(client: TunefleetClient, tuning: str) -> Hold | None:
+    """The tuning's hold; None when Redis cannot be reached (results come from the store alone)."""
+    try:
+        async with client:
+            return await client.hold(tuning)
+    except TunefleetError as exc:
+        Console(stderr=True).print(
+            f"[yellow]warning:[/yellow] holds not read: {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
+        return None
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    tuning: TuningArg,
+    case: CaseArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+) -> None:
+    """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
+    from service.cli.render import case_view, out_console
+
+    detail = run(TunefleetClient(_settings(ctx)).show(tuning, case))
+    if as_json:
+        print(detail.model_dump_json(indent=2))
+    else:
+        out_console().print(case_view(detail))
+
+
+@app.command()
+def watch(
+    ctx: typer.Context,
+    refresh_s: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes.")] = 0.5,
+) -> None:
+    """Live view: queue, cases under way, tokens, breaker, locks, events; enter follows one agent's log."""
+    from service.watch.app import watch as watch_live
+
+    run(watch_live(_settings(ctx), refresh_s=refresh_s))
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    tuning: TuningArg,
+    case: Annotated[str | None, typer.Argument(help="One case; all unfinished cases if omitted.")] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Cancel a whole tuning without asking for confirmation.")
+    ] = False,
+) -> None:
+    """Cancel a case, or every unfinished case of a tuning: agents are stopped, cases end cancelled.
+
+    Cancelling a whole tuning asks for confirmation; without a terminal it needs --yes."""
+    client = TunefleetClient(_settings(ctx))
+    try:
+        cases = list(client.tuning_store(tuning).latest_revs())
+    except TunefleetError as exc:
+        fail(exc)
+    if case is not None:
+        found = [c for c in cases if c.case_id == case]
+        if not found:
+            fail(f"tuning {tuning!r} has no case {case!r}; nothing cancelled")
+        ended = found[0].result()
+        if ended is not None:
+            Console().print(
+                f"case {escape(case)} already ended {ended.state}: nothing to cancel", highlight=False
+            )
+            return
+    else:
+        unfinished = sum(not c.result_file.exists() for c in cases)
+        if unfinished == 0:
+            Console().print(
+                f"tuning {escape(tuning)} has no unfinished case: nothing to cancel", highlight=False
+            )
+            return
+        if not yes:
+            _confirm_cancel(tuning, unfinished)
+
+    async def go() -> None:
+        async with client:
+            done = await client.cancel(tuning, case)
+        Console().print(f"cancelled {len(done)} case(s)")
+
+    run(go())
+
+
+def _confirm_cancel(tuning: str, unfinished: int) -> None:
+    """Ask on a terminal before cancelling a whole tuning; refuse (exit 2) when stdin is not one."""
+    what = f"{unfinished} unfinished case(s) of tuning {tuning!r}"
+    if not sys.stdin.isatty():
+        fail(f"refusing to cancel {what} without confirmation: stdin is not a terminal (pass --yes)")
+    if not typer.confirm(f"Cancel {what}?", default=False):
+        Console(stderr=True).print(f"not cancelled: {escape(what)} left as they are", highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command()
+def pause(ctx: typer.Context) -> None:
+    """Pause the fleet: no new run starts anywhere; steps under way finish."""
+
+    async def go() -> None:
+        async with TunefleetClient(_settings(ctx)) as client:
+            await client.pause()
+        Console().print("paused")
+
+    run(go())
+
+
+@app.command()
+def resume(
+    ctx: typer.Context,
+    tuning: Annotated[
+        str | None, typer.Argument(help="Release this tuning's hold (a spent budget is waived).")
+    ] = None,
+) -> None:
+    """Resume the fleet after `pause`, or a tuning held for its budget or a refused key."""
+
+    async def go() -> None:
+        async with TunefleetClient(_settings(ctx)) as client:
+            released = await client.resume(tuning)
+        if tuning is None:
+            Console().print("resumed")
+        else:
+            Console().print(f"released {tuning}" if released else f"{tuning} was not held")
+
+    run(go())
+
+
+@app.command()
+def schema(
+    names: Annotated[list[str] | None, typer.Argument(help=f"Any of: {', '.join(SCHEMAS)}")] = None,
+) -> None:
+    """Print the JSON Schemas of the files and payloads at every boundary (the adapter contract)."""
+    unknown = [n for n in names or [] if n not in SCHEMAS]
+    if unknown:
+        Console(stderr=True).print(
+            f"[red]error:[/red] unknown schema {unknown[0]!r}; known: {', '.join(SCHEMAS)}"
+        )
+        raise typer.Exit(2)
+    print(json.dumps(schemas(names), indent=2))
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    tuning_file: Annotated[Path, typer.Option("--tuning", help="The tuning file to run.")] = Path(
+        "examples/demo/tuning.yaml"
+    ),
+    workers: Annotated[int, typer.Option(help="Worker processes to start.")] = 2,
+    timeout_s: Annotated[float, typer.Option(help="Give up after this long.")] = 600.0,
+    goals: Annotated[
+        Path | None, typer.Option(help="A folder of goal specs to pursue beside the cases (none: no goals).")
+    ] = Path("examples/goals"),
+) -> None:
+    """Run the demo tuning and the example goals end to end, with live progress, then the results.
+
+    It starts the daemon and worker processes itself, on the fleet's Redis and store."""
+    from service.cli.demo import run_demo
+
+    raise typer.Exit(run(run_demo(_settings(ctx), tuning_file, workers, timeout_s, goals)))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="tunefleet")
+
+
+def _add_goal_commands() -> None:
+    from service.goals.cli import goal_app
+
+    app.add_typer(goal_app, name="goal")
+
+
+_add_goal_commands()

@@ -1,0 +1,132 @@
+"""Emitting events: one line in the tuning's `events.jsonl`, one entry in the Redis stream, and the
+live counters the event moves, in one round trip (one script call)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from redis.asyncio import Redis
+
+from service.core import keys
+from service.core.batch import RedisBatch
+from service.core.models.events import Event
+from service.core.store import Store, TuningStore
+
+log = structlog.get_logger()
+
+EMIT = """
+-- KEYS: events stream, stats hash, running hash
+-- ARGV: stream max length, event JSON, running action ('' | 'set' | 'del'), job id, job state,
+--       then (counter, amount) pairs
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'event', ARGV[2])
+for i = 6, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+if ARGV[3] == 'set' then
+  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+elseif ARGV[3] == 'del' then
+  redis.call('HDEL', KEYS[3], ARGV[4])
+end
+return 1
+"""
+
+COST_SCALE = 1_000_000
+"""Cost is counted in micro-dollars so that Redis can add it atomically as an integer."""
+
+
+def counter_moves(event: Event) -> dict[str, int]:
+    """The live counters of a tuning that an event changes, and by how much. Runs are counted when
+    their fate is known: `runs:ran` when the analyzer grades one (not void), `runs:void` when one is set
+    aside (voided by the runner or by the analyzer), so that they add up to the runs the store keeps
+    (`service.client.queries.stored_runs`)."""
+    moves: dict[str, int] = {}
+    if event.kind in ("case_completed", "case_difficult", "case_failed", "case_cancelled"):
+        moves["state:" + event.kind.removeprefix("case_")] = 1
+    elif event.kind == "case_queued":
+        moves["queued"] = 1
+    elif event.kind == "case_requeued":
+        moves["requeued"] = 1
+    elif event.kind == "step_finished" and event.step is not None:
+        moves[f"steps:{event.step}"] = 1
+        if event.step == "analyze" and event.data.get("outcome") != "void":
+            moves["runs:ran"] = 1  # a run is counted once its fate is known: graded, or set aside
+    elif event.kind == "attempt_set_aside":
+        moves["runs:void"] = 1
+    if event.tokens:
+        moves["tokens"] = event.tokens
+    if event.unmeasured_tokens:
+        moves["tokens_unmeasured"] = event.unmeasured_tokens
+    if event.estimated_tokens:
+        moves["tokens_estimated"] = event.estimated_tokens
+    if event.cost_usd:
+        moves["cost_usd_micros"] = round(event.cost_usd * COST_SCALE)
+    return moves
+
+
+class EventSink:
+    """Where every process of the fleet sends its events."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        store: Store,
+        events_max: int,
+        worker: str | None = None,
+        batch: RedisBatch | None = None,
+    ) -> None:
+        self.redis = redis
+        self._batch = batch or RedisBatch(redis)
+        self._store = store
+        self._events_max = events_max
+        self._worker = worker
+        self._emit = redis.register_script(EMIT)
+        self._tunings: dict[str, TuningStore] = {}
+
+    def _tuning(self, name: str) -> TuningStore:
+        found = self._tunings.get(name)
+        if found is None:
+            found = self._tunings[name] = self._store.tuning(name)
+        return found
+
+    async def emit(
+        self, kind: str, tuning: str, *, running: tuple[str, str | None] | None = None, **fields: Any
+    ) -> Event:
+        """Record an event; `running` (job id, JSON or None to remove) updates the tuning's running
+        hash in the same round trip."""
+        data = fields.pop("data", {})
+        event = Event(
+            at=datetime.now(UTC), kind=kind, tuning=tuning, worker=self._worker, data=data, **fields
+        )
+        line = event.model_dump_json(exclude_defaults=True)
+        self._tuning(tuning).append_events([line])
+        action, job_id, state = "", "", ""
+        if running is not None:
+            job_id, running_state = running
+            action, state = ("del", "") if running_state is None else ("set", running_state)
+        args: list[str | int] = [self._events_max, line, action, job_id, state]
+        for field, amount in counter_moves(event).items():
+            args += [field, amount]
+        await self._batch.script(self._emit, [keys.events(), keys.stats(tuning), keys.running(tuning)], args)
+        log.info(kind, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
+        return event
+
+    async def emit_many(self, kind: str, tuning: str, items: list[dict[str, Any]]) -> None:
+        """Emit one event per item (its fields) at once: one write to events.jsonl, one round trip for
+        the stream entries and the counters they move together."""
+        if not items:
+            return
+        now = datetime.now(UTC)
+        events = [Event(at=now, kind=kind, tuning=tuning, worker=self._worker, **item) for item in items]
+        lines = [event.model_dump_json(exclude_defaults=True) for event in events]
+        self._tuning(tuning).append_events(lines)
+        moves: dict[str, int] = {}
+        for event in events:
+            for field, amount in counter_moves(event).items():
+                moves[field] = moves.get(field, 0) + amount
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for line in lines:
+                pipe.xadd(keys.events(), {"event": line}, maxlen=self._events_max, approximate=True)
+            for field, amount in moves.items():
+                pipe.hincrby(keys.stats(tuning), field, amount)
+            await pipe.execute()
+        log.info(kind, tuning=tuning, count=len(events))

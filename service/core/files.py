@@ -1,0 +1,181 @@
+"""Atomic file writes and validated reads: the only way tunefleet touches its JSON files."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from service.core.errors import StoreError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """An exclusive temp file beside `path` (its folder made on first use)."""
+    tmp = f"{path.parent}/.{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return os.open(tmp, flags, 0o644), tmp
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(tmp, flags, 0o644), tmp
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never a part.
+    `durable` also flushes it to disk first (records); inputs that are made again on a re-run skip it."""
+    fd, tmp = _create_temp(path)
+    try:
+        try:
+            _write_all(fd, data)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_temp(folder: Path, name: str, data: bytes) -> str:
+    """The first half of an atomic write, without its fsync: `data` in a new temp file `.<name>...tmp`
+    in `folder`, which must exist; the temp file's name. `publish_temps` ends several such writes at once."""
+    tmp = f"{folder}/.{name}.{os.getpid()}.{threading.get_native_id()}.{time.monotonic_ns()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def sync_filesystem(path: Path) -> bool:
+    """Flush to disk everything written so far to the filesystem holding `path`, files and folders alike
+    (syncfs(2), one device flush); False, doing nothing, where the C library has no syncfs."""
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if syncfs is None:
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), str(path))
+    finally:
+        os.close(fd)
+    return True
+
+
+def _make_folder(folder: str) -> None:
+    """Make `folder` and whichever of its parents are missing (one call when only it is missing)."""
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        _make_folder(os.path.dirname(folder))
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder)
+
+
+def publish_temps(temps: Sequence[tuple[str, Path]], filesystem: Path) -> None:
+    """End the atomic writes begun with `write_temp` (temp file, final path, on the same filesystem) with
+    one flush for all: the temp files' contents reach the disk (`sync_filesystem` on `filesystem`), then
+    each takes its name (its folder made when missing), then the folders and names reach the disk too.
+    When this returns each file is whole and durable under its name; a crash before leaves some of them
+    missing, never one in part, and a failure leaves no temp file. Without syncfs each temp file is
+    fsync'd before its rename, as `write_atomic` does (and the names are not flushed)."""
+    if not temps:
+        return
+    named = 0
+    try:
+        if not sync_filesystem(filesystem):
+            for tmp, _ in temps:
+                _fsync_file(tmp)
+        for tmp, path in temps:
+            _make_folder(os.path.dirname(path))
+            os.replace(tmp, path)
+            named += 1
+        sync_filesystem(filesystem)
+    except BaseException:
+        for tmp, _ in temps[named:]:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def model_bytes(model: BaseModel) -> bytes:
+    """A model as `write_model` writes it."""
+    return (model.model_dump_json(indent=2) + "\n").encode()
+
+
+def write_model(path: Path, model: BaseModel) -> None:
+    write_atomic(path, model_bytes(model))
+
+
+def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
+    write_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode(), durable=durable)
+
+
+def describe_validation(error: ValidationError) -> str:
+    """One line per problem: `field.path: what was expected`."""
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        parts.append(f"field {where!r}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def read_model(path: Path, model: type[M]) -> M | None:
+    """The validated model in `path`, None if the file does not exist; StoreError if it is invalid."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {exc}") from exc
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise StoreError(f"{path}: {describe_validation(exc)}") from exc
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line with a single write on an O_APPEND descriptor (whole lines, never interleaved)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    try:
+        os.write(fd, (line.rstrip("\n") + "\n").encode())
+    finally:
+        os.close(fd)

@@ -1,0 +1,30 @@
+"""Serving a Starlette app with uvicorn inside a fleet process's own event loop: the listening socket
+(bound first, so a busy port fails before anything else is done) and a server that leaves signals to
+its host process. The worker's health endpoints and the daemon's API both serve through this."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+
+from service.core.errors import TunefleetError
+
+
+class EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to its host process (the host stops it by `should_exit`)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def listen(host: str, port: int, what: str, backlog: int = 2048) -> socket.socket:
+    """A bound, listening TCP socket, or a TunefleetError that says which address `what` was refused."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, reuse_port=False, backlog=backlog)
+    except OSError as exc:
+        raise TunefleetError(f"{what} cannot listen on {host}:{port}: {exc.strerror or exc}") from exc

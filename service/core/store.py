@@ -1,0 +1,186 @@
+"""The store: a folder every process of the fleet mounts, and the source of truth for progress.
+
+<store>/tunings/<tuning>/
+    tuning.json                  the registered config (absolute paths)
+    system.git/                  the system repository (bare); see service.core.system
+    snapshots/<version>/         read-only trees of system versions
+    events.jsonl                 every event of the tuning
+    memories/<case>/r<rev>/      memories kept by the memory store
+    cases/<case>/r<rev>/
+        case.json  result.json  notes.jsonl  failed-<n>.json
+        void-baseline.json       voids already counted when the case last ended failed
+        sandbox-trips.json       sandbox-down reports of a runner with nothing to probe
+        <phase>/<attempt>/       run.json feedback.json analysis.md apply.json (the fleet's records,
+                                 sealed), and the per-lease step folders run-<token>/
+                                 analyze-<token>/ apply-<token>/ (workers.adapters.folder)
+        <phase>/<attempt>.void-<n>/   a void try, set aside
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from service.core.errors import UnknownTuningError
+from service.core.files import append_line, read_model, write_model
+from service.core.models.case import Case
+from service.core.models.records import CaseResult, Note, Phase
+from service.core.models.tuning import TuningConfig
+
+PHASES: tuple[Phase, ...] = ("nomem", "mem")
+
+
+class AttemptPaths:
+    """The records of one attempt's folder. The agents' own files (input, memory, workspace, logs)
+    live in the per-lease work folders beside them: `run-<token>/`, `analyze-<token>/`, `apply-<token>/`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.run = root / "run.json"
+        self.feedback = root / "feedback.json"
+        self.analysis = root / "analysis.md"
+        self.apply = root / "apply.json"
+
+
+class CaseStore:
+    """One case revision's folder."""
+
+    def __init__(self, root: Path, case_id: str, rev: int) -> None:
+        self.root = root
+        self.case_id = case_id
+        self.rev = rev
+        self.case_file = root / "case.json"
+        self.result_file = root / "result.json"
+        self.notes_file = root / "notes.jsonl"
+        self.voids_file = root / "void-baseline.json"
+
+    def attempt(self, phase: Phase, attempt: int) -> AttemptPaths:
+        return AttemptPaths(self.root / phase / str(attempt))
+
+    def load_case(self) -> Case | None:
+        return read_model(self.case_file, Case)
+
+    def write_case(self, case: Case) -> None:
+        write_model(self.case_file, case)
+
+    def result(self) -> CaseResult | None:
+        return read_model(self.result_file, CaseResult)
+
+    def write_result(self, result: CaseResult) -> None:
+        write_model(self.result_file, result)
+
+    def add_note(self, note: Note) -> None:
+        append_line(self.notes_file, note.model_dump_json())
+
+    def voids(self, phase: Phase, attempt: int) -> list[Path]:
+        """The attempt's void folders, oldest first."""
+        base = self.attempt(phase, attempt).root
+        found = [p for p in base.parent.glob(f"{base.name}.void-*") if p.name.rsplit("-", 1)[-1].isdigit()]
+        return sorted(found, key=lambda p: int(p.name.rsplit("-", 1)[-1]))
+
+    def set_aside(self, phase: Phase, attempt: int) -> Path:
+        """Move a void attempt aside as `<attempt>.void-<n>` and return where it went."""
+        base = self.attempt(phase, attempt).root
+        taken = self.voids(phase, attempt)
+        n = int(taken[-1].name.rsplit("-", 1)[-1]) + 1 if taken else 1
+        target = base.parent / f"{base.name}.void-{n}"
+        base.rename(target)
+        return target
+
+    def archive_failure(self) -> Path | None:
+        """Keep a `failed` result as `failed-<n>.json` so the case can run again."""
+        if not self.result_file.exists():
+            return None
+        n = 1 + sum(1 for _ in self.root.glob("failed-*.json"))
+        target = self.root / f"failed-{n}.json"
+        self.result_file.rename(target)
+        return target
+
+    def attempts(self) -> Iterator[tuple[Phase, int, AttemptPaths]]:
+        """Every recorded attempt, in loop order (voids excluded)."""
+        for phase in PHASES:
+            folder = self.root / phase
+            if not folder.is_dir():
+                continue
+            numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+            for number in numbers:
+                yield phase, number, self.attempt(phase, number)
+
+
+class TuningStore:
+    """One tuning's folder."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.name = name
+        self.root = root
+        self.config_file = root / "tuning.json"
+        self.repo = root / "system.git"
+        self.snapshots = root / "snapshots"
+        self.events_file = root / "events.jsonl"
+        self.memories = root / "memories"
+        self.cases_dir = root / "cases"
+
+    def exists(self) -> bool:
+        return self.config_file.exists()
+
+    def config(self) -> TuningConfig:
+        config = read_model(self.config_file, TuningConfig)
+        if config is None:
+            raise UnknownTuningError(f"tuning {self.name!r} is not registered in {self.root.parent}")
+        return config
+
+    def write_config(self, config: TuningConfig) -> None:
+        write_model(self.config_file, config)
+
+    def case(self, case_id: str, rev: int) -> CaseStore:
+        return CaseStore(self.cases_dir / case_id / f"r{rev}", case_id, rev)
+
+    def case_revs(self) -> Iterator[CaseStore]:
+        """Every case revision held, by case id then rev."""
+        if not self.cases_dir.is_dir():
+            return
+        for case_dir in sorted(self.cases_dir.iterdir()):
+            revs = sorted(int(p.name[1:]) for p in case_dir.glob("r*") if p.name[1:].isdigit())
+            for rev in revs:
+                yield self.case(case_dir.name, rev)
+
+    def latest_revs(self) -> Iterator[CaseStore]:
+        """The newest revision of every case."""
+        last: dict[str, CaseStore] = {}
+        for case in self.case_revs():
+            last[case.case_id] = case
+        yield from last.values()
+
+    def append_events(self, lines: list[str]) -> None:
+        """Several events' lines in one write (O_APPEND: never interleaved with other writers' lines)."""
+        append_line(self.events_file, "\n".join(line.rstrip("\n") for line in lines))
+
+    def submit_memory(self, case_id: str, rev: int, source: Path) -> Path:
+        """Keep the memory a passing run started from and passed with."""
+        target = self.memories / case_id / f"r{rev}"
+        staging = target.with_name(target.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        if source.is_dir():
+            shutil.copytree(source, staging, copy_function=shutil.copyfile)
+        else:  # the run wrote no memory
+            staging.mkdir(parents=True)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        return target
+
+
+class Store:
+    """The whole store folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def tuning(self, name: str) -> TuningStore:
+        return TuningStore(self.root / "tunings" / name, name)
+
+    def tuning_names(self) -> list[str]:
+        folder = self.root / "tunings"
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if (p / "tuning.json").exists())

@@ -1,0 +1,279 @@
+"""The system repository: the instructions being tuned, kept as git in the store.
+
+A version is a commit. Runs work on read-only snapshots of one version; an apply edits a
+private copy of the current version (a plain folder) and `commit_folder` records it; which commit
+is *current* is decided by the fenced publish in Redis (workers.lock), mirrored to
+`refs/heads/main` here for when Redis loses it.
+
+Git itself is run by service.core.git: a git that fails, cannot be started or times out is always a
+SystemRepoError, never an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+from service.core.errors import SystemRepoError
+from service.core.git import DEFAULT_GIT_TIMEOUT_S, GitResult, git, run_git
+
+MAIN_REF = "refs/heads/main"
+GITLINK_MODE = "160000"
+
+
+def tree_digest(root: Path) -> str:
+    """A digest of every file's relative path and bytes below `root` (to see whether it was edited)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _make_read_only(root: Path) -> None:
+    for path in root.rglob("*"):
+        if path.is_symlink():
+            continue  # chmod would follow it
+        if path.is_file():  # executable bits kept: they are part of the version
+            executable = path.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH | executable)
+        elif path.is_dir():
+            path.chmod(
+                stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+            )
+
+
+def _make_writable(root: Path) -> None:
+    root.chmod(root.stat().st_mode | stat.S_IWUSR)
+    for path in root.rglob("*"):
+        if not path.is_symlink():  # chmod would follow it
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def _links_leaving(folder: Path) -> list[str]:
+    """The symbolic links below `folder` (outside `.git` folders) that point out of it: a version holding
+    one could not be extracted into a snapshot."""
+    root = folder.resolve()
+    leaving = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                continue
+            target = os.readlink(path)
+            if os.path.isabs(target) or not os.path.normpath(path.parent / target).startswith(f"{root}/"):
+                leaving.append(f"{path.relative_to(root)} -> {target}")
+    return leaving
+
+
+def _index_home(folder: Path) -> Path:
+    """Where a temporary index for `folder` may live: the system's temporary folder, unless that is
+    inside `folder`."""
+    home = Path(tempfile.gettempdir()).resolve()
+    return folder.resolve().parent if home.is_relative_to(folder.resolve()) else home
+
+
+class SystemRepo:
+    """The bare repository of one tuning and its snapshots."""
+
+    def __init__(self, repo: Path, snapshots: Path, git_timeout_s: float = DEFAULT_GIT_TIMEOUT_S) -> None:
+        self.repo = repo
+        self.snapshots = snapshots
+        self.git_timeout_s = git_timeout_s
+        self._extracting: dict[str, asyncio.Task[Path]] = {}
+        """Snapshots this process is extracting now: concurrent runs of one version share one."""
+
+    async def _git(self, *args: str) -> str:
+        return (await git(f"--git-dir={self.repo}", *args, timeout_s=self.git_timeout_s)).decode().strip()
+
+    async def _run(self, *args: str, ok_exits: Collection[int]) -> GitResult:
+        return await run_git(f"--git-dir={self.repo}", *args, timeout_s=self.git_timeout_s, ok_exits=ok_exits)
+
+    async def init_from(self, source: Path) -> str:
+        """Create the repository from a folder of instructions (once); the first version."""
+        if (self.repo / "HEAD").exists():
+            return await self.head()
+        if not source.is_dir():
+            raise SystemRepoError(f"system folder {source} does not exist")
+        staging = self.repo.with_name(self.repo.name + f".init-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        timeout_s = self.git_timeout_s
+        await git("init", "--quiet", "--bare", "--initial-branch=main", str(staging), timeout_s=timeout_s)
+        work = Path(str(staging) + "-work")
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(source, work, ignore=shutil.ignore_patterns(".git"))
+        base = (f"--git-dir={staging}", f"--work-tree={work}")
+        await git(*base, "add", "--all", ".", timeout_s=timeout_s)
+        message = f"tunefleet: import {source.name}"
+        await git(*base, "commit", "--quiet", "--allow-empty", "-m", message, timeout_s=timeout_s)
+        shutil.rmtree(work)
+        try:
+            staging.rename(self.repo)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)  # another process registered it first
+        return await self.head()
+
+    async def head(self) -> str:
+        return await self._git("rev-parse", "--verify", f"{MAIN_REF}^{{commit}}")
+
+    async def update_main(self, version: str, base: str | None = None) -> None:
+        """Mirror a published version to refs/heads/main, only ever forward: a late caller whose version
+        is older than main (it was paused between publish and here) changes nothing. With `base` (the
+        version the new one was made from), the common case is one compare-and-set."""
+        if base is not None:
+            swapped = await self._run("update-ref", MAIN_REF, version, base, ok_exits=(0, 128))
+            if swapped.exit == 0:
+                return
+            # main is not at base (git's exit 128): decide by ancestry below, which fails loudly on
+            # anything else, such as a version that is no commit
+        current = await self.head()
+        if current == version or not await self.is_ancestor(current, version):
+            return
+        await self._git("update-ref", MAIN_REF, version, current)
+
+    async def snapshot(self, version: str) -> Path:
+        """A read-only tree of `version`, extracted once and shared by every run."""
+        target = self.snapshots / version
+        if target.is_dir():
+            return target
+        task = self._extracting.get(version)
+        if task is None:
+            task = asyncio.ensure_future(self._extract(version, target))
+            self._extracting[version] = task
+            task.add_done_callback(lambda _: self._extracting.pop(version, None))
+        return await asyncio.shield(task)
+
+    async def _extract(self, version: str, target: Path) -> Path:
+        archive = await git(
+            f"--git-dir={self.repo}", "archive", "--format=tar", version, timeout_s=self.git_timeout_s
+        )
+        staging = self.snapshots / f".{version}.{os.getpid()}.{id(archive)}"
+        staging.mkdir(parents=True)
+        try:
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(staging, filter="data")
+        except tarfile.ReadError as exc:
+            if await self._git("ls-tree", "--name-only", version):  # else an empty tree: an empty folder
+                _make_writable(staging)
+                shutil.rmtree(staging)
+                raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
+        except tarfile.TarError as exc:
+            _make_writable(staging)
+            shutil.rmtree(staging)
+            raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
+        _make_read_only(staging)
+        try:
+            staging.rename(target)
+        except OSError:
+            _make_writable(staging)
+            shutil.rmtree(staging)
+        return target
+
+    async def private_copy(self, version: str, dest: Path) -> Path:
+        """A writable copy of `version` that nothing else sees (for the analyzer, and the folder the
+        applier edits for `commit_folder`); symbolic links stay links."""
+        source = await self.snapshot(version)
+        if dest.exists():
+            _make_writable(dest)
+            shutil.rmtree(dest)
+        shutil.copytree(source, dest, symlinks=True)
+        _make_writable(dest)
+        return dest
+
+    async def commit_folder(self, folder: Path, base: str, message: str) -> str | None:
+        """A commit on top of `base` whose tree is the content of `folder` (a plain folder, not a git
+        worktree), or None when that is `base`'s tree. Git never treats the folder as a repository: the
+        repository, the work tree and a temporary index outside the folder are all named explicitly,
+        so a `.git` planted in it is not read (and, like every `.git`, not committed). Refused with
+        SystemRepoError: a nested git repository (it would be a gitlink), a symbolic link pointing out of
+        the folder (no snapshot could hold it), and any git failure (never read as "nothing changed")."""
+        if not folder.is_dir():
+            raise SystemRepoError(f"folder {folder} does not exist")
+        leaving = _links_leaving(folder)
+        if leaving:
+            raise SystemRepoError(f"folder {folder}: symbolic link {leaving[0]} points outside the folder")
+        with tempfile.TemporaryDirectory(prefix="tunefleet-index-", dir=_index_home(folder)) as scratch:
+            index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            tree = await self._stage_folder(folder, base, index)
+            if tree is None:
+                return None
+            out = await git(
+                f"--git-dir={self.repo}",
+                "commit-tree",
+                tree,
+                "-p",
+                base,
+                stdin=message.encode(),
+                timeout_s=self.git_timeout_s,
+            )
+        return out.decode().strip()
+
+    async def _stage_folder(self, folder: Path, base: str, index: Mapping[str, str]) -> str | None:
+        """Fill the index `index` names with `folder` on top of `base`; the tree, None if unchanged."""
+        work = folder.resolve()
+        repo = (f"--git-dir={self.repo}", f"--work-tree={work}", "-c", "core.fsmonitor=false")
+        timeout_s = self.git_timeout_s
+        await git(*repo, "read-tree", base, env=index, timeout_s=timeout_s)
+        await git(*repo, "add", "--all", "--force", ".", env=index, timeout_s=timeout_s, cwd=work)
+        staged = await git(*repo, "ls-files", "--stage", "-z", env=index, timeout_s=timeout_s)
+        entries = staged.decode(errors="replace").split("\0")
+        links = [e.split("\t", 1)[-1] for e in entries if e.startswith(f"{GITLINK_MODE} ")]
+        if links:
+            raise SystemRepoError(f"folder {folder} holds a git repository at {links[0]}: commit plain files")
+        changed = await run_git(
+            *repo,
+            "diff-index",
+            "--cached",
+            "--quiet",
+            base,
+            "--",
+            env=index,
+            timeout_s=timeout_s,
+            ok_exits=(0, 1),
+        )
+        if changed.exit == 0:
+            return None
+        return (await git(*repo, "write-tree", env=index, timeout_s=timeout_s)).decode().strip()
+
+    async def find_published(self, trailer: str, current: str) -> str | None:
+        """The commit reachable from `current` whose message holds `trailer`, if any."""
+        out = await self._git("log", "--format=%H", "--fixed-strings", f"--grep={trailer}", current)
+        return out.splitlines()[0] if out else None
+
+    async def is_ancestor(self, older: str, newer: str) -> bool:
+        """Whether `older` is `newer` or an ancestor of it; SystemRepoError when git cannot tell (a bad
+        object, a broken repository)."""
+        answer = await self._run("merge-base", "--is-ancestor", older, newer, ok_exits=(0, 1))
+        return answer.exit == 0
+
+    async def mirror(self, remote: str, branch: str, version: str, timeout_s: float | None = None) -> None:
+        """Push `version` to the user's own remote branch (forced), within `timeout_s` (default: the
+        repository's git timeout)."""
+        await git(
+            f"--git-dir={self.repo}",
+            "push",
+            "--quiet",
+            "--force",
+            remote,
+            f"{version}:refs/heads/{branch}",
+            timeout_s=self.git_timeout_s if timeout_s is None else timeout_s,
+        )
+
+    async def diff(self, older: str, newer: str) -> str:
+        """The changes from `older` to `newer` as a patch, with a summary of the files first."""
+        if older == newer:
+            return ""
+        return await self._git("diff", "--stat", "--patch", "--no-color", "--no-ext-diff", older, newer)
+
+    async def message(self, version: str) -> str:
+        return await self._git("log", "-1", "--format=%B", version)

@@ -1,0 +1,1 @@
+"""The daemon: one per fleet; registers tunings, enqueues and reconciles, reaps, serves the API."""

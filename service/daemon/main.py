@@ -1,0 +1,217 @@
+"""The daemon: registers tunings, enqueues their cases, and keeps Redis in agreement with the store.
+
+Reconciliation runs at start, every `reconcile_interval_s`, and at once when the daemon finds
+that Redis lost the fleet's state (the epoch key is gone): every unfinished case that has neither
+a queue entry nor a live lease is enqueued again, once; its recorded steps are kept in the store.
+Beside it runs the mirror (`service.daemon.mirror`), which pushes each tuning's current version to its remote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from pathlib import Path
+
+import structlog
+from redis.exceptions import RedisError
+
+from service.client.client import TunefleetClient
+from service.client.queries import stored_runs
+from service.core import keys
+from service.core.events import COST_SCALE
+from service.core.models.jobs import CASE_FUNCTION, CaseJob
+from service.core.models.status import SubmitReport
+from service.core.settings import FleetSettings
+from service.core.startup import check_redis_address
+from service.core.store import TuningStore
+from service.daemon.lease import DaemonLock
+from service.daemon.mirror import Mirror
+
+log = structlog.get_logger()
+
+EPOCH_CHECK_S = 1.0
+WORKER_QUIET_S = 60.0
+"""A worker whose presence was not renewed for this long is dropped from the workers set."""
+
+FENCE_FLOOR = """
+-- KEYS: fence. Fencing tokens must only grow, even when Redis lost the counter: raise it to Redis's clock
+-- in microseconds, far above any count of grants made before.
+local t = redis.call('TIME')
+local floor = t[1] * 1000000 + t[2]
+if tonumber(redis.call('GET', KEYS[1]) or '0') < floor then redis.call('SET', KEYS[1], floor) end
+return 1
+"""
+
+
+class Daemon:
+    """The fleet's daemon; `run_daemon` makes sure it is the only one on its Redis."""
+
+    def __init__(self, client: TunefleetClient) -> None:
+        self.client = client
+        self.settings = client.settings
+        self.stopping = asyncio.Event()
+
+    async def start(self, tuning_files: list[Path]) -> dict[str, SubmitReport]:
+        """Register the tunings, enqueue their cases, and give failed cases another go."""
+        reports = {}
+        for file in tuning_files:
+            config = await self.client.register(file)
+            # Failed revs are left to requeue_failed, which bounds how often a start runs them again.
+            reports[config.name] = await self.client.submit_path(
+                config.name, config.cases, rerun_failed=False
+            )
+            again = await self.client.requeue_failed(config.name, config.max_failed_reruns)
+            log.info(
+                "tuning_started",
+                tuning=config.name,
+                accepted=len(reports[config.name].accepted),
+                duplicates=len(reports[config.name].duplicates),
+                refused=len(reports[config.name].refused),
+                requeued_failed=len(again),
+            )
+            for refusal in reports[config.name].refused:
+                log.error("case_refused", tuning=config.name, file=refusal.file, error=refusal.error)
+        await self._mark_epoch()
+        await self.reconcile()
+        return reports
+
+    async def _mark_epoch(self) -> None:
+        """Note that Redis holds the fleet's state (and that tokens start above any earlier one)."""
+        await self.client.redis.eval(FENCE_FLOOR, 1, keys.fence())  # type: ignore[misc]
+        await self.client.redis.set(keys.epoch(), str(time.time()))
+
+    async def reconcile(self) -> int:
+        """Enqueue every orphaned unfinished case (and forget workers gone quiet); how many were enqueued."""
+        quiet_ms = int((time.time() - WORKER_QUIET_S) * 1000)
+        await self.client.redis.zremrangebyscore(keys.workers(), "-inf", quiet_ms)
+        total = 0
+        for name in self.client.store.tuning_names():
+            total += await self._reconcile_tuning(self.client.store.tuning(name))
+        total += await self.client.goals.reconcile()
+        if total:
+            log.info("reconciled", requeued=total)
+        return total
+
+    async def _reconcile_tuning(self, tuning: TuningStore) -> int:
+        redis = self.client.redis
+        unfinished = [c for c in tuning.latest_revs() if not c.result_file.exists()]
+        jobs = [CaseJob(tuning=tuning.name, case=c.case_id, rev=c.rev) for c in unfinished]
+        async with redis.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                pipe.zscore(self.settings.queue, job.job_id)
+                pipe.exists(keys.lease(job.job_id))
+            replies = await pipe.execute()
+        enqueued = 0
+        for i, job in enumerate(jobs):
+            queued, leased = replies[2 * i], replies[2 * i + 1]
+            if queued is not None or leased:
+                continue
+            await redis.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
+            if await redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
+                enqueued += 1
+                await self.client._sink().emit(
+                    "case_requeued",
+                    tuning.name,
+                    case=job.case,
+                    rev=job.rev,
+                    detail="reconciled: no queue entry and no lease",
+                )
+        return enqueued
+
+    async def recover_if_lost(self) -> bool:
+        """If Redis lost the fleet's state, restore what the store knows; True when it did."""
+        redis = self.client.redis
+        if await redis.exists(keys.epoch()):
+            return False
+        log.warning("redis_state_lost", action="restoring from the store")
+        for name in self.client.store.tuning_names():
+            await self._restore_tuning(self.client.store.tuning(name))
+        await self._mark_epoch()
+        await self.reconcile()
+        return True
+
+    async def _restore_tuning(self, tuning: TuningStore) -> None:
+        redis = self.client.redis
+        counts: dict[str, int] = {
+            "queued": 0,
+            "tokens": 0,
+            "tokens_unmeasured": 0,
+            "tokens_estimated": 0,
+            "cost_usd_micros": 0,
+        }
+        for case in tuning.latest_revs():
+            counts["queued"] += 1
+            for field, runs in stored_runs(case).items():
+                counts[field] = counts.get(field, 0) + runs
+            result = case.result()
+            if result is not None:
+                counts[f"state:{result.state}"] = counts.get(f"state:{result.state}", 0) + 1
+                counts["tokens"] += result.usage.tokens
+                counts["tokens_unmeasured"] += result.usage.unmeasured_tokens
+                counts["tokens_estimated"] += result.usage.estimated_tokens
+                counts["cost_usd_micros"] += round(result.usage.cost_usd * COST_SCALE)
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(keys.tunings(), tuning.name)
+            pipe.delete(keys.stats(tuning.name))
+            pipe.hset(keys.stats(tuning.name), mapping=counts)
+            await pipe.execute()
+
+    async def run(self) -> None:
+        """Watch for Redis loss every second, reconcile periodically and mirror the tunings' versions to
+        their remotes, until `stopping` is set; a push under way is then cancelled."""
+        mirror = Mirror(self.client.redis, self.client.store, self.settings)
+        async with asyncio.TaskGroup() as group:
+            mirroring = group.create_task(mirror.run(self.stopping), name="mirror")
+            try:
+                await self._watch()
+            finally:
+                mirroring.cancel()
+
+    async def _watch(self) -> None:
+        last = time.monotonic()
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), EPOCH_CHECK_S)
+            if self.stopping.is_set():
+                break
+            try:
+                if await self.recover_if_lost():
+                    last = time.monotonic()
+                elif time.monotonic() - last >= self.settings.reconcile_interval_s:
+                    await self.reconcile()
+                    last = time.monotonic()
+            except (OSError, RedisError) as exc:
+                log.warning("daemon_tick_failed", error=str(exc))
+
+
+async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bool = False) -> None:
+    """The `tunefleet daemon` command: check the Redis address, bind the API port, take the fleet's daemon
+    lease, and only then register the tunings and enqueue their cases; serve and watch until SIGTERM or
+    SIGINT. A fault before registering (a bad address, a busy port, another daemon) changes nothing."""
+    from service.api.server import listen, serve  # the web server: only when serving
+
+    check_redis_address(settings)
+    sock = None if once else listen(settings.api_host, settings.api_port)
+    api = "none (--once)" if sock is None else "{}:{}".format(*sock.getsockname()[:2])
+    try:
+        async with TunefleetClient(settings) as client:
+            lease = DaemonLock(client.redis, settings.daemon_lease_s, api)
+            await lease.acquire()
+            try:
+                daemon = Daemon(client)
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, daemon.stopping.set)
+                await daemon.start(tuning_files)
+                if sock is not None:
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(serve(client, settings, daemon.stopping, sock), name="api")
+                        group.create_task(lease.keep(daemon.stopping), name="daemon-lease")
+                        await daemon.run()
+            finally:
+                await lease.release()
+    finally:
+        if sock is not None:
+            sock.close()

@@ -1,0 +1,154 @@
+"""The project's import graph, read from the source (every import statement, at any depth: inside
+functions and `if TYPE_CHECKING:` blocks too, so a lazy import cannot hide a circle), and the layering
+rules it must keep: no circle; workers and the core never import a front end; the core imports only
+the core; nothing in `service` imports `workers`."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+FRONT_ENDS = (
+    "service.api",
+    "service.cli",
+    "service.watch",
+    "service.metrics",
+    "service.goals.api",
+    "service.goals.cli",
+    "service.goals.metrics",
+    "service.goals.demo",
+)
+"""The front ends: what people and the daemon use (CLI, HTTP API and dashboard, watch, metrics)."""
+CORE = ("service.core", "service.goals")
+"""The core: what workers and front ends share (service.goals minus its front-end modules above)."""
+
+
+def _within(module: str, prefixes: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def layer(module: str) -> str:
+    """`front`, `core`, `workers` or `service` (the client and the daemon, between core and front ends)."""
+    if _within(module, FRONT_ENDS):
+        return "front"
+    if _within(module, CORE):
+        return "core"
+    if _within(module, ("workers",)):
+        return "workers"
+    return "service"
+
+
+def module_sources(root: Path, packages: Iterable[str] = ("service", "workers")) -> dict[str, str]:
+    """Every module of `packages` under `root`, by dotted name, with its source."""
+    sources: dict[str, str] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            sources[".".join(parts)] = path.read_text()
+    return sources
+
+
+def import_graph(sources: Mapping[str, str]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (the deepest module each import statement names)."""
+    graph: dict[str, set[str]] = {}
+    for module, text in sources.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(text, filename=module)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # the house writes absolute imports only: a relative one is read as a circle
+                    targets.add(module)
+                    continue
+                base = node.module or ""
+                names = [f"{base}.{alias.name}" for alias in node.names] or [base]
+                names = [n if n in sources else base for n in names]
+            else:
+                continue
+            targets.update(_deepest(name, sources) for name in names if _deepest(name, sources))
+        graph[module] = targets
+    return graph
+
+
+def _deepest(name: str, sources: Mapping[str, str]) -> str:
+    parts = name.split(".")
+    while parts and ".".join(parts) not in sources:
+        parts.pop()
+    return ".".join(parts)
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that import each other, directly or around a circle (Tarjan's SCCs)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(start: str) -> None:
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.append(member)
+                    if member == node:
+                        break
+                if len(members) > 1 or node in graph.get(node, ()):
+                    found.append(sorted(members))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+@dataclass(frozen=True)
+class Violation:
+    importer: str
+    imported: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.importer} imports {self.imported}: {self.rule}"
+
+
+def violations(graph: Mapping[str, set[str]]) -> list[Violation]:
+    """Every import that breaks the layering."""
+    found: list[Violation] = []
+    for importer, imported in sorted(graph.items()):
+        source = layer(importer)
+        for target in sorted(imported):
+            kind = layer(target)
+            if source in ("core", "workers") and kind == "front":
+                found.append(Violation(importer, target, f"the {source} never imports a front end"))
+            elif source == "core" and kind in ("service", "workers"):
+                found.append(Violation(importer, target, "the core imports only the core"))
+            elif importer.startswith("service") and kind == "workers":
+                found.append(Violation(importer, target, "service never imports workers"))
+            elif source == "workers" and kind == "service":
+                found.append(Violation(importer, target, "workers import only the core"))
+    return found
