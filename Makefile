@@ -23,7 +23,7 @@ setup-model: setup
 demo-llm: setup-model
 	@rm -rf $(DEMO_LLM)
 	@scripts/with-redis.sh scripts/with-llama.sh env TUNEFLEET_STORE=$(DEMO_LLM)/store TUNEFLEET_LOG_LEVEL=warning \
-		$(PY) -m service demo --tuning examples/llm-demo/tuning.yaml --workers 1 --goals examples/llm-demo/goals
+		$(PY) -m service demo --tuning examples/llm-demo/tuning.yaml --workers 1 --goals examples/llm-demo/goals --timeout-s 1800
 
 setup-test:
 	@scripts/bootstrap.sh test
