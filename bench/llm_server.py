@@ -62,7 +62,7 @@ def adapter(base_url: str) -> dict[str, Any]:
         "model": MODEL,
         "api_key_env": None,
         "temperature": 0.2,
-        "max_output_tokens": 64,
+        "max_output_tokens": 160,
         "timeout_s": 600,
         "max_retries": 0,
         "concurrency": CONCURRENCY,

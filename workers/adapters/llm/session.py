@@ -2,8 +2,9 @@
 
 Every call's rendered prompt is kept as `prompt-<n>.md` and its raw answer (the whole completion as
 the server sent it, or the error) as `answer-<n>.json` in the step's folder, with a line per call in
-the step's log. Usage is counted over every attempt (workers.adapters.llm.tokens), repairs, answers
-that did not validate and attempts that timed out included, and priced from the adapter's `prices`.
+the step's log: for people, not records, so written plainly (a step run again writes them again).
+Usage is counted over every attempt (workers.adapters.llm.tokens), repairs, answers that did not
+validate and attempts that timed out included, and priced from the adapter's `prices`.
 
 A session that asks for JSON negotiates the response format with the provider
 (workers.adapters.llm.formats) unless the adapter names one.
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service.core.files import append_line, write_atomic
+from service.core.files import append_line
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import StepExit, StepRequest
@@ -139,7 +140,7 @@ class Session:
         n = self.calls
         mode = fmt or "text"
         params = self._params(messages, fmt)
-        write_atomic(self.step_dir / f"prompt-{n}.md", _transcript(params).encode(), durable=False)
+        (self.step_dir / f"prompt-{n}.md").write_bytes(_transcript(params).encode())
         before = self.meter.usage()
         try:
             completion = await self.client.complete(params, self.meter)
@@ -148,13 +149,12 @@ class Session:
             self.provider.max_tokens_param = "max_completion_tokens"
             return await self._call(messages, fmt)
         except LlmStepError as exc:
-            answer = json.dumps({"error": str(exc)}, indent=2).encode()
-            write_atomic(self.step_dir / f"answer-{n}.json", answer, durable=False)
+            (self.step_dir / f"answer-{n}.json").write_bytes(
+                json.dumps({"error": str(exc)}, indent=2).encode()
+            )
             self.say(f"call {n} ({mode}): {exc}{_spent(before, self.meter.usage())}")
             raise
-        write_atomic(
-            self.step_dir / f"answer-{n}.json", completion.model_dump_json(indent=2).encode(), durable=False
-        )
+        (self.step_dir / f"answer-{n}.json").write_bytes(completion.model_dump_json(indent=2).encode())
         self.say(f"call {n} ({mode}) to {self.config.model}:{_spent(before, self.meter.usage())}")
         if not completion.choices:
             return ""
