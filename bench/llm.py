@@ -163,7 +163,7 @@ def fleet_round(env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool =
     states = Counter(json.loads(p.read_text())["state"] for p in results)
     return {
         "requests": requests,
-        "wall": server_wall(requests),
+        "wall": server_wall(requests) if requests else 0.0,
         "cpu": cpu,
         "kinds": Counter(r.schema_name for r in requests),
         "steps": steps_of(events),
