@@ -11,7 +11,7 @@ from service.core.models.records import SEAL_FIELDS, Feedback, Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
 from workers.adapters.llm.errors import LlmStepError
-from workers.adapters.llm.grading import check_feedback, feedback_schema
+from workers.adapters.llm.grading import base_schema, check_feedback, feedback_schema
 from workers.adapters.llm.prompts import load_template, schema_text, tree_view, workspace_view
 from workers.adapters.llm.provider import Providers, check_limits
 from workers.adapters.llm.session import Message, Session, in_session, step_exit
@@ -87,6 +87,7 @@ class LlmAnalyzer:
         self._config = config
         self._providers = providers
         self._template = load_template("analyze", config.prompts.get("analyze"))
+        self._base_schema = base_schema()
         self.source = f"llm analyzer {config.model}"
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
@@ -98,7 +99,7 @@ class LlmAnalyzer:
         async def grade(session: Session) -> AnalyzeOutcome:
             return await self._grade(session, request, started)
 
-        schema = feedback_schema(request.case)
+        schema = feedback_schema(request.case, self._base_schema)
         return await in_session(self._config, self._providers, request, "feedback", schema, grade, failed)
 
     async def _grade(self, session: Session, request: AnalyzeRequest, started: float) -> AnalyzeOutcome:

@@ -27,7 +27,8 @@ FLEET_FIELDS = ("run_seal", "seal", "usage")
 """Feedback fields the model is not asked for: the seals are the fleet's, the usage is measured."""
 
 
-def _base_schema() -> dict[str, Any]:
+def base_schema() -> dict[str, Any]:
+    """The Feedback schema less the fleet's fields (dear to make: an analyzer makes it once)."""
     schema = Feedback.model_json_schema()
     for name in FLEET_FIELDS:
         schema["properties"].pop(name, None)
@@ -36,10 +37,11 @@ def _base_schema() -> dict[str, Any]:
     return schema
 
 
-def feedback_schema(case: Case) -> dict[str, Any]:
-    """The Feedback JSON Schema for `case`: every field the model writes required, every rubric id a
-    required score, and `done` true exactly with verdict `pass`."""
-    base = _base_schema()
+def feedback_schema(case: Case, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Feedback JSON Schema for `case` (from `base_schema()`, which is not changed): every field
+    the model writes required, every rubric id a required score, and `done` true exactly with verdict
+    `pass`."""
+    base = copy.deepcopy(base) if base is not None else base_schema()
     defs = base.pop("$defs", {})
     properties = base["properties"]
     ids = case.rubric_ids
