@@ -46,9 +46,7 @@ def test_a_planted_lazy_import_from_the_core_into_a_front_end_is_caught() -> Non
 def test_a_planted_type_checking_import_circle_is_caught() -> None:
     """Two front-end modules that import each other, one only under TYPE_CHECKING, are a circle."""
     sources = module_sources(ROOT)
-    sources["service.api.http"] += (
-        "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import service.api.app\n"
-    )
+    sources["service.api.http"] += "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import service.api.app\n"
     assert any({"service.api.app", "service.api.http"} <= set(c) for c in circles(import_graph(sources)))
 
 
