@@ -1,8 +1,9 @@
 # `make demo` and `make test` set up everything they need (system packages, virtualenv, Redis).
 PY := .venv/bin/python
 DEMO_STORE := var/demo-store
+DEMO_LLM := var/demo-llm
 
-.PHONY: setup setup-test demo test lint unit chaos bench clean lock
+.PHONY: setup setup-test setup-model demo demo-llm test lint unit chaos bench clean lock
 
 setup:
 	@scripts/bootstrap.sh
@@ -12,8 +13,21 @@ demo: setup
 	@scripts/with-redis.sh env TUNEFLEET_STORE=$(DEMO_STORE) TUNEFLEET_LOG_LEVEL=warning \
 		$(PY) -m service demo --tuning examples/demo/tuning.yaml --workers 2
 
+# The embedded real model (llama-cpp-python built without native CPU flags, once per machine, and
+# SmolLM2-135M-Instruct): the tests' and demo-llm's; see scripts/local_model.sh.
+setup-model: setup
+	@scripts/local_model.sh
+
+# A tuning (and a goal) whose runner, analyzer and applier are that real model, served by llama-cpp-python
+# on 127.0.0.1:8931 (LLAMA_PORT) for the length of the demo: no key, nothing to run beforehand.
+demo-llm: setup-model
+	@rm -rf $(DEMO_LLM)
+	@scripts/with-redis.sh scripts/with-llama.sh env TUNEFLEET_STORE=$(DEMO_LLM)/store TUNEFLEET_LOG_LEVEL=warning \
+		$(PY) -m service demo --tuning examples/llm-demo/tuning.yaml --workers 1 --goals examples/llm-demo/goals --timeout-s 1800
+
 setup-test:
 	@scripts/bootstrap.sh test
+	@scripts/local_model.sh
 
 test: setup-test lint unit
 
@@ -36,7 +50,7 @@ DURATION ?= 60
 chaos: setup
 	PYTHONPATH=. $(PY) scripts/chaos.py --duration-s $(DURATION)
 
-bench: setup
+bench: setup-model
 	PYTHONPATH=. $(PY) -m bench
 
 # Resolve the dependencies anew (newest versions within pyproject.toml's ranges) and write the hashed

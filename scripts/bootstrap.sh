@@ -46,7 +46,9 @@ if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt "$stamp" ] || [ "$lock" -nt
   python3 -m venv .venv
   # Every dependency comes from the lock, checked against its hashes; then the project itself, editable,
   # with the locked setuptools and nothing else (--no-deps: the lock already holds what it needs).
-  if ! { .venv/bin/python -m pip install -q --require-hashes --no-deps -r "$lock" \
+  # llama-cpp-python is left out: scripts/local_model.sh builds it without native CPU flags.
+  awk '/^llama-cpp-python==/{skip=1} skip{if(!/\\$/)skip=0; next} {print}' "$lock" >var/dev-without-llama.lock
+  if ! { .venv/bin/python -m pip install -q --require-hashes --no-deps -r var/dev-without-llama.lock \
       && .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .; } \
       >var/bootstrap.log 2>&1; then
     cat var/bootstrap.log >&2

@@ -100,6 +100,12 @@ class FleetCollector:
             "runs", "Agent runs, by outcome: ran (graded), void (set aside).", ["tuning", "outcome"]
         )
         tokens = _counter("tokens", "Tokens spent by every step.", ["tuning"])
+        counted = _counter(
+            "tokens_counted",
+            "Tokens spent by every step, by how they were counted: measured (the server's or a wrapper's "
+            "usage), estimated (by the fleet, where a server gave none), agent (the agent's own word).",
+            ["tuning", "counted"],
+        )
         cost = _counter("cost_usd", "Money spent by every step, in US dollars.", ["tuning"])
         held = _gauge(
             "tuning_held",
@@ -118,10 +124,17 @@ class FleetCollector:
             for outcome, count in sorted(t.runs_by_outcome.items()):
                 runs.add_metric([t.name, outcome], count)
             tokens.add_metric([t.name], t.tokens)
+            measured = max(0, t.tokens - t.estimated_tokens - t.unmeasured_tokens)
+            for how, count in (
+                ("measured", measured),
+                ("estimated", t.estimated_tokens),
+                ("agent", t.unmeasured_tokens),
+            ):
+                counted.add_metric([t.name, how], count)
             cost.add_metric([t.name], t.cost_usd)
             if t.held is not None:
                 held.add_metric([t.name, t.held.kind, t.held.reason], 1.0)
-        yield from (running, blocked, waiting, finished, submitted, runs, tokens, cost, held)
+        yield from (running, blocked, waiting, finished, submitted, runs, tokens, counted, cost, held)
 
     def _breaker(self, s: StatusView) -> Iterator[Metric]:
         state = _gauge("breaker_open", "1 while the fleet-wide sandbox circuit breaker is open.")

@@ -174,7 +174,8 @@ def test_a_sum_of_usages_keeps_the_tokens_only_agents_counted() -> None:
 
 
 def test_status_shows_the_tokens_nobody_measured() -> None:
-    """`tunefleet status` prints, per tuning with unmeasured tokens, how many of its tokens they are."""
+    """`tunefleet status` prints, per tuning whose tokens were not all measured, how many were measured,
+    estimated by the fleet and counted by nobody but the agents."""
     status = FleetStatus(
         queue_depth=0,
         in_progress=0,
@@ -184,13 +185,15 @@ def test_status_shows_the_tokens_nobody_measured() -> None:
         tunings=[
             TuningStatus(name="agents", tokens=1000, unmeasured_tokens=200),
             TuningStatus(name="measured", tokens=500),
+            TuningStatus(name="llm", tokens=400, estimated_tokens=100),
         ],
     )
     console = Console(record=True, width=200)
     console.print(status_table(status))
     text = console.export_text()
-    assert "unmeasured agents: 200 of 1,000 tokens (20%) counted by no one but the agents" in text
-    assert "unmeasured measured" not in text
+    assert "tokens agents: of 1,000: 800 measured, 200 (20%) counted by no one but the agents" in text
+    assert "tokens llm: of 400: 300 measured, 100 estimated (25%)" in text
+    assert "tokens measured" not in text
 
 
 def test_the_example_configs_are_valid_runners() -> None:

@@ -544,11 +544,15 @@ def test_runtime_dependencies_have_compatible_ranges() -> None:
 
 
 def test_bootstrap_installs_from_the_lock_and_reinstalls_when_it_changes() -> None:
-    """scripts/bootstrap.sh installs the dev lock with hashes and its stamp depends on the lock file."""
+    """scripts/bootstrap.sh installs the dev lock with hashes (all of it but llama-cpp-python, which
+    scripts/local_model.sh builds from the lock's hashed sdist) and its stamp depends on the lock file."""
     script = (ROOT / "scripts" / "bootstrap.sh").read_text()
     lock = DEV_LOCK.relative_to(ROOT).as_posix()
     assert f"lock={lock}" in script
-    assert re.search(r'pip install [^\n]*--require-hashes[^\n]*-r "\$lock"', script)
+    assert re.search(r"awk '/\^llama-cpp-python==/[^\n]*' \"\$lock\" >var/dev-without-llama.lock", script)
+    assert re.search(r"pip install [^\n]*--require-hashes[^\n]*-r var/dev-without-llama.lock", script)
+    model = (ROOT / "scripts" / "local_model.sh").read_text()
+    assert re.search(r"pip wheel [^\n]*--require-hashes", model) and 'CMAKE_ARGS="-DGGML_NATIVE=OFF"' in model
     assert '[ "$lock" -nt "$stamp" ]' in script
 
 

@@ -35,7 +35,7 @@ from workers.adapters.base import (
     RunRequest,
 )
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
-from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner
+from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner, Providers
 from workers.adapters.llm.limits import PERMIT_LEASE_S, ProviderLimits
 from workers.adapters.process import AgentHost
 
@@ -106,7 +106,7 @@ def step_fields(tmp_path: Path, step: str) -> dict[str, Any]:
 
 
 def analyze_request(tmp_path: Path) -> AnalyzeRequest:
-    (tmp_path / "system").mkdir()
+    (tmp_path / "system").mkdir(parents=True)
     (tmp_path / "system" / "rules.md").write_text(RULES)
     (tmp_path / "workspace").mkdir()
     (tmp_path / "workspace" / "draft.txt").write_text("Hello? (draft)\n")
@@ -170,14 +170,16 @@ async def test_the_analyzer_asks_with_the_case_the_run_and_the_feedback_schema(
     assert request.body["model"] == MODEL and request.format_type == "json_schema"
     spec = request.body["response_format"]["json_schema"]
     assert spec["name"] == "feedback" and spec["strict"] is False
-    assert set(spec["schema"]["properties"]) == {
-        "verdict",
-        "done",
-        "rubric",
-        "improvements",
-        "summary",
-        "infra",
-    }
+    passing, other = spec["schema"]["anyOf"]
+    for variant in (passing, other):
+        assert set(variant["properties"]) == {"verdict", "done", "rubric", "improvements", "summary", "infra"}
+        assert variant["properties"]["rubric"]["required"] == ["greets"]
+        assert variant["properties"]["rubric"]["additionalProperties"] is False
+    ties = [(v["properties"]["verdict"], v["properties"]["done"]["const"]) for v in (passing, other)]
+    assert ties == [
+        ({"type": "string", "const": "pass"}, True),
+        ({"type": "string", "enum": ["fail", "void"]}, False),
+    ]
     for quoted in (
         RUBRIC_TEXT,
         "`greets`",
@@ -216,10 +218,17 @@ async def test_retry_after_is_capped_by_retry_wait_max_s(server: FakeOpenAI, tmp
 async def test_a_server_error_or_a_dropped_connection_is_tried_again(
     server: FakeOpenAI, tmp_path: Path, fault: Scripted
 ) -> None:
-    """A 5xx answer or a connection dropped mid-answer is tried again, and the second answer counts."""
+    """A 5xx answer or a connection dropped mid-answer is tried again, and the second answer counts; the
+    dropped one, which the server may bill, is counted too: its prompt, estimated."""
     feedback = feedback_of(await analyze(server, tmp_path, fault, Reply(PASS, 50, 5)))
     assert feedback.verdict == "pass" and len(server.requests) == 2
-    assert feedback.usage == Usage(input_tokens=50, output_tokens=5, cost_usd=cost(50, 5), source="api")
+    if isinstance(fault, Status):
+        assert feedback.usage == Usage(input_tokens=50, output_tokens=5, cost_usd=cost(50, 5), source="api")
+        return
+    estimated = feedback.usage.estimated_tokens
+    assert estimated >= len(server.requests[0].text) // 4 and feedback.usage.source == "api"
+    assert (feedback.usage.input_tokens, feedback.usage.output_tokens) == (50 + estimated, 5)
+    assert feedback.usage.cost_usd == cost(50 + estimated, 5)
 
 
 async def test_a_provider_down_through_every_attempt_is_the_steps_error(
@@ -258,11 +267,17 @@ async def test_a_missing_key_variable_is_named_and_nothing_is_sent(
 async def test_a_server_refusing_json_schema_is_asked_in_json_object_mode(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
-    """A 400 to response_format json_schema is asked again as json_object, the schema in the prompt."""
-    feedback = feedback_of(await analyze(server, tmp_path, Status(400), Reply(PASS, 10, 2)))
+    """A 400 that names the response format is a refusal: the call is asked again as json_object with the
+    schema; a 400 that does not is the request's error, not asked again."""
+    refusal = Status(400, message="response_format json_schema is not supported by this server")
+    feedback = feedback_of(await analyze(server, tmp_path / "a", refusal, Reply(PASS, 10, 2)))
     first, second = server.requests
     assert (first.format_type, second.format_type) == ("json_schema", "json_object")
+    assert second.body["response_format"]["schema"] == first.body["response_format"]["json_schema"]["schema"]
     assert '"verdict"' in second.text and feedback.verdict == "pass"
+    outcome = await analyze(server, tmp_path / "b", Status(400, message="context too long"), Reply(PASS))
+    assert len(server.requests) == 3 and outcome.feedback is None and outcome.exit.infra is None
+    assert "context too long" in (outcome.exit.error or "")
 
 
 async def test_malformed_json_gets_one_repair_and_usage_sums_both_calls(
@@ -294,13 +309,13 @@ async def test_an_extra_key_gets_one_repair_quoting_it(server: FakeOpenAI, tmp_p
 async def test_an_answer_still_invalid_after_the_repair_is_handed_to_the_step(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
-    """Two answers that miss `verdict`: the outcome carries the last one, says it did not validate, and
-    reports what both calls cost (so that the step counts it though it keeps no feedback)."""
+    """Two answers that miss `verdict`: the outcome carries no feedback, says what is wrong with the last,
+    and reports what both calls cost (so that the step counts it though it keeps no feedback)."""
     outcome = await analyze(
         server, tmp_path, Reply('{"done": true}', 300, 20), Reply('{"done": false}', 350, 25)
     )
-    assert outcome.feedback == b'{"done": false}' and len(server.requests) == 2
-    assert "did not validate" in (outcome.exit.error or "")
+    assert outcome.feedback is None and len(server.requests) == 2
+    assert "not valid after one repair round: field 'verdict'" in (outcome.exit.error or "")
     assert outcome.exit.spent == Usage(
         input_tokens=650, output_tokens=45, cost_usd=cost(650, 45), source="api"
     )
@@ -529,7 +544,8 @@ async def test_an_llm_meta_agent_takes_a_case_from_fail_through_apply_to_complet
     assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in server.requests)
     assert RUBRIC_TEXT in server.requests[0].text and "Here is the weather." in server.requests[0].text
     schema = server.requests[0].body["response_format"]["json_schema"]["schema"]
-    assert "verdict" in schema["properties"] and not {"run_seal", "seal"} & set(schema["properties"])
+    for variant in schema["anyOf"]:
+        assert "verdict" in variant["properties"] and not {"run_seal", "seal"} & set(variant["properties"])
     assert rows["c1"].tokens == 3 * 1100 + 460
     assert rows["c1"].cost_usd == pytest.approx(3 * cost(1000, 100) + cost(400, 60))
     attempt = fleet.settings.store / "tunings" / "t1" / "cases" / "c1" / "r1" / "nomem" / "1"
@@ -678,7 +694,7 @@ async def test_tokens_per_minute_delays_a_call_until_the_window_has_room(
     call waits until they leave the window, and not much longer."""
     redis = Redis.from_url(redis_server.url)
     try:
-        analyzer = LlmAnalyzer(config(server, tokens_per_minute=1000), redis)
+        analyzer = LlmAnalyzer(config(server, tokens_per_minute=1000), Providers(redis))
         server.play(Reply(PASS, 900, 200), Reply(PASS, 10, 2))
         feedback_of(await analyzer.analyze(analyze_request(tmp_path)))
         window = keys.llm_tokens(keys.llm_provider(server.base_url, MODEL))

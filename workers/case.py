@@ -97,6 +97,7 @@ class CaseRun(JobRun):
             tokens=usage.tokens,
             cost_usd=usage.cost_usd,
             unmeasured_tokens=usage.unmeasured_tokens,
+            estimated_tokens=usage.estimated_tokens,
             detail=why,
         )
 

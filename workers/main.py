@@ -69,6 +69,7 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
                 for task in helpers:
                     task.cancel()
     finally:
+        await runtime.aclose()
         await redis.zrem(keys.workers(), runtime.name)
         await redis.delete(keys.worker(runtime.name))
         await redis.aclose()

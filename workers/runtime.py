@@ -15,6 +15,7 @@ from service.core.models.status import WorkerPresence
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
+from workers.adapters.llm import Providers
 from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
 from workers.control import Controls
@@ -46,6 +47,8 @@ class WorkerRuntime:
             self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0, outage=self.outage
         )
         self.host = AgentHost.of_worker(settings)
+        self.llm = Providers(redis)
+        """The LLM providers' clients, limits and formats, shared by every step; closed by `aclose`."""
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
         """job id -> the lease token this process holds for it (read by the worker's finish_job)."""
@@ -62,6 +65,7 @@ class WorkerRuntime:
                 self.settings.lock_lease_s,
                 self.host,
                 self.settings.git_timeout_s,
+                self.llm,
             )
             self._tunings[name] = current
         return current
@@ -96,6 +100,10 @@ class WorkerRuntime:
 
     def _cleared(self, job_id: str) -> None:
         self.suspects.pop(job_id, None)
+
+    async def aclose(self) -> None:
+        """Close what the process kept open for its steps (the LLM clients' connections)."""
+        await self.llm.aclose()
 
     def describe(self) -> WorkerPresence:
         return WorkerPresence(worker=self.name, slots=self.settings.concurrency, cases=sorted(self.leases))

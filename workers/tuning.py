@@ -12,6 +12,7 @@ from service.core.system import SystemRepo
 from service.evals.split import held_out_ids
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
+from workers.adapters.llm import Providers
 from workers.adapters.process import AgentHost
 from workers.lock import ImprovementsLock
 
@@ -26,6 +27,7 @@ class TuningRuntime:
         lock_lease_s: float,
         host: AgentHost,
         git_timeout_s: float,
+        llm: Providers,
     ) -> None:
         self.store = store
         self.config: TuningConfig = store.config()
@@ -35,9 +37,9 @@ class TuningRuntime:
         self.disk = DiskBatch()
         """The cases' durable writes (records, results), flushed to disk together (a group commit)."""
         self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
-        self.runner: Runner = build_runner(self.config.runner, host, batch.redis)
-        self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, batch.redis)
-        self.applier: Applier = build_applier(self.config.applier, host, batch.redis)
+        self.runner: Runner = build_runner(self.config.runner, host, llm)
+        self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, llm)
+        self.applier: Applier = build_applier(self.config.applier, host, llm)
         self.prober: Prober = build_prober(self.config.runner, host)
         self.held_out = held_out_ids(store)
         """Its held-out cases (service.evals.split): never run as cases, only evaluated."""

@@ -13,7 +13,15 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from service.core.models.status import WAIT_WORDS, CaseDetail, FleetStatus, Hold, ResultRow, TuningStatus
+from service.core.models.status import (
+    WAIT_WORDS,
+    CaseDetail,
+    FleetStatus,
+    Hold,
+    LlmLimit,
+    ResultRow,
+    TuningStatus,
+)
 
 STATE_STYLE = {"completed": "green", "difficult": "yellow", "failed": "red", "cancelled": "magenta"}
 """The states a case ends in, in the order `status` and `watch` show their counts, and their styles."""
@@ -41,7 +49,7 @@ def tsv(header: list[str], rows: Iterable[Sequence[object]]) -> str:
 def status_tsv(status: FleetStatus) -> str:
     """`tunefleet status --format tsv`: one line per tuning."""
     header = ["tuning", "submitted", "waiting", "running", "running_by_step", *STATE_STYLE]
-    header += ["tokens", "unmeasured_tokens", "cost_usd", "held"]
+    header += ["tokens", "unmeasured_tokens", "cost_usd", "held", "estimated_tokens"]
     rows = [
         [
             t.name,
@@ -54,6 +62,7 @@ def status_tsv(status: FleetStatus) -> str:
             t.unmeasured_tokens,
             f"{t.cost_usd:.6f}",
             t.held.reason if t.held is not None else "",
+            t.estimated_tokens,
         ]
         for t in status.tunings
     ]
@@ -63,6 +72,7 @@ def status_tsv(status: FleetStatus) -> str:
 def results_tsv(rows: list[ResultRow]) -> str:
     """`tunefleet results --format tsv`: one line per case, every value whole."""
     header = ["case", "rev", "state", "reason", "tokens", "cost_usd", "held"]
+    header += ["estimated_tokens", "unmeasured_tokens"]
     cells = [
         [
             r.case,
@@ -72,6 +82,8 @@ def results_tsv(rows: list[ResultRow]) -> str:
             r.tokens,
             f"{r.cost_usd:.6f}",
             r.held or "",
+            r.estimated_tokens,
+            r.unmeasured_tokens,
         ]
         for r in rows
     ]
@@ -127,10 +139,23 @@ def status_table(status: FleetStatus) -> Group:
             f"{t.cost_usd:.4f}",
         )
     mirrors = [mirror_line(t) for t in status.tunings if t.mirror is not None]
-    unmeasured = [unmeasured_line(t) for t in status.tunings if t.unmeasured_tokens]
+    unmeasured = [unmeasured_line(t) for t in status.tunings if t.unmeasured_tokens or t.estimated_tokens]
     holds = [hold_line(t.name, t.held) for t in status.tunings if t.held is not None]
     locks = [lock_line(t) for t in status.tunings if t.lock.held]
-    return Group(head, table, *holds, *locks, *mirrors, *unmeasured)
+    throttled = [llm_limit_line(limit) for limit in status.llm_limits]
+    return Group(head, table, *holds, *locks, *mirrors, *unmeasured, *throttled)
+
+
+def llm_limit_line(limit: LlmLimit) -> Text:
+    """An LLM provider that answered 429: the calls at once the fleet allows it now, of its configured."""
+    return Text.assemble(
+        (f"llm {limit.name or limit.provider}: ", "bold"),
+        (
+            f"{limit.limit} of {limit.max} calls at once after {limit.cuts} cut(s) on 429; "
+            "one more every 10 s without a 429",
+            "yellow",
+        ),
+    )
 
 
 def waits_words(tuning: TuningStatus) -> list[str]:
@@ -160,15 +185,19 @@ def hold_line(tuning: str, hold: Hold) -> Text:
 
 
 def unmeasured_line(tuning: TuningStatus) -> Text:
-    """How many of a tuning's tokens nobody measured: the agents' own word (usage source `agent`)."""
-    share = tuning.unmeasured_tokens / tuning.tokens if tuning.tokens else 1.0
+    """How a tuning's tokens were counted, when not all were measured: those the fleet estimated
+    (usage source `estimated`) and those nobody measured, the agents' own word (source `agent`)."""
+    total = tuning.tokens or 1
+    measured = max(0, tuning.tokens - tuning.estimated_tokens - tuning.unmeasured_tokens)
+    parts = [f"{measured:,} measured"]
+    if tuning.estimated_tokens:
+        parts.append(f"{tuning.estimated_tokens:,} estimated ({tuning.estimated_tokens / total:.0%})")
+    if tuning.unmeasured_tokens:
+        share = tuning.unmeasured_tokens / total
+        parts.append(f"{tuning.unmeasured_tokens:,} ({share:.0%}) counted by no one but the agents")
     return Text.assemble(
-        (f"unmeasured {tuning.name}: ", "bold"),
-        (
-            f"{tuning.unmeasured_tokens:,} of {tuning.tokens:,} tokens ({share:.0%}) counted by no one "
-            "but the agents",
-            "yellow",
-        ),
+        (f"tokens {tuning.name}: ", "bold"),
+        (f"of {tuning.tokens:,}: " + ", ".join(parts), "yellow"),
     )
 
 
@@ -197,6 +226,13 @@ class Declared(NamedTuple):
     met: bool | None
 
 
+def row_tokens(row: ResultRow) -> str:
+    """A case's tokens, with those the fleet estimated and those only the agents counted, if any."""
+    apart = [f"~{row.estimated_tokens:,} estimated"] if row.estimated_tokens else []
+    apart += [f"{row.unmeasured_tokens:,} agent's word"] if row.unmeasured_tokens else []
+    return f"{row.tokens:,}" + (f" ({', '.join(apart)})" if apart else "")
+
+
 def results_table(rows: list[ResultRow], declared: Mapping[str, Declared] | None = None) -> Table:
     """One row per case. Every column but the reason is as wide as its widest value (so never cut); the
     reason takes what width is left and wraps. With `declared` (by case id), the demo's two columns too."""
@@ -213,7 +249,7 @@ def results_table(rows: list[ResultRow], declared: Mapping[str, Declared] | None
     table.add_column("state", no_wrap=True, min_width=widest("state", states))
     table.add_column("reason", overflow="fold", ratio=1)
     table.add_column(
-        "tokens", justify="right", no_wrap=True, min_width=widest("tokens", (f"{r.tokens:,}" for r in rows))
+        "tokens", justify="right", no_wrap=True, min_width=widest("tokens", (row_tokens(r) for r in rows))
     )
     table.add_column(
         "cost $",
@@ -230,7 +266,7 @@ def results_table(rows: list[ResultRow], declared: Mapping[str, Declared] | None
             str(r.rev),
             Text(r.state, STATE_STYLE.get(r.state, "")) + (Text(", held", "bold red") if r.held else ""),
             r.reason or (f"waits: {r.held}" if r.held else ""),
-            f"{r.tokens:,}",
+            row_tokens(r),
             f"{r.cost_usd:.4f}",
         ]
         if declared:

@@ -16,6 +16,7 @@ from service.core.models.status import (
     CaseDetail,
     FleetStatus,
     Hold,
+    LlmLimit,
     LockHolder,
     MirrorState,
     ResultRow,
@@ -91,6 +92,7 @@ def _tuning_status(
         runs_by_outcome={k.removeprefix("runs:"): v for k, v in counts.items() if k.startswith("runs:")},
         tokens=counts.get("tokens", 0),
         unmeasured_tokens=counts.get("tokens_unmeasured", 0),
+        estimated_tokens=counts.get("tokens_estimated", 0),
         cost_usd=counts.get("cost_usd_micros", 0) / COST_SCALE,
         version=version.decode() if version else None,
         mirror=MirrorState.from_hash(mirror),
@@ -107,7 +109,8 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
         pipe.exists(keys.paused())
         pipe.zrange(keys.workers(), 0, -1, withscores=True)
         pipe.hgetall(keys.held())
-        names_raw, depth, breaker, paused, workers_raw, held_raw = await pipe.execute()
+        pipe.hgetall(keys.llm_limits())
+        names_raw, depth, breaker, paused, workers_raw, held_raw, limits_raw = await pipe.execute()
     holds = {name.decode(): Hold.parse(raw) for name, raw in held_raw.items()}
     names = sorted(n.decode() for n in names_raw)
     worker_names = [w.decode() for w, _ in workers_raw]
@@ -146,6 +149,11 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
         paused=bool(paused),
         workers=workers,
         tunings=tunings,
+        llm_limits=[
+            limit
+            for provider, raw in sorted(limits_raw.items())
+            if (limit := LlmLimit.parse(provider.decode(), raw)) is not None
+        ],
     )
 
 
@@ -186,6 +194,8 @@ def results(store: TuningStore, hold: Hold | None = None) -> list[ResultRow]:
                 state=result.state if result else "unfinished",
                 reason=result.reason if result else None,
                 tokens=result.usage.tokens if result else 0,
+                estimated_tokens=result.usage.estimated_tokens if result else 0,
+                unmeasured_tokens=result.usage.unmeasured_tokens if result else 0,
                 cost_usd=result.usage.cost_usd if result else 0.0,
                 held=hold.reason if hold is not None and result is None else None,
             )

@@ -76,6 +76,8 @@ def counter_moves(event: Event) -> dict[str, int]:
         moves["tokens"] = event.tokens
     if event.unmeasured_tokens:
         moves["tokens_unmeasured"] = event.unmeasured_tokens
+    if event.estimated_tokens:
+        moves["tokens_estimated"] = event.estimated_tokens
     if event.cost_usd:
         moves["cost_usd_micros"] = round(event.cost_usd * COST_SCALE)
     return moves

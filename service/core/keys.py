@@ -148,6 +148,24 @@ def llm_tokens(provider: str) -> str:
     return f"{PREFIX}:llm-tokens:{provider}"
 
 
+def llm_format(provider: str) -> str:
+    """STRING, EX a day: the response format an LLM provider was found to take (structured_output auto)."""
+    return f"{PREFIX}:llm-format:{provider}"
+
+
+def llm_answered(provider: str) -> str:
+    """STRING, PX: when (Redis ms) an LLM provider last answered a call, marked at most once a second
+    per worker: a call that times out while it answers others is its step's fault, not an outage."""
+    return f"{PREFIX}:llm-answered:{provider}"
+
+
+def llm_limits() -> str:
+    """HASH: LLM provider id -> JSON `{limit, max, changed_ms, cuts, name}`: the fleet-wide permits of a
+    provider that answered 429, lowered then and raised again slowly (adaptive concurrency); a provider
+    back at its configured `concurrency` has no field."""
+    return f"{PREFIX}:llm-limits"
+
+
 def cancelled(tuning: str) -> str:
     """SET: the job ids (`case:<tuning>:<case>:<rev>`) of a tuning's cases that `cancel` cancelled, one per
     case (cancelling a whole tuning adds each unfinished case); a worker checks it when it claims a case

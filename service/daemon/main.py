@@ -142,7 +142,13 @@ class Daemon:
 
     async def _restore_tuning(self, tuning: TuningStore) -> None:
         redis = self.client.redis
-        counts: dict[str, int] = {"queued": 0, "tokens": 0, "tokens_unmeasured": 0, "cost_usd_micros": 0}
+        counts: dict[str, int] = {
+            "queued": 0,
+            "tokens": 0,
+            "tokens_unmeasured": 0,
+            "tokens_estimated": 0,
+            "cost_usd_micros": 0,
+        }
         for case in tuning.latest_revs():
             counts["queued"] += 1
             for field, runs in stored_runs(case).items():
@@ -152,6 +158,7 @@ class Daemon:
                 counts[f"state:{result.state}"] = counts.get(f"state:{result.state}", 0) + 1
                 counts["tokens"] += result.usage.tokens
                 counts["tokens_unmeasured"] += result.usage.unmeasured_tokens
+                counts["tokens_estimated"] += result.usage.estimated_tokens
                 counts["cost_usd_micros"] += round(result.usage.cost_usd * COST_SCALE)
         for field, value in self.client.evals.stored_counters(tuning.name).items():
             counts[field] = counts.get(field, 0) + value

@@ -6,6 +6,12 @@ time), and answers from a script the test plays: a completion with its usage, an
 optional Retry-After, or a connection dropped in the middle of the answer. When the script is empty it
 asks the test's `responder`, if any. Any answer may be delayed (`delay_s`); the server counts the
 requests it is answering (`in_flight`) and the most there ever were at once (`max_in_flight`).
+
+Given an `upstream` (another OpenAI-compatible server: the tests' real llama-cpp-python server), a
+`Forward` answer relays the request there and its answer back, recorded like the others (status, usage),
+and every other path (a tokenize endpoint, say) is relayed as it is. Given a `tokenizer`, it bills
+every completion it starts by its own count of the prompt (whether or not the client waits for the
+answer) and of the answer, and serves llama.cpp's `POST /tokenize` with the same count.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -37,6 +44,10 @@ class Reply:
     prompt_tokens: int = 100
     completion_tokens: int = 20
     delay_s: float = 0.0
+    usage: bool = True
+    """False: the answer has no `usage` (some servers, some proxies)."""
+    cached_tokens: int = 0
+    """Of prompt_tokens, those served from the prompt cache (`prompt_tokens_details.cached_tokens`)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,12 @@ class Drop:
     delay_s: float = 0.0
 
 
-Scripted = Reply | Status | Drop
+@dataclass(frozen=True)
+class Forward:
+    """Relay the request to the upstream server and its answer back."""
+
+
+Scripted = Reply | Status | Drop | Forward
 Responder = Callable[[dict[str, Any]], Scripted]
 
 
@@ -67,6 +83,10 @@ class Recorded:
     headers: dict[str, str]
     body: dict[str, Any]
     at: float = field(default_factory=time.monotonic)
+    client: tuple[str, int] | None = None
+    """The client's address and port: one TCP connection per distinct port."""
+    answer: dict[str, Any] = field(default_factory=dict)
+    """How it was answered: `status`, `done_at` (monotonic) when relayed, and a completion's `usage`."""
 
     @property
     def text(self) -> str:
@@ -98,6 +118,13 @@ class _DroppedOnPurpose(Exception):
 
 
 def completion(reply: Reply, model: str) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens,
+        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+    }
+    if reply.cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -110,19 +137,24 @@ def completion(reply: Reply, model: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {
-            "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-        },
+        **({"usage": usage} if reply.usage else {}),
     }
 
 
 class FakeOpenAI:
     """`with FakeOpenAI() as server:`; `server.play(...)` scripts answers; `server.requests` records."""
 
-    def __init__(self, responder: Responder | None = None) -> None:
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        upstream: str | None = None,
+        tokenizer: Callable[[str], int] | None = None,
+    ) -> None:
         self.responder = responder
+        self.upstream = upstream.rstrip("/") if upstream else None
+        self.tokenizer = tokenizer
+        self.billed_tokens = 0
+        """With a tokenizer: every completion's prompt and answer tokens, by its count."""
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -133,7 +165,12 @@ class FakeOpenAI:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
         self.port: int = self._socket.getsockname()[1]
-        app = Starlette(routes=[Route("/v1/chat/completions", _Asgi(self._endpoint), methods=["POST"])])
+        routes = [Route("/v1/chat/completions", _Asgi(self._endpoint), methods=["POST"])]
+        if tokenizer is not None:
+            routes.append(Route("/tokenize", _Asgi(self._tokenize), methods=["POST"]))
+        if upstream is not None:
+            routes.append(Route("/{path:path}", _Asgi(self._relay), methods=["GET", "POST"]))
+        app = Starlette(routes=routes)
         config = uvicorn.Config(
             app, log_level="critical", access_log=False, lifespan="off", timeout_graceful_shutdown=2
         )
@@ -168,12 +205,58 @@ class FakeOpenAI:
             with self._lock:
                 self.in_flight -= 1
 
+    def bill(self, body: dict[str, Any], reply: Reply) -> None:
+        """Count what a completion costs by the server's own tokenizer, once it is started."""
+        if self.tokenizer is None:
+            return
+        messages = body.get("messages", [])
+        prompt = self.tokenizer("\n".join(str(m.get("content", "")) for m in messages))
+        with self._lock:
+            self.billed_tokens += prompt + 3 * len(messages) + 3 + self.tokenizer(reply.content)
+
+    async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.tokenizer is not None
+        body = json.loads(await Request(scope, receive).body())
+        count = self.tokenizer(str(body.get("content", "")))
+        await JSONResponse({"tokens": list(range(count))})(scope, receive, send)
+
+    async def _relay(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Any other path, to the upstream server as it is."""
+        assert self.upstream is not None
+        request = Request(scope, receive)
+        async with httpx.AsyncClient(timeout=600) as client:
+            got = await client.request(
+                request.method,
+                self.upstream + request.url.path,
+                content=await request.body(),
+                headers={"content-type": request.headers.get("content-type", "application/json")},
+            )
+        await Response(got.content, got.status_code, media_type="application/json")(scope, receive, send)
+
+    async def _forward(self, body: dict[str, Any], recorded: Recorded) -> Response:
+        if self.upstream is None:
+            raise RuntimeError("Forward without an upstream server")
+        async with httpx.AsyncClient(timeout=600) as client:
+            got = await client.post(self.upstream + "/v1/chat/completions", json=body)
+        answer: dict[str, Any] = {"status": got.status_code, "done_at": time.monotonic()}
+        if got.status_code == 200:
+            answer["usage"] = got.json().get("usage")
+        recorded.answer.update(answer)
+        return Response(got.content, got.status_code, media_type="application/json")
+
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         body = json.loads(await request.body())
+        client = (request.client.host, request.client.port) if request.client else None
+        recorded = Recorded(headers=dict(request.headers), body=body, client=client)
         with self._lock:
-            self.requests.append(Recorded(headers=dict(request.headers), body=body))
+            self.requests.append(recorded)
         answer = self._next(body)
+        if isinstance(answer, Forward):
+            await (await self._forward(body, recorded))(scope, receive, send)
+            return
+        if isinstance(answer, Reply):
+            self.bill(body, answer)
         until = time.monotonic() + answer.delay_s
         while time.monotonic() < until and not self._closing:  # a delayed answer ends with the server
             await asyncio.sleep(min(0.02, until - time.monotonic()))
@@ -186,8 +269,11 @@ class FakeOpenAI:
             error = {"error": {"message": answer.message, "type": "scripted", "code": str(answer.code)}}
             extra = {} if answer.retry_after is None else {"retry-after": answer.retry_after}
             response = JSONResponse(error, status_code=answer.code, headers=extra)
+            recorded.answer["status"] = answer.code
         else:
-            response = JSONResponse(completion(answer, str(body.get("model"))))
+            answered = completion(answer, str(body.get("model")))
+            response = JSONResponse(answered)
+            recorded.answer.update(status=200, usage=answered.get("usage"))
         await response(scope, receive, send)
 
     def __enter__(self) -> FakeOpenAI:

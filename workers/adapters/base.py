@@ -119,6 +119,10 @@ class RunOutcome(BaseModel):
     key_refused: str | None = Field(
         default=None, description="The model's provider refused the key: not a run, the tuning is held."
     )
+    spent: Usage | None = Field(
+        default=None,
+        description="What an LLM runner's calls spent when there was no run (provider down, key refused).",
+    )
     timed_out: bool = Field(default=False, description="Ended at its timeout: still a run, graded.")
     log_tail: str | None = Field(
         default=None, description="The end of the runner's log, when it did not end by itself with exit 0."

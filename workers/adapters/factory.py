@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
-from redis.asyncio import Redis
-
 from service.core.errors import ConfigError
 from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
@@ -21,7 +19,7 @@ from workers.adapters.demo import DemoAnalyzer, DemoApplier, DemoRunner
 from workers.adapters.goal_base import GoalAgent
 from workers.adapters.goal_command import CommandGoalAgent
 from workers.adapters.goal_demo import DemoGoalAgent
-from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner
+from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner, Providers
 from workers.adapters.llm.goal import LlmGoalAgent
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
@@ -34,18 +32,18 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class RoleAdapters(Generic[T]):
     """How one role's adapter is built from each kind of config. `host`: what the worker's machine gives
-    agent processes (grace, cgroups); `redis`: where an llm adapter keeps its provider's fleet-wide
-    limits (a worker passes its own)."""
+    agent processes (grace, cgroups); `llm`: the worker's LLM providers (their clients, fleet-wide
+    limits and formats; a worker passes its own)."""
 
     demo: Callable[[DemoAdapter], T]
     command: Callable[[CommandAdapter, AgentHost], T]
-    llm: Callable[[LlmAdapter, Redis | None], T]
+    llm: Callable[[LlmAdapter, Providers | None], T]
 
-    def build(self, config: object, host: AgentHost, redis: Redis | None = None) -> T:
+    def build(self, config: object, host: AgentHost, llm: Providers | None = None) -> T:
         if isinstance(config, DemoAdapter):
             return self.demo(config)
         if isinstance(config, LlmAdapter):
-            return self.llm(config, redis)
+            return self.llm(config, llm)
         if isinstance(config, CommandAdapter):
             return self.command(config, host)
         raise ConfigError(f"no adapter of kind {getattr(config, 'kind', '?')!r} takes this role")
@@ -72,16 +70,16 @@ GOAL_ROLES: dict[GoalRole, RoleAdapters[GoalAgent]] = {
 """The goal roles: the runner's agent works a TODO; the analyzer's plans and reviews."""
 
 
-def build_runner(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Runner:
-    return RUNNER.build(config, host, redis)
+def build_runner(config: AdapterConfig, host: AgentHost, llm: Providers | None = None) -> Runner:
+    return RUNNER.build(config, host, llm)
 
 
-def build_analyzer(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Analyzer:
-    return ANALYZER.build(config, host, redis)
+def build_analyzer(config: AdapterConfig, host: AgentHost, llm: Providers | None = None) -> Analyzer:
+    return ANALYZER.build(config, host, llm)
 
 
-def build_applier(config: AdapterConfig, host: AgentHost, redis: Redis | None = None) -> Applier:
-    return APPLIER.build(config, host, redis)
+def build_applier(config: AdapterConfig, host: AgentHost, llm: Providers | None = None) -> Applier:
+    return APPLIER.build(config, host, llm)
 
 
 def build_prober(config: AdapterConfig, host: AgentHost | None = None) -> Prober:
@@ -94,7 +92,7 @@ def build_prober(config: AdapterConfig, host: AgentHost | None = None) -> Prober
 
 
 def build_goal_agent(
-    config: object, host: AgentHost, role: GoalRole, redis: Redis | None = None
+    config: object, host: AgentHost, role: GoalRole, llm: Providers | None = None
 ) -> GoalAgent:
     """The agent that takes a role's goal steps (ConfigError for a kind that has none); no config: demo."""
-    return GOAL_ROLES[role].build(config or DemoAdapter(), host, redis)
+    return GOAL_ROLES[role].build(config or DemoAdapter(), host, llm)

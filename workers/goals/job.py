@@ -65,8 +65,8 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
             store=store,
             spec=spec,
             state=state,
-            planner=build_goal_agent(spec.analyzer, runtime.host, "analyzer", runtime.redis),
-            worker_agent=build_goal_agent(spec.runner, runtime.host, "runner", runtime.redis),
+            planner=build_goal_agent(spec.analyzer, runtime.host, "analyzer", runtime.llm),
+            worker_agent=build_goal_agent(spec.runner, runtime.host, "runner", runtime.llm),
             system_dir=system_dir,
         )
         if first:

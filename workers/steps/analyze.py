@@ -150,6 +150,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         duration_ms=int((datetime.now(UTC) - began).total_seconds() * 1000),
         tokens=feedback.usage.tokens,
         unmeasured_tokens=feedback.usage.unmeasured_tokens,
+        estimated_tokens=feedback.usage.estimated_tokens,
         cost_usd=feedback.usage.cost_usd,
         detail=f"{feedback.verdict}{', done' if feedback.done else ''}",
         data={"outcome": feedback.verdict},

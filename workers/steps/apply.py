@@ -70,6 +70,7 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord
         duration_ms=record.duration_ms,
         tokens=output.usage.tokens,
         unmeasured_tokens=output.usage.unmeasured_tokens,
+        estimated_tokens=output.usage.estimated_tokens,
         cost_usd=output.usage.cost_usd,
         detail=f"structural: {output.structural}"
         if output.structural

@@ -114,6 +114,7 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) 
         duration_ms=record.duration_ms,
         tokens=usage.tokens,
         unmeasured_tokens=usage.unmeasured_tokens,
+        estimated_tokens=usage.estimated_tokens,
         cost_usd=usage.cost_usd,
         detail=record.void or record.output.error or f"{record.output.turns} turns",
         data={

@@ -117,6 +117,9 @@ class Event(BaseModel):
     unmeasured_tokens: int | None = Field(
         default=None, description="Of `tokens`, those only the agent counted (usage source 'agent')."
     )
+    estimated_tokens: int | None = Field(
+        default=None, description="Of `tokens`, those the fleet's LLM adapter estimated (no usage given)."
+    )
     cost_usd: float | None = None
     data: dict[str, Any] = Field(default_factory=dict)
 

@@ -60,10 +60,12 @@ AgentText = Annotated[str, AfterValidator(cap_text)]
 """A text an agent wrote, capped as it is read (`cap_text`)."""
 
 
-UsageSource = Literal["api", "envelope", "agent"]
-"""Who counted a step's tokens: `api` the fleet's own LLM adapter, from the server's replies; `envelope`
-the runner's wrapper, from the agent CLI's own usage report (the user's configured code, not the agent
-inside it); `agent` nobody but the agent itself (its own word, unmeasured)."""
+UsageSource = Literal["api", "estimated", "envelope", "agent"]
+"""Who counted a step's tokens: `api` the fleet's own LLM adapter, from the server's replies;
+`estimated` the fleet's LLM adapter, by tokenizing what was sent and answered where the server gave no
+usage (an answer without it, a call that timed out: billed all the same); `envelope` the runner's
+wrapper, from the agent CLI's own usage report (the user's configured code, not the agent inside it);
+`agent` nobody but the agent itself (its own word, unmeasured)."""
 
 
 class Usage(BaseModel):
@@ -76,9 +78,19 @@ class Usage(BaseModel):
     cost_usd: float = Field(default=0.0, ge=0)
     source: UsageSource | None = Field(
         default="agent",
-        description="Who counted these tokens: 'api' (the fleet's LLM adapter), 'envelope' (the runner's "
-        "wrapper, from the agent CLI's own usage report), 'agent' (the agent's own word); null in a sum of "
-        "steps whose sources differ. Left out, a step's usage is the agent's word.",
+        description="Who counted these tokens: 'api' (the fleet's LLM adapter, from the server's usage), "
+        "'estimated' (the fleet's LLM adapter, all of them estimated), 'envelope' (the runner's wrapper, "
+        "from the agent CLI's own usage report), 'agent' (the agent's own word); null in a sum of steps "
+        "whose sources differ. Left out, a step's usage is the agent's word.",
+    )
+    estimated_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Of the tokens, those the fleet estimated (no usage in the server's answer, or a call "
+        "that timed out): all of them with source 'estimated', none with 'envelope' or 'agent'.",
+    )
+    cached_input_tokens: int = Field(
+        default=0, ge=0, description="Of the input tokens, those the provider served from its prompt cache."
     )
     unmeasured_tokens: int = Field(
         default=0,
@@ -91,6 +103,11 @@ class Usage(BaseModel):
     def _derive_unmeasured(self) -> Usage:
         if self.source is not None:
             self.unmeasured_tokens = self.tokens if self.source == "agent" else 0
+        if self.source == "estimated":
+            self.estimated_tokens = self.tokens
+        elif self.source in ("agent", "envelope"):
+            self.estimated_tokens = 0
+        self.estimated_tokens = min(self.estimated_tokens, self.tokens)
         return self
 
     @model_serializer(mode="wrap")
@@ -100,6 +117,9 @@ class Usage(BaseModel):
         data: dict[str, Any] = handler(self)
         if self.source is not None:
             data.pop("unmeasured_tokens", None)
+        for derived in ("estimated_tokens", "cached_input_tokens"):
+            if not data.get(derived):
+                data.pop(derived, None)
         if self.source == "agent":
             data.pop("source", None)
         return data
@@ -107,6 +127,11 @@ class Usage(BaseModel):
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def measured_tokens(self) -> int:
+        """The tokens a server or a wrapper counted: neither estimated nor only the agent's word."""
+        return max(0, self.tokens - self.estimated_tokens - self.unmeasured_tokens)
 
     def __add__(self, other: Usage) -> Usage:
         """The sum; its source is the one source of the parts that spent anything, null when they differ."""
@@ -117,6 +142,8 @@ class Usage(BaseModel):
             cost_usd=round(self.cost_usd + other.cost_usd, 6),
             source=sources.pop() if len(sources) == 1 else None,
             unmeasured_tokens=self.unmeasured_tokens + other.unmeasured_tokens,
+            estimated_tokens=self.estimated_tokens + other.estimated_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
         )
 
 

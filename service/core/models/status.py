@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
@@ -133,6 +134,11 @@ class TuningStatus(BaseModel):
     unmeasured_tokens: int = Field(
         default=0, description="Of `tokens`, those nobody measured: the agents' own word (source 'agent')."
     )
+    estimated_tokens: int = Field(
+        default=0,
+        description="Of `tokens`, those the fleet estimated: LLM calls whose answer gave no usage, or that "
+        "timed out (billed all the same).",
+    )
     cost_usd: float = 0.0
     version: str | None = None
     mirror: MirrorState | None = Field(
@@ -158,6 +164,25 @@ class WorkerStatus(BaseModel):
     last_seen_ms: int
 
 
+class LlmLimit(BaseModel):
+    """An LLM provider whose fleet-wide permits a 429 lowered (adaptive concurrency), as in
+    `tf:llm-limits`; it gets one back every few seconds without a 429."""
+
+    provider: str = Field(description="The provider's id in key names.")
+    name: str = Field(default="", description="Its model and base_url.")
+    limit: int = Field(description="Calls at once the fleet allows it now.")
+    max: int = Field(description="Its configured `concurrency`.")
+    cuts: int = Field(default=0, description="How often a 429 lowered it since it was last at `max`.")
+    changed_ms: int = Field(default=0, description="When the limit last changed (Redis ms).")
+
+    @classmethod
+    def parse(cls, provider: str, raw: bytes | str) -> LlmLimit | None:
+        try:
+            return cls.model_validate({**json.loads(raw), "provider": provider})
+        except (ValueError, ValidationError):
+            return None
+
+
 class FleetStatus(BaseModel):
     queue_depth: int = Field(description="Jobs in the queue that no worker runs now.")
     in_progress: int
@@ -165,6 +190,9 @@ class FleetStatus(BaseModel):
     paused: bool
     workers: list[WorkerStatus]
     tunings: list[TuningStatus]
+    llm_limits: list[LlmLimit] = Field(
+        default_factory=list, description="LLM providers running below their `concurrency` after a 429."
+    )
 
 
 class ResultRow(BaseModel):
@@ -173,6 +201,8 @@ class ResultRow(BaseModel):
     state: str
     reason: str | None = None
     tokens: int = 0
+    estimated_tokens: int = Field(default=0, description="Of `tokens`, those the fleet estimated.")
+    unmeasured_tokens: int = Field(default=0, description="Of `tokens`, those only the agents counted.")
     cost_usd: float = 0.0
     held: str | None = Field(
         default=None, description="Unfinished, and waiting: the reason its tuning is held."

@@ -182,6 +182,12 @@ class ModelPrice(BaseModel):
 
     input_usd_per_1m: float = Field(ge=0, description="USD per 1M input (prompt) tokens.")
     output_usd_per_1m: float = Field(ge=0, description="USD per 1M output (completion) tokens.")
+    cached_input_usd_per_1m: float | None = Field(
+        default=None,
+        ge=0,
+        description="USD per 1M input tokens the provider served from its prompt cache "
+        "(`prompt_tokens_details.cached_tokens`); None: the input price.",
+    )
 
 
 class LlmAdapter(BaseModel):
@@ -207,6 +213,18 @@ class LlmAdapter(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=300.0, gt=0, description="One HTTP call, not the whole step.")
     max_retries: int = Field(default=4, ge=0, le=20, description="Calls tried again after the first.")
+    timeouts_max: int = Field(
+        default=2,
+        ge=1,
+        description="Timeouts of one call, while the provider answers other calls, after which its "
+        "step fails (the case's own fault, not an outage).",
+    )
+    structured_output: Literal["auto", "json_schema", "json_object", "prompt"] = Field(
+        default="auto",
+        description="How JSON answers are asked for: `json_schema` (response_format json_schema), "
+        "`json_object` (JSON mode), `prompt` (the schema in the prompt only), or `auto`: try them in "
+        "that order, json_object with the schema first, and remember per server and model what worked.",
+    )
     retry_wait_min_s: float = Field(default=1.0, ge=0, description="The first backoff (doubled after).")
     retry_wait_max_s: float = Field(default=60.0, ge=0, description="Caps every wait, Retry-After too.")
     prices: dict[str, ModelPrice] = Field(default_factory=dict, description="Model name -> its price.")

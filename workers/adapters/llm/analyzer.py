@@ -1,4 +1,5 @@
-"""The analyzer as a model behind an OpenAI-compatible Chat Completions API."""
+"""The analyzer as a model behind an OpenAI-compatible Chat Completions API: the Feedback JSON of
+the case's own schema (workers.adapters.llm.grading), one repair round."""
 
 from __future__ import annotations
 
@@ -6,43 +7,19 @@ import json
 import time
 from typing import Any
 
-from pydantic import ValidationError
-from redis.asyncio import Redis
-
 from service.core.models.records import SEAL_FIELDS, Feedback, Usage
 from service.core.models.tuning import LlmAdapter
-from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
 from workers.adapters.llm.errors import LlmStepError
-from workers.adapters.llm.limits import provider_limits
-from workers.adapters.llm.prompts import load_template, tree_view, workspace_view
-from workers.adapters.llm.session import Message, Session, in_session, step_exit, strip_fences
+from workers.adapters.llm.grading import base_schema, check_feedback, feedback_schema
+from workers.adapters.llm.prompts import load_template, schema_text, tree_view, workspace_view
+from workers.adapters.llm.provider import Providers, check_limits
+from workers.adapters.llm.session import Message, Session, in_session, step_exit
 
-FLEET_FIELDS = ("run_seal", "seal", "usage")
-"""Feedback fields the model is not asked for: the seals are the fleet's, the usage is measured."""
 REPAIR = (
     "Your answer is not valid: {problem}\n"
     "Answer again with the whole corrected JSON object, and nothing else."
 )
-
-
-def feedback_schema() -> dict[str, Any]:
-    """The Feedback JSON Schema without the fields the fleet fills in itself."""
-    schema = Feedback.model_json_schema()
-    for name in FLEET_FIELDS:
-        schema["properties"].pop(name, None)
-    schema["required"] = [name for name in schema.get("required", []) if name not in FLEET_FIELDS]
-    schema.get("$defs", {}).pop("Usage", None)
-    return schema
-
-
-def check_feedback(answer: str) -> tuple[Feedback | None, str]:
-    """The answer as Feedback, or None and what is wrong with it (as the analyze step would say).
-    Scores of ids the case's rubric lacks are the analyze step's business (it drops them with a note)."""
-    try:
-        return Feedback.model_validate_json(strip_fences(answer)), ""
-    except ValidationError as exc:
-        return None, describe_validation(exc)
 
 
 def _earlier(request: AnalyzeRequest) -> str:
@@ -73,7 +50,7 @@ def prompt_values(request: AnalyzeRequest, schema: dict[str, Any]) -> dict[str, 
         "earlier": _earlier(request),
         "workspace": workspace_view(request.workspace_dir),
         "system": tree_view(request.system_dir),
-        "schema": json.dumps(schema, indent=2),
+        "schema": schema_text(schema),
     }
 
 
@@ -87,27 +64,30 @@ def report(feedback: Feedback, request: AnalyzeRequest, model: str) -> str:
         f"# Analysis of {request.case.id}, {request.phase} try {request.attempt}\n\n"
         f"Verdict: **{feedback.verdict}**{' (done)' if feedback.done else ''}, by {model}\n\n"
         f"{feedback.summary}\n\n## Scores\n\n{scores}\n## Improvements\n\n{changes}\n"
-        f"Usage: {usage.input_tokens} input and {usage.output_tokens} output tokens, "
+        f"Usage: {usage.input_tokens} input and {usage.output_tokens} output tokens"
+        f"{f' ({usage.estimated_tokens} of them estimated)' if usage.estimated_tokens else ''}, "
         f"{usage.cost_usd:g} USD.\n"
     )
 
 
 class LlmAnalyzer:
-    """Grades a run by asking a model for the Feedback JSON (one repair round if it does not validate).
+    """Grades a run by asking a model for the Feedback JSON (one repair round if it does not validate,
+    skips a rubric item or contradicts itself; the step fails if the repaired answer still does).
 
-    Trusted (`trusted = True`): this is the worker's own code, not an agent process. It only reads
-    the run's snapshot, memory and workspace to quote them in the prompt and writes nothing but its
-    own step folder, so it may read the shared snapshot instead of a private copy; the model never
-    touches a file.
+        Trusted (`trusted = True`): this is the worker's own code, not an agent process. It only reads
+        the run's snapshot, memory and workspace to quote them in the prompt and writes nothing but its
+        own step folder, so it may read the shared snapshot instead of a private copy; the model never
+        touches a file.
     """
 
     trusted = True
 
-    def __init__(self, config: LlmAdapter, redis: Redis | None = None) -> None:
+    def __init__(self, config: LlmAdapter, providers: Providers | None = None) -> None:
+        check_limits(config, providers.redis if providers is not None else None)
         self._config = config
-        self._limits = provider_limits(config, redis)
+        self._providers = providers
         self._template = load_template("analyze", config.prompts.get("analyze"))
-        self._schema = feedback_schema()
+        self._base_schema = base_schema()
         self.source = f"llm analyzer {config.model}"
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
@@ -119,13 +99,14 @@ class LlmAnalyzer:
         async def grade(session: Session) -> AnalyzeOutcome:
             return await self._grade(session, request, started)
 
-        return await in_session(self._config, self._limits, request, "feedback", self._schema, grade, failed)
+        schema = feedback_schema(request.case, self._base_schema)
+        return await in_session(self._config, self._providers, request, "feedback", schema, grade, failed)
 
     async def _grade(self, session: Session, request: AnalyzeRequest, started: float) -> AnalyzeOutcome:
-        prompt = self._template.substitute(prompt_values(request, self._schema))
+        prompt = self._template.substitute(prompt_values(request, session.schema))
         messages: list[Message] = [{"role": "user", "content": prompt}]
         answer = await session.ask(messages)
-        feedback, problem = check_feedback(answer)
+        feedback, problem = check_feedback(answer, request.case)
         if feedback is None:
             session.say(f"the answer is not valid feedback ({problem}): one repair round")
             messages += [
@@ -133,14 +114,15 @@ class LlmAnalyzer:
                 {"role": "user", "content": REPAIR.format(problem=problem)},
             ]
             answer = await session.ask(messages)
-            feedback, problem = check_feedback(answer)
+            feedback, problem = check_feedback(answer, request.case)
         if feedback is None:
             session.say(f"the repaired answer is not valid feedback either ({problem})")
             return AnalyzeOutcome(
                 exit=step_exit(
-                    started, "its answer did not validate after one repair round", spent=session.meter.usage()
+                    started,
+                    f"its answer was not valid after one repair round: {problem}",
+                    spent=session.meter.usage(),
                 ),
-                feedback=strip_fences(answer).encode(),
                 source=self.source,
             )
         feedback = feedback.model_copy(

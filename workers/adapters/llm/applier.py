@@ -3,12 +3,10 @@ the applier makes in the worktree (the fleet commits the folder afterwards)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from service.core.models.records import ApplyOutput, Usage
 from service.core.models.tuning import LlmAdapter
@@ -16,8 +14,8 @@ from service.core.validation import describe_validation
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
 from workers.adapters.llm.errors import LlmStepError
-from workers.adapters.llm.limits import provider_limits
-from workers.adapters.llm.prompts import load_template, tree_view
+from workers.adapters.llm.prompts import load_template, schema_text, tree_view
+from workers.adapters.llm.provider import Providers, check_limits
 from workers.adapters.llm.session import Message, Session, in_session, step_exit, strip_fences
 
 REPAIR = (
@@ -57,9 +55,10 @@ class LlmApplier:
     edits cannot all be made (text not found exactly once, a path outside the worktree) changes
     nothing and gets one repair round naming what failed."""
 
-    def __init__(self, config: LlmAdapter, redis: Redis | None = None) -> None:
+    def __init__(self, config: LlmAdapter, providers: Providers | None = None) -> None:
+        check_limits(config, providers.redis if providers is not None else None)
         self._config = config
-        self._limits = provider_limits(config, redis)
+        self._providers = providers
         self._template = load_template("apply", config.prompts.get("apply"))
         self._schema = EditPlan.model_json_schema()
         self.source = f"llm applier {config.model}"
@@ -73,10 +72,10 @@ class LlmApplier:
         async def edit(session: Session) -> ApplyOutcome:
             return await self._edit(session, request, started)
 
-        return await in_session(self._config, self._limits, request, "edits", self._schema, edit, failed)
+        return await in_session(self._config, self._providers, request, "edits", self._schema, edit, failed)
 
     async def _edit(self, session: Session, request: ApplyRequest, started: float) -> ApplyOutcome:
-        values = prompt_values(request, json.dumps(self._schema, indent=2))
+        values = prompt_values(request, schema_text(self._schema))
         messages: list[Message] = [{"role": "user", "content": self._template.substitute(values)}]
         answer = await session.ask(messages)
         plan, texts, failures = check_plan(answer, request.worktree_dir)

@@ -1,27 +1,34 @@
-"""One step's connection to an OpenAI-compatible Chat Completions server.
+"""One step's calls to an OpenAI-compatible Chat Completions server, through its provider's client.
 
-`LlmClient` is an async context manager that owns an `openai.AsyncOpenAI` (and so its HTTP
-connections) for the length of one step. The SDK's own retries are off: tenacity tries a call
-again on 429, 408, 409, 5xx and connection errors, waiting what the server's `Retry-After`
-(or `retry-after-ms`) asks, else an exponential backoff with jitter, every wait capped at
-`retry_wait_max_s`; after `max_retries` more attempts it gives up (ProviderUnavailable). A refused
-key (401, 403) fails at once, naming the server and the variable, never the key.
+`LlmClient` makes one call with the worker's client of the provider (workers.adapters.llm.provider:
+reused by every step). The SDK's own retries are off: tenacity tries a call again on 429, 408, 409,
+5xx, timeouts and connection errors, waiting what the server's `Retry-After` (or `retry-after-ms`)
+asks, else an exponential backoff with jitter, every wait capped at `retry_wait_max_s`; after
+`max_retries` more attempts it gives up (ProviderUnavailable). A refused key (401, 403) fails at
+once, naming the server and the variable, never the key; a refused response format
+(FormatRefused) at once too, for the negotiation to try the next.
 
 Each attempt first waits for the provider's fleet-wide limits (`ProviderLimits`: a permit under
 `concurrency`, room under `tokens_per_minute`) and holds its permit only while its request runs; the
-waits between attempts hold none.
+waits between attempts hold none. A 429 halves the fleet's permits (adaptive concurrency).
+
+Every attempt is counted (workers.adapters.llm.tokens): its usage, else an estimate; one that timed
+out or was cut off after it was sent, its prompt, estimated. An attempt that times out while the
+provider answered other calls meanwhile is a strike against this call; at `timeouts_max` strikes, or
+when its attempts run out with one, the step fails (CallTimedOut) instead of waiting for an outage
+that is not one.
 """
 
 from __future__ import annotations
 
 import email.utils
-import os
 import random
 import time
 from collections.abc import Mapping
-from types import TracebackType
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
+import httpx
 import openai
 import structlog
 from openai.types.chat import ChatCompletion
@@ -34,21 +41,23 @@ from tenacity import (
 
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.llm.errors import (
+    CallTimedOut,
+    FormatRefused,
     LlmStepError,
-    MissingApiKey,
+    ParamRefused,
     ProviderAuthFailed,
     ProviderRejected,
     ProviderUnavailable,
 )
-from workers.adapters.llm.limits import ProviderLimits
+from workers.adapters.llm.formats import refuses_format
+from workers.adapters.llm.provider import Provider
+from workers.adapters.llm.tokens import MESSAGE_OVERHEAD_TOKENS, Meter, prompt_text
 
 log = structlog.get_logger()
 
 TRANSIENT_STATUS = frozenset({408, 409, 429})
 """Status codes tried again besides 5xx (as the SDK's own policy does)."""
 AUTH_STATUS = frozenset({401, 403})
-NO_KEY = "no-key"
-"""What is sent as the key to a server configured with `api_key_env: null`."""
 DETAIL_CHARS = 300
 
 
@@ -113,54 +122,37 @@ def describe(exc: openai.APIError, base_url: str, secret: str = "") -> str:
     return line.replace(secret, "***") if len(secret) >= 4 else line
 
 
+def _sent(exc: openai.APIConnectionError) -> bool:
+    """Whether a failed attempt reached the server (a timeout or a cut while it answered), so that the
+    provider may bill it; a refused or timed-out connection sent nothing."""
+    return not isinstance(exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout)
+
+
+@dataclass
+class Strikes:
+    """A call's timeouts while its provider answered others."""
+
+    count: int = 0
+
+
 class LlmClient:
-    """`async with LlmClient(config, limits) as client: await client.complete(params)`; `limits` None:
-    no fleet-wide limits (a client used outside a fleet)."""
+    """`await LlmClient(config, provider).complete(params, meter)`: one call, tried again on transient
+    failures, every attempt counted in `meter`."""
 
-    def __init__(self, config: LlmAdapter, limits: ProviderLimits | None = None) -> None:
+    def __init__(self, config: LlmAdapter, provider: Provider) -> None:
         self._config = config
-        self._limits = limits
-        self._sdk: openai.AsyncOpenAI | None = None
-        self._secret = ""
-
-    def _key(self) -> str:
-        name = self._config.api_key_env
-        if name is None:
-            return NO_KEY
-        key = os.environ.get(name)
-        if not key:
-            raise MissingApiKey(
-                f"the environment variable {name} (api_key_env) is not set on this worker: "
-                f"it must hold the API key for {self._config.base_url}"
-            )
-        return key
-
-    async def __aenter__(self) -> LlmClient:
-        self._secret = self._key()
-        self._sdk = openai.AsyncOpenAI(
-            api_key=self._secret,
-            base_url=self._config.base_url,
-            timeout=self._config.timeout_s,
-            max_retries=0,
-        )
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._sdk is not None:
-            await self._sdk.close()
-            self._sdk = None
+        self._provider = provider
+        self._sdk, self._secret = provider.client(config)
+        self._limits = provider.limits(config)
 
     @property
     def attempts(self) -> int:
         return self._config.max_retries + 1
 
-    async def complete(self, params: dict[str, Any]) -> ChatCompletion:
+    async def complete(self, params: dict[str, Any], meter: Meter) -> ChatCompletion:
         """One chat completion, tried again on transient failures; LlmStepError when none came."""
-        if self._sdk is None:
-            raise RuntimeError("LlmClient used outside `async with`")
-        sdk, config = self._sdk, self._config
+        config = self._config
+        strikes = Strikes()
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
             wait=_RetryAfterWait(config.retry_wait_min_s, config.retry_wait_max_s),
@@ -171,10 +163,12 @@ class LlmClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(sdk, params)
+                    return await self._attempt(params, meter, strikes)
         except openai.APIStatusError as exc:
             self._raise_for(exc)
         except openai.APIConnectionError as exc:
+            if strikes.count:
+                raise self._timed_out(strikes) from exc
             raise ProviderUnavailable(
                 f"provider unavailable after {self.attempts} attempts: "
                 f"{describe(exc, config.base_url, self._secret)}"
@@ -183,17 +177,81 @@ class LlmClient:
             raise LlmStepError(f"unreadable answer: {describe(exc, config.base_url, self._secret)}") from exc
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _attempt(self, sdk: openai.AsyncOpenAI, params: dict[str, Any]) -> ChatCompletion:
-        """One HTTP call, inside the provider's limits; its tokens are counted in the window after."""
+    async def _attempt(self, params: dict[str, Any], meter: Meter, strikes: Strikes) -> ChatCompletion:
+        """One HTTP call, inside the provider's limits, counted whatever comes of it."""
+        began = time.monotonic()
+        try:
+            completion = await self._call(params)
+        except openai.APIConnectionError as exc:
+            if _sent(exc):
+                await self._count_unanswered(params, meter)
+            if isinstance(exc, openai.APITimeoutError) and _sent(exc):
+                await self._strike(strikes, time.monotonic() - began)
+            raise
+        except openai.RateLimitError:
+            if self._limits is not None:
+                await self._limits.throttled()
+            raise
+        except openai.APIStatusError as exc:
+            detail = describe(exc, self._config.base_url, self._secret)
+            if "response_format" in params and refuses_format(exc):
+                raise FormatRefused(f"the response format was refused: {detail}", exc.status_code) from exc
+            if "max_tokens" in params and exc.status_code == 400 and "max_tokens" in detail:
+                raise ParamRefused(f"max_tokens was refused: {detail}", exc.status_code) from exc
+            raise
+        await self._provider.answered()
+        if not meter.measured(completion):
+            await self._count_unmetered(params, completion, meter)
+        if self._limits is not None and completion.usage is not None:
+            await self._limits.spend(completion.usage.total_tokens)
+        return completion
+
+    async def _call(self, params: dict[str, Any]) -> ChatCompletion:
+        create = self._sdk.chat.completions.create
         if self._limits is None:
-            completion: ChatCompletion = await sdk.chat.completions.create(**params)
+            completion: ChatCompletion = await create(**params, timeout=self._config.timeout_s)
             return completion
         async with self._limits.call():
-            completion = await sdk.chat.completions.create(**params)
-        if completion.usage is not None:
-            usage = completion.usage
-            await self._limits.spend(usage.prompt_tokens + usage.completion_tokens)
+            completion = await create(**params, timeout=self._config.timeout_s)
         return completion
+
+    async def _prompt_tokens(self, params: dict[str, Any]) -> int:
+        overhead = MESSAGE_OVERHEAD_TOKENS * (len(params.get("messages", [])) + 1)
+        return overhead + await self._provider.estimator.count(self._sdk, prompt_text(params))
+
+    async def _count_unanswered(self, params: dict[str, Any], meter: Meter) -> None:
+        """An attempt the provider may bill without answering: its prompt, estimated."""
+        tokens = await self._prompt_tokens(params)
+        meter.estimated(tokens)
+        log.info("llm_call_counted_unanswered", provider=self._provider.id, input_tokens=tokens)
+
+    async def _count_unmetered(
+        self, params: dict[str, Any], completion: ChatCompletion, meter: Meter
+    ) -> None:
+        """A completion without usage: its prompt and its answer, estimated."""
+        answer = "".join(choice.message.content or "" for choice in completion.choices)
+        output_tokens = await self._provider.estimator.count(self._sdk, answer)
+        meter.estimated(await self._prompt_tokens(params), output_tokens)
+
+    async def _strike(self, strikes: Strikes, waited_s: float) -> None:
+        """A timeout: a strike against this call when the provider answered others meanwhile."""
+        if not await self._provider.answered_within(waited_s):
+            return
+        strikes.count += 1
+        log.warning(
+            "llm_call_timed_out_alone",
+            provider=self._provider.id,
+            strikes=strikes.count,
+            of=self._config.timeouts_max,
+        )
+        if strikes.count >= self._config.timeouts_max:
+            raise self._timed_out(strikes)
+
+    def _timed_out(self, strikes: Strikes) -> CallTimedOut:
+        return CallTimedOut(
+            f"the call timed out {strikes.count} times (after {self._config.timeout_s:g} s each) "
+            f"while {self._config.base_url} answered other calls: the step gives up on it"
+        )
 
     def _raise_for(self, exc: openai.APIStatusError) -> NoReturn:
         config = self._config

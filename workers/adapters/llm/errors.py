@@ -4,7 +4,10 @@
     ├── MissingApiKey         the variable named by `api_key_env` is not set on this worker
     ├── ProviderAuthFailed    the server refused the key (401, 403): not tried again
     ├── ProviderRejected      the server refused the request itself (another 4xx)
-    └── ProviderUnavailable   429, 5xx or no connection, still so after every attempt
+    │   ├── FormatRefused     ... because of its response format (a 4xx or 5xx that says so)
+    │   └── ParamRefused      ... because of `max_tokens` (a 400 that names it: send max_completion_tokens)
+    ├── CallTimedOut          one call timed out again and again while the provider answered others
+    └── ProviderUnavailable   429, 5xx, timeouts or no connection, still so after every attempt
 
 The openai SDK's exceptions are translated into these where the call is made (workers.adapters.llm.client);
 no message ever holds the key.
@@ -31,6 +34,19 @@ class ProviderRejected(LlmStepError):
     def __init__(self, message: str, status_code: int) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class FormatRefused(ProviderRejected):
+    """The provider refused the request's `response_format` (the negotiation tries the next one)."""
+
+
+class ParamRefused(ProviderRejected):
+    """The provider refused `max_tokens` (OpenAI's reasoning models want `max_completion_tokens`)."""
+
+
+class CallTimedOut(LlmStepError):
+    """The same call timed out `timeouts_max` times while the provider answered other calls: this
+    step's own fault (its prompt, its answer), not an outage; the step fails."""
 
 
 class ProviderUnavailable(LlmStepError):

@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from redis.asyncio import Redis
 
 from service.core.files import append_line, write_atomic
 from service.core.models.goal import GOAL_STEPS, GoalStep
@@ -44,10 +43,10 @@ from workers.adapters.goal_base import (
     GoalStepExit,
     GoalStepRequest,
 )
-from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import LlmStepError, MissingApiKey, ProviderAuthFailed, ProviderUnavailable
 from workers.adapters.llm.goal_prompts import goal_values, load_goal_template
-from workers.adapters.llm.limits import provider_limits
+from workers.adapters.llm.prompts import schema_text
+from workers.adapters.llm.provider import Provider, Providers, borrowed, check_limits
 from workers.adapters.llm.session import Message, Session, strip_fences
 
 REPAIR = "Your answer is not valid: {problem}\nAnswer again with the whole corrected {what} and nothing else."
@@ -105,9 +104,10 @@ class LlmGoalAgent:
 
     trusted = True
 
-    def __init__(self, config: LlmAdapter, redis: Redis | None = None) -> None:
+    def __init__(self, config: LlmAdapter, providers: Providers | None = None) -> None:
+        check_limits(config, providers.redis if providers is not None else None)
         self._config = config
-        self._limits = provider_limits(config, redis)
+        self._providers = providers
         self._templates: dict[GoalStep, string.Template] = {s: load_goal_template(s) for s in GOAL_STEPS}
         self.source = f"llm goal agent {config.model}"
 
@@ -117,8 +117,8 @@ class LlmGoalAgent:
         folder.prepare()
         session: Session | None = None
         try:
-            async with LlmClient(self._config, self._limits) as client:
-                session = self._session(request, client)
+            async with borrowed(self._providers) as pool:
+                session = self._session(request, pool.get(self._config))
                 error = await self._step(request, session, folder)
         except ProviderUnavailable as exc:
             return self._failed(request, started, session, provider_down=str(exc))
@@ -135,12 +135,12 @@ class LlmGoalAgent:
             spent=session.meter.usage(),
         )
 
-    def _session(self, request: GoalStepRequest, client: LlmClient) -> Session:
+    def _session(self, request: GoalStepRequest, provider: Provider) -> Session:
         config, step_dir, log_file = self._config, request.step_dir, request.log_file
         if request.step == "plan":
-            return Session(config, client, step_dir, log_file, mode="text")
+            return Session(config, provider, step_dir, log_file)
         model = Review if request.step == "review" else WorkAnswer
-        return Session(config, client, step_dir, log_file, request.step, model.model_json_schema())
+        return Session(config, provider, step_dir, log_file, request.step, model.model_json_schema())
 
     def _failed(
         self, request: GoalStepRequest, started: float, session: Session | None, **why: str
@@ -152,7 +152,7 @@ class LlmGoalAgent:
     async def _step(self, request: GoalStepRequest, session: Session, folder: StepFolder) -> str | None:
         """Ask, repair once, write the step's `out/` files; the step's error if the answer stayed invalid."""
         step = request.step
-        schema = json.dumps(session.schema, indent=2) if session.schema else ""
+        schema = schema_text(session.schema) if session.schema else ""
         prompt = self._templates[step].substitute(goal_values(request, schema))
         check: Callable[[str], str] = check_todo
         what = "TODO in Markdown"

@@ -5,6 +5,10 @@
   grants it a permit (expired holders are dropped first), renews the permit every third of
   PERMIT_LEASE_S while the call runs, and releases it afterwards, also when cancelled. The permit of
   a worker that died lapses within PERMIT_LEASE_S.
+- Adaptive concurrency: a 429 halves the permits fleet-wide (`THROTTLE`, at most once per CUT_GAP_S,
+  down to one), kept in the provider's field of `tf:llm-limits`; every RECOVER_S without a 429 gives
+  one back (`ACQUIRE`), until the configured `concurrency` is reached and the field goes. `tunefleet status`
+  shows a provider while it runs below its configuration.
 - `tokens_per_minute`: a sliding window (`tf:llm-tokens:<provider>`): every completion's tokens are
   added with the time, and a call waits until the last minute's tokens are under the limit.
 
@@ -25,7 +29,6 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.core import keys
-from service.core.errors import ConfigError
 from service.core.lua import NOW
 from service.core.models.tuning import LlmAdapter
 from workers.tasks import watched
@@ -36,20 +39,55 @@ PERMIT_LEASE_S = 3.0
 """A permit's lease, renewed every third of it while the call runs."""
 WINDOW_MS = 60_000
 """The tokens-per-minute window."""
+CUT_GAP_S = 2.0
+"""A burst of 429s (every call under way answered one) halves the permits once, not once per call."""
+RECOVER_S = 10.0
+"""The permits come back one at a time, one per this many seconds without a 429."""
 POLL_MIN_S = 0.05
 POLL_MAX_S = 1.0
 """The backoff between two tries for a permit, or two looks at the window: doubled up to the max."""
 
 ACQUIRE = f"""
--- KEYS: permits ; ARGV: holder limit lease_ms -> 1 granted, 0 not now
+-- KEYS: permits limits ; ARGV: holder concurrency lease_ms recover_ms provider -> 1 granted, 0 not now
 {NOW}
+local limit = tonumber(ARGV[2])
+local raw = redis.call('HGET', KEYS[2], ARGV[5])
+if raw then
+  local state = cjson.decode(raw)
+  if state.limit < limit and now - state.changed_ms >= tonumber(ARGV[4]) then
+    state.limit = state.limit + 1
+    state.changed_ms = now
+    redis.call('HSET', KEYS[2], ARGV[5], cjson.encode(state))
+  end
+  if state.limit >= limit then
+    redis.call('HDEL', KEYS[2], ARGV[5])
+  else
+    limit = state.limit
+  end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < limit then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 1
 end
 return 0
+"""
+
+THROTTLE = f"""
+-- KEYS: limits ; ARGV: concurrency gap_ms name provider -> the permits now
+{NOW}
+local raw = redis.call('HGET', KEYS[1], ARGV[4])
+local state = {{limit = tonumber(ARGV[1]), changed_ms = 0, cuts = 0}}
+if raw then state = cjson.decode(raw) end
+if now - state.changed_ms < tonumber(ARGV[2]) then return state.limit end
+state.limit = math.max(1, math.floor(state.limit / 2))
+state.max = tonumber(ARGV[1])
+state.changed_ms = now
+state.cuts = state.cuts + 1
+state.name = ARGV[3]
+redis.call('HSET', KEYS[1], ARGV[4], cjson.encode(state))
+return state.limit
 """
 
 RENEW = f"""
@@ -102,12 +140,14 @@ class ProviderLimits:
 
     def __init__(self, redis: Redis, config: LlmAdapter, lease_s: float = PERMIT_LEASE_S) -> None:
         self.provider = keys.llm_provider(config.base_url, config.model)
+        self.name = f"{config.model} at {config.base_url}"
         self.concurrency = config.concurrency
         self.tokens_per_minute = config.tokens_per_minute
         self.lease_ms = int(lease_s * 1000)
         self._acquire = redis.register_script(ACQUIRE)
         self._renew = redis.register_script(RENEW)
         self._release = redis.register_script(RELEASE)
+        self._throttle = redis.register_script(THROTTLE)
         self._wait_for_tokens = redis.register_script(WAIT_FOR_TOKENS)
         self._spend = redis.register_script(SPEND)
 
@@ -138,6 +178,19 @@ class ProviderLimits:
         except RedisError as exc:
             log.warning("llm_tokens_not_counted", provider=self.provider, tokens=tokens, error=str(exc))
 
+    async def throttled(self) -> None:
+        """The provider answered 429: halve the fleet's permits (adaptive concurrency), if it has any."""
+        if self.concurrency is None:
+            return
+        try:
+            limit = await self._throttle(
+                [keys.llm_limits()], [self.concurrency, int(CUT_GAP_S * 1000), self.name, self.provider]
+            )
+        except RedisError as exc:
+            log.warning("llm_throttle_not_kept", provider=self.provider, error=str(exc))
+            return
+        log.info("llm_concurrency_cut", provider=self.provider, limit=int(limit), of=self.concurrency)
+
     async def _tokens_room(self) -> None:
         if self.tokens_per_minute is None:
             return
@@ -151,7 +204,8 @@ class ProviderLimits:
     async def _permit(self, holder: str, limit: int) -> None:
         permits = keys.llm_permits(self.provider)
         delay_s = POLL_MIN_S
-        while not int(await self._acquire([permits], [holder, limit, self.lease_ms])):
+        args: list[str | int] = [holder, limit, self.lease_ms, int(RECOVER_S * 1000), self.provider]
+        while not int(await self._acquire([permits, keys.llm_limits()], args)):
             await asyncio.sleep(delay_s * (0.5 + random.random()))
             delay_s = min(delay_s * 2, POLL_MAX_S)
 
@@ -179,16 +233,3 @@ class ProviderLimits:
         waited_s = time.monotonic() - began
         if waited_s >= POLL_MIN_S:
             log.info("llm_call_waited", provider=self.provider, wait_s=round(waited_s, 3))
-
-
-def provider_limits(config: LlmAdapter, redis: Redis | None) -> ProviderLimits | None:
-    """The fleet-wide limits a step's calls keep: None when the config sets none. A config that sets
-    some without a Redis to keep them in is refused (every fleet worker passes its own)."""
-    if config.concurrency is None and config.tokens_per_minute is None:
-        return None
-    if redis is None:
-        raise ConfigError(
-            f"llm {config.model} at {config.base_url}: concurrency and tokens_per_minute are kept in "
-            "the fleet's Redis, and none was given"
-        )
-    return ProviderLimits(redis, config)

@@ -9,11 +9,12 @@ any case runs.
 
 from __future__ import annotations
 
+import json
 import os
 import string
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from service.core.errors import ConfigError
 
@@ -55,6 +56,11 @@ SYSTEM_BYTES_MAX = 200_000
 runner follows them)."""
 MEMORY_BYTES_MAX = 50_000
 """Bytes of the memory's text files quoted in all (the runner's prompt)."""
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    """A JSON Schema as a prompt quotes it: on one line (indentation would cost tokens, not clarity)."""
+    return json.dumps(schema, separators=(", ", ": "))
 
 
 def load_template(step: PromptStep, path: Path | None) -> string.Template:

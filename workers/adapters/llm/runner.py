@@ -10,16 +10,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from redis.asyncio import Redis
-
 from service.core.files import append_line
 from service.core.models.records import RunOutput, Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import RunOutcome, RunRequest
-from workers.adapters.llm.client import LlmClient
-from workers.adapters.llm.errors import LlmStepError, MissingApiKey, ProviderAuthFailed, ProviderUnavailable
-from workers.adapters.llm.limits import provider_limits
+from workers.adapters.llm.errors import (
+    CallTimedOut,
+    LlmStepError,
+    MissingApiKey,
+    ProviderAuthFailed,
+    ProviderUnavailable,
+)
 from workers.adapters.llm.prompts import MEMORY_BYTES_MAX, SYSTEM_BYTES_MAX, load_template, shown_tree
+from workers.adapters.llm.provider import Providers, borrowed, check_limits
 from workers.adapters.llm.session import Message, Session
 
 SKILLS_DIR = Path("skills")
@@ -47,6 +50,10 @@ def prompt_values(request: RunRequest) -> tuple[dict[str, str], list[str]]:
     return values, skill_names(shown)
 
 
+def _spent(session: Session | None) -> Usage | None:
+    return session.meter.usage() if session is not None else None
+
+
 def _elapsed_ms(started: float) -> int:
     return max(0, int((time.monotonic() - started) * 1000))
 
@@ -57,35 +64,45 @@ class LlmRunner:
     The provider down through its retries is no run (the case is handed back, as for the meta agent),
     a refused key holds the tuning, a missing key variable makes the run void (infrastructure: the loop
     sets it aside and runs the try again); another refusal of the request (a 4xx) or an unreadable
-    answer is the run's error, graded as such.
+    answer is the run's error, graded as such; a call that timed out `timeouts_max` times while the
+    provider answered others is a run that timed out, graded as a command runner's would be.
     """
 
-    def __init__(self, config: LlmAdapter, redis: Redis | None = None) -> None:
+    def __init__(self, config: LlmAdapter, providers: Providers | None = None) -> None:
+        check_limits(config, providers.redis if providers is not None else None)
         self._config = config
-        self._limits = provider_limits(config, redis)
+        self._providers = providers
         self._template = load_template("run", config.prompts.get("run"))
 
     async def run(self, request: RunRequest) -> RunOutcome:
         started = time.monotonic()
         session: Session | None = None
         try:
-            async with LlmClient(self._config, self._limits) as client:
-                session = Session(self._config, client, request.step_dir, request.log_file, mode="text")
+            async with borrowed(self._providers) as pool:
+                provider = pool.get(self._config)
+                session = Session(self._config, provider, request.step_dir, request.log_file)
                 values, skills = prompt_values(request)
                 messages: list[Message] = [{"role": "user", "content": self._template.substitute(values)}]
                 answer = await session.ask(messages)
         except ProviderUnavailable as exc:
             append_line(request.log_file, f"llm: no run: {exc}")
-            return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), provider_down=str(exc))
+            return RunOutcome(
+                exit_code=1, duration_ms=_elapsed_ms(started), provider_down=str(exc), spent=_spent(session)
+            )
         except ProviderAuthFailed as exc:
             append_line(request.log_file, f"llm: no run: {exc}")
-            return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), key_refused=str(exc))
+            return RunOutcome(
+                exit_code=1, duration_ms=_elapsed_ms(started), key_refused=str(exc), spent=_spent(session)
+            )
         except MissingApiKey as exc:
             append_line(request.log_file, f"llm: the run is void: {exc}")
             return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), void=str(exc))
         except LlmStepError as exc:
             usage = session.meter.usage() if session is not None else Usage(source="api")
             output = RunOutput(error=str(exc), usage=usage)
-            return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), output=output)
+            timed_out = isinstance(exc, CallTimedOut)
+            return RunOutcome(
+                exit_code=1, duration_ms=_elapsed_ms(started), output=output, timed_out=timed_out
+            )
         output = RunOutput(answer=answer, turns=1, skills_loaded=skills, usage=session.meter.usage())
         return RunOutcome(exit_code=0, duration_ms=_elapsed_ms(started), output=output)

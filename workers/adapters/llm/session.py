@@ -2,8 +2,12 @@
 
 Every call's rendered prompt is kept as `prompt-<n>.md` and its raw answer (the whole completion as
 the server sent it, or the error) as `answer-<n>.json` in the step's folder, with a line per call in
-the step's log. Usage is summed over every completion the server sent back, repairs and answers that
-did not validate included, and priced from the adapter's `prices`.
+the step's log: for people, not records, so written plainly (a step run again writes them again).
+Usage is counted over every attempt (workers.adapters.llm.tokens), repairs, answers that did not
+validate and attempts that timed out included, and priced from the adapter's `prices`.
+
+A session that asks for JSON negotiates the response format with the provider
+(workers.adapters.llm.formats) unless the adapter names one.
 """
 
 from __future__ import annotations
@@ -13,60 +17,29 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from openai.types.chat import ChatCompletion
-
-from service.core.files import append_line, write_atomic
+from service.core.files import append_line
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import StepExit, StepRequest
 from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import (
+    FormatRefused,
     LlmStepError,
+    ParamRefused,
     ProviderAuthFailed,
     ProviderRejected,
     ProviderUnavailable,
 )
-from workers.adapters.llm.limits import ProviderLimits
+from workers.adapters.llm.formats import LADDER, Format, after, response_format
+from workers.adapters.llm.provider import Provider, Providers, borrowed
+from workers.adapters.llm.tokens import Meter
 from workers.meter import follow_spend
 
 T = TypeVar("T")
 
 Message = dict[str, str]
-Mode = Literal["json_schema", "json_object", "text"]
-"""`text`: a plain answer, no `response_format` at all (the runner's)."""
-
-
-@dataclass
-class Meter:
-    """Tokens summed over a step's calls, priced per million from the adapter's table."""
-
-    config: LlmAdapter
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        follow_spend(self.usage)  # read by the fleet if the step is cut short (workers.meter)
-
-    def add(self, completion: ChatCompletion) -> None:
-        if completion.usage is not None:
-            self.input_tokens += completion.usage.prompt_tokens
-            self.output_tokens += completion.usage.completion_tokens
-
-    def usage(self) -> Usage:
-        price = self.config.prices.get(self.config.model)
-        cost_usd = 0.0
-        if price is not None:
-            cost_usd = (
-                self.input_tokens * price.input_usd_per_1m + self.output_tokens * price.output_usd_per_1m
-            ) / 1_000_000
-        return Usage(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cost_usd=round(cost_usd, 6),
-            source="api",
-        )
 
 
 def step_exit(
@@ -87,76 +60,120 @@ def step_exit(
 
 @dataclass
 class Session:
-    """The calls of one step, through one client; asks for JSON following `schema`, or in mode `text`
-    for a plain answer (no schema)."""
+    """The calls of one step to one provider; asks for JSON following `schema`, or, without a schema,
+    for a plain answer (no response format)."""
 
     config: LlmAdapter
-    client: LlmClient
+    provider: Provider
     step_dir: Path
     log_file: Path
     schema_name: str = ""
     schema: dict[str, Any] = field(default_factory=dict)
-    mode: Mode = "json_schema"
     calls: int = 0
     meter: Meter = field(init=False)
+    client: LlmClient = field(init=False)
 
     def __post_init__(self) -> None:
         self.meter = Meter(self.config)
+        follow_spend(self.meter.usage)  # read by the fleet if the step is cut short (workers.meter)
         self.step_dir.mkdir(parents=True, exist_ok=True)
+        self.client = LlmClient(self.config, self.provider)
 
     def say(self, line: str) -> None:
         append_line(self.log_file, f"llm: {line}")
 
-    def _params(self, messages: list[Message]) -> dict[str, Any]:
+    def _params(self, messages: list[Message], fmt: Format | None) -> dict[str, Any]:
         config = self.config
         params: dict[str, Any] = {"model": config.model, "messages": messages}
-        if self.mode == "json_schema":
-            params["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": self.schema_name, "schema": self.schema, "strict": False},
-            }
-        elif self.mode == "json_object":
-            params["response_format"] = {"type": "json_object"}
+        if fmt is not None:
+            wanted = response_format(fmt, self.schema_name, self.schema)
+            if wanted is not None:
+                params["response_format"] = wanted
         if config.temperature is not None:
             params["temperature"] = config.temperature
         if config.max_output_tokens is not None:
-            params["max_completion_tokens"] = config.max_output_tokens
+            params[self.provider.max_tokens_param] = config.max_output_tokens
         return params
 
     async def ask(self, messages: list[Message]) -> str:
-        """The text of the model's answer to `messages`; a server that refuses structured output
-        (400 to json_schema) is asked again in JSON mode, with the schema in the prompt only."""
-        try:
-            return await self._call(messages)
-        except ProviderRejected as exc:
-            if self.mode != "json_schema" or exc.status_code != 400:
-                raise
-            self.mode = "json_object"
-            self.say("the server refused json_schema (400): asking again in json_object mode")
-            return await self._call(messages)
+        """The text of the model's answer to `messages`, in the response format the provider takes."""
+        if not self.schema:
+            return await self._call(messages, None)
+        setting = self.config.structured_output
+        if setting != "auto":
+            try:
+                return await self._call(messages, setting)
+            except FormatRefused as exc:
+                raise ProviderRejected(
+                    f"{exc} (structured_output: {setting}; `auto` would try the others)", exc.status_code
+                ) from exc
+        memory = self.provider.formats
+        known = memory.known
+        if known is not None:
+            try:
+                return await self._call(messages, known)
+            except FormatRefused as exc:
+                self.say(f"{known} refused after all ({exc}): negotiating again")
+                memory.forget(known)
+                return await self._negotiate(messages, after(known))
+        return await self._negotiate(messages, LADDER[0])
 
-    async def _call(self, messages: list[Message]) -> str:
+    async def _negotiate(self, messages: list[Message], floor: Format) -> str:
+        """Try the formats from `floor` (or the one the fleet learned, if lower) down, one call of this
+        worker at a time; the first answered is learned."""
+        memory = self.provider.formats
+        async with memory.negotiating:
+            if memory.known is not None and LADDER.index(memory.known) >= LADDER.index(floor):
+                return await self.ask(messages)  # learned while this one waited
+            recalled = await memory.recall()
+            fmt = max(floor, recalled, key=LADDER.index)
+            while True:
+                try:
+                    answer = await self._call(messages, fmt)
+                except FormatRefused as exc:
+                    self.say(f"the server refused {fmt} ({exc.status_code}): trying {after(fmt)}")
+                    fmt = after(fmt)
+                    continue
+                await memory.learn(fmt)
+                return answer
+
+    async def _call(self, messages: list[Message], fmt: Format | None) -> str:
         self.calls += 1
         n = self.calls
-        params = self._params(messages)
-        write_atomic(self.step_dir / f"prompt-{n}.md", _transcript(params).encode(), durable=False)
+        mode = fmt or "text"
+        params = self._params(messages, fmt)
+        (self.step_dir / f"prompt-{n}.md").write_bytes(_transcript(params).encode())
+        before = self.meter.usage()
         try:
-            completion = await self.client.complete(params)
+            completion = await self.client.complete(params, self.meter)
+        except ParamRefused as exc:
+            self.say(f"call {n}: {exc}: asking again with max_completion_tokens")
+            self.provider.max_tokens_param = "max_completion_tokens"
+            return await self._call(messages, fmt)
         except LlmStepError as exc:
-            answer = json.dumps({"error": str(exc)}, indent=2).encode()
-            write_atomic(self.step_dir / f"answer-{n}.json", answer, durable=False)
-            self.say(f"call {n} ({self.mode}): {exc}")
+            (self.step_dir / f"answer-{n}.json").write_bytes(
+                json.dumps({"error": str(exc)}, indent=2).encode()
+            )
+            self.say(f"call {n} ({mode}): {exc}{_spent(before, self.meter.usage())}")
             raise
-        self.meter.add(completion)
-        write_atomic(
-            self.step_dir / f"answer-{n}.json", completion.model_dump_json(indent=2).encode(), durable=False
-        )
-        usage = completion.usage
-        tokens = f"{usage.prompt_tokens} in, {usage.completion_tokens} out" if usage else "no usage reported"
-        self.say(f"call {n} ({self.mode}) to {self.config.model}: {tokens}")
+        (self.step_dir / f"answer-{n}.json").write_bytes(completion.model_dump_json(indent=2).encode())
+        self.say(f"call {n} ({mode}) to {self.config.model}:{_spent(before, self.meter.usage())}")
         if not completion.choices:
             return ""
         return completion.choices[0].message.content or ""
+
+
+def _spent(before: Usage, now: Usage) -> str:
+    """What one call added to the meter, for the step's log."""
+    tokens_in = now.input_tokens - before.input_tokens
+    tokens_out = now.output_tokens - before.output_tokens
+    if not tokens_in and not tokens_out:
+        return " nothing counted"
+    estimated = now.estimated_tokens - before.estimated_tokens
+    cached = now.cached_input_tokens - before.cached_input_tokens
+    notes = [f"{estimated} estimated"] if estimated else []
+    notes += [f"{cached} cached"] if cached else []
+    return f" {tokens_in} in, {tokens_out} out" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _transcript(params: dict[str, Any]) -> str:
@@ -179,19 +196,21 @@ def strip_fences(text: str) -> str:
 
 async def in_session(
     config: LlmAdapter,
-    limits: ProviderLimits | None,
+    providers: Providers | None,
     request: StepRequest,
     schema_name: str,
     schema: dict[str, Any],
     body: Callable[[Session], Awaitable[T]],
     failed: Callable[[LlmStepError, Usage | None], T],
 ) -> T:
-    """`body` with a session of its own client; a step error is `failed` with what the calls before it
-    cost (None when no session was opened)."""
+    """`body` with a session on the provider's client; a step error is `failed` with what the calls
+    before it cost (None when no session was opened)."""
     session: Session | None = None
     try:
-        async with LlmClient(config, limits) as client:
-            session = Session(config, client, request.step_dir, request.log_file, schema_name, schema)
+        async with borrowed(providers) as pool:
+            session = Session(
+                config, pool.get(config), request.step_dir, request.log_file, schema_name, schema
+            )
             return await body(session)
     except LlmStepError as exc:
         return failed(exc, session.meter.usage() if session is not None else None)

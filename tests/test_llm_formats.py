@@ -1,0 +1,145 @@
+"""Structured output negotiated per provider and remembered, and one client per worker and provider, against
+the tests' OpenAI-compatible server scripted as servers really answer (llama-cpp-python refuses
+`json_schema` with a 500 of its validation error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from service.core import keys
+from service.core.models.tuning import LlmAdapter
+from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
+from tests.support.fleet import Fleet, write_tuning
+from tests.support.redis_server import RedisServer
+from tests.test_llm_adapters import analyze_request
+from tests.test_llm_grading import GOOD
+from workers.adapters.llm import LlmAnalyzer, Providers
+
+LLAMA_REFUSAL = (
+    "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
+)
+
+
+def llama_like(body: dict[str, Any]) -> Scripted:
+    """Refuses json_schema as llama-cpp-python does; answers everything else."""
+    if body.get("response_format", {}).get("type") == "json_schema":
+        return Status(500, message=LLAMA_REFUSAL)
+    if "response_format" not in body:
+        return Reply("Hello, Ada!", 50, 5)
+    schema = body["response_format"].get("schema") or {}
+    ids = schema.get("anyOf", [{}])[0].get("properties", {}).get("rubric", {}).get("required", ["greets"])
+    rubric = ", ".join(f'"{item}": 1' for item in ids)
+    return Reply(f'{{"verdict": "pass", "done": true, "rubric": {{{rubric}}}, "summary": "ok"}}', 80, 20)
+
+
+def cases(count: int) -> list[dict[str, Any]]:
+    return [
+        {"id": f"c{n}", "input": "Greet Ada.", "rubric": [{"id": "greets", "text": "Greets Ada."}]}
+        for n in range(1, count + 1)
+    ]
+
+
+def adapter(server: FakeOpenAI, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "llm",
+        "base_url": server.base_url,
+        "model": "m",
+        "api_key_env": None,
+        "max_retries": 0,
+        **extra,
+    }
+
+
+async def test_a_refused_json_schema_is_learned_once_per_worker_and_for_the_fleet(
+    fleet: Fleet, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Six cases graded at once by one worker send json_schema once (the others wait for that answer) and
+    then json_object with the schema; the fleet keeps what worked in Redis, so a second worker never
+    sends json_schema; every case completes."""
+    with FakeOpenAI(responder=llama_like) as server:
+        llm = adapter(server)
+        tuning = write_tuning(tmp_path / "t", cases(6), runner=llm, analyzer=llm, applier=llm, mem_tries=1)
+        await fleet.start_tuning(tuning)
+        fleet.start_worker(6)
+        rows = await fleet.wait_finished(6)
+        provider = keys.llm_provider(server.base_url, "m")
+        assert redis_server.get(keys.llm_format(provider)) == b"json_object_schema"
+        first = len(server.requests)
+        tuning2 = write_tuning(tmp_path / "t2", cases(2), name="t2", runner=llm, analyzer=llm, applier=llm)
+        await fleet.start_tuning(tuning2)
+        fleet.start_worker(2)
+        rows2 = await fleet.wait_finished(2, tuning="t2")
+    formats = [r.format_type for r in server.requests]
+    assert formats[:first].count("json_schema") == 1
+    assert "json_schema" not in formats[first:] and formats[first:].count("json_object") >= 2
+    assert all(r.state == "completed" for r in [*rows.values(), *rows2.values()])
+
+
+async def test_a_named_format_is_used_as_it_is(tmp_path: Path) -> None:
+    """structured_output: json_object sends JSON mode only, never json_schema; a server that refuses it
+    fails the step naming the setting."""
+    with FakeOpenAI() as server:
+        server.play(Reply(GOOD), Status(400, message="response_format json_object is not supported"))
+        config = LlmAdapter(
+            base_url=server.base_url, model="m", api_key_env=None, structured_output="json_object"
+        )
+        analyzer = LlmAnalyzer(config)
+        first = await analyzer.analyze(analyze_request(tmp_path / "1"))
+        second = await analyzer.analyze(analyze_request(tmp_path / "2"))
+    assert first.exit.error is None
+    assert [r.body["response_format"] for r in server.requests] == [{"type": "json_object"}] * 2
+    assert "structured_output: json_object" in (second.exit.error or "")
+
+
+async def test_a_server_refusing_every_response_format_gets_the_schema_in_the_prompt(tmp_path: Path) -> None:
+    """json_schema, json_object with the schema and json_object refused in turn: the call goes out with no
+    response format (the schema is in the prompt) and that is remembered by the worker's pool."""
+    refusal = Status(422, message="unsupported response_format")
+    async with Providers() as providers:
+        with FakeOpenAI() as server:
+            server.play(refusal, refusal, refusal, Reply(GOOD), Reply(GOOD))
+            config = LlmAdapter(base_url=server.base_url, model="m", api_key_env=None)
+            analyzer = LlmAnalyzer(config, providers)
+            for n in (1, 2):
+                assert (await analyzer.analyze(analyze_request(tmp_path / str(n)))).exit.error is None
+        assert providers.get(config).formats.known == "prompt"
+    sent = [r.body.get("response_format") for r in server.requests]
+    assert [f and (f["type"], "schema" in f) for f in sent] == [
+        ("json_schema", False),
+        ("json_object", True),
+        ("json_object", False),
+        None,
+        None,
+    ]
+    assert '"verdict"' in server.requests[3].text
+
+
+async def test_one_worker_reuses_its_client_across_steps(fleet: Fleet, tmp_path: Path) -> None:
+    """A worker's steps share one client per provider: eight cases' calls (runs and analyses, one at a
+    time) arrive over a single connection, not one per step."""
+    with FakeOpenAI(responder=llama_like) as server:
+        llm = adapter(server)
+        tuning = write_tuning(tmp_path / "t", cases(8), runner=llm, analyzer=llm, applier=llm, mem_tries=1)
+        await fleet.start_tuning(tuning)
+        fleet.start_worker(1)
+        rows = await fleet.wait_finished(8)
+    assert all(r.state == "completed" for r in rows.values())
+    connections = {r.client for r in server.requests}
+    assert len(server.requests) >= 8 * 4 and len(connections) == 1, (len(server.requests), connections)
+
+
+async def test_max_tokens_refused_is_sent_as_max_completion_tokens(tmp_path: Path) -> None:
+    """max_output_tokens goes out as max_tokens (which llama-cpp-python, vLLM and Ollama read); a server
+    that refuses it by name gets the call again with max_completion_tokens, and so do later calls."""
+    refusal = Status(400, message="Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens'.")
+    async with Providers() as providers:
+        with FakeOpenAI() as server:
+            server.play(refusal, Reply(GOOD), Reply(GOOD))
+            config = LlmAdapter(base_url=server.base_url, model="m", api_key_env=None, max_output_tokens=64)
+            analyzer = LlmAnalyzer(config, providers)
+            for n in (1, 2):
+                assert (await analyzer.analyze(analyze_request(tmp_path / str(n)))).exit.error is None
+    limits = [{k: v for k, v in r.body.items() if k.startswith("max_")} for r in server.requests]
+    assert limits == [{"max_tokens": 64}, {"max_completion_tokens": 64}, {"max_completion_tokens": 64}]

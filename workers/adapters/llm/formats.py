@@ -1,0 +1,108 @@
+"""Structured output, negotiated per provider: which `response_format` a server takes.
+
+`structured_output` in the adapter picks one, or `auto` (the default) tries them in LADDER order:
+
+    json_schema          {"type": "json_schema", "json_schema": {name, schema}}  (OpenAI, vLLM, Ollama)
+    json_object_schema   {"type": "json_object", "schema": ...}    (llama-cpp-python: a grammar from it)
+    json_object          {"type": "json_object"}                   (JSON mode; the schema is in the prompt)
+    prompt               no response_format: the schema in the prompt only
+
+A server refuses a format with a 4xx, or a 5xx (llama-cpp-python answers `json_schema` with a 500 of
+its validation error), whose body names the response format (`refuses_format`); any other error is
+not a refusal. What worked is remembered per provider (base_url and model): for the worker's life in
+its `FormatMemory`, and for the fleet in Redis (`tf:llm-format:<provider>`, a day), so a refusal costs
+one call per worker at most: while no format is known, one call at a time negotiates and the others
+wait for its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any, Literal, get_args
+
+import openai
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service.core import keys
+
+log = structlog.get_logger()
+
+Format = Literal["json_schema", "json_object_schema", "json_object", "prompt"]
+LADDER: tuple[Format, ...] = get_args(Format)
+MEMORY_TTL_S = 86_400
+"""How long the fleet remembers a provider's format (a server may be upgraded meanwhile)."""
+REFUSAL_RE = re.compile(
+    r"response[_ ]format|json[_ ]schema|json[_ ]object|structured output|guided[_ ]json|grammar", re.I
+)
+NOT_REFUSALS = frozenset({401, 403, 408, 409, 429})
+
+
+def response_format(fmt: Format, name: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The `response_format` of a call in `fmt` (None: send none)."""
+    if fmt == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
+    if fmt == "json_object_schema":
+        return {"type": "json_object", "schema": schema}
+    if fmt == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+def refuses_format(exc: openai.APIStatusError) -> bool:
+    """Whether an error answer refuses the request's response format (rather than failing it)."""
+    if exc.status_code in NOT_REFUSALS or exc.status_code < 400:
+        return False
+    body = exc.body if exc.body is not None else exc.message
+    return REFUSAL_RE.search(str(body)) is not None
+
+
+def after(fmt: Format) -> Format:
+    """The next format down the ladder (`prompt` is the last, and refuses nothing)."""
+    return LADDER[min(LADDER.index(fmt) + 1, len(LADDER) - 1)]
+
+
+class FormatMemory:
+    """The format one provider takes, as far as this worker knows (see the module's docstring)."""
+
+    def __init__(self, provider: str, redis: Redis | None) -> None:
+        self._provider = provider
+        self._redis = redis
+        self.known: Format | None = None
+        self.negotiating = asyncio.Lock()
+
+    async def recall(self) -> Format:
+        """The format the fleet learned, else the top of the ladder."""
+        if self.known is not None:
+            return self.known
+        if self._redis is not None:
+            try:
+                value = await self._redis.get(keys.llm_format(self._provider))
+            except RedisError as exc:
+                log.warning("llm_format_not_read", provider=self._provider, error=str(exc))
+                value = None
+            text = value.decode() if isinstance(value, bytes) else value
+            if text in LADDER:
+                self.known = text
+                return text
+        return LADDER[0]
+
+    async def learn(self, fmt: Format) -> None:
+        """`fmt` worked: remember it here and for the fleet."""
+        if self.known == fmt:
+            return
+        self.known = fmt
+        log.info("llm_format_learned", provider=self._provider, format=fmt)
+        if self._redis is None:
+            return
+        try:
+            await self._redis.set(keys.llm_format(self._provider), fmt, ex=MEMORY_TTL_S)
+        except RedisError as exc:  # this worker still knows it
+            log.warning("llm_format_not_kept", provider=self._provider, error=str(exc))
+
+    def forget(self, fmt: Format) -> None:
+        """`fmt` was refused after all (the server changed): negotiate again from the next one down."""
+        if self.known == fmt:
+            self.known = None
