@@ -198,17 +198,17 @@ class FleetMetrics:
             registry=self.registry,
         )
         lock_wait = "Time an apply waited for the improvements lock."
-        self.lock_wait = self._waits("improvements_lock_wait", lock_wait)
-        self.apply_wait = self._waits("run_apply_wait", "Time a run start waited for pending applies.")
+        self.lock_wait = self._waits("improvements_lock_wait_seconds", lock_wait)
+        self.apply_wait = self._waits("run_apply_wait_seconds", "Time a run start waited for pending applies.")
         self.events = Counter(
             f"{NAMESPACE}_events", "Events seen on the stream, by kind.", ["kind"], registry=self.registry
         )
         self.last_id: bytes | None = None
 
     def _waits(self, name: str, what: str) -> Histogram:
-        """A histogram of one kind of wait, per tuning: `tunefleet_<name>_seconds`."""
+        """A histogram of one kind of wait, per tuning: `tunefleet_<name>` (a name ending in `_seconds`)."""
         return Histogram(
-            f"{NAMESPACE}_{name}_seconds", what, ["tuning"], buckets=WAIT_BUCKETS_S, registry=self.registry
+            f"{NAMESPACE}_{name}", what, ["tuning"], buckets=WAIT_BUCKETS_S, registry=self.registry
         )
 
     async def refresh(self) -> StatusView | None:

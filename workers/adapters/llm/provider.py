@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.errors import ConfigError
+from service.core.lua import NOW
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.llm.errors import MissingApiKey
 from workers.adapters.llm.formats import FormatMemory
@@ -41,16 +42,15 @@ MARK_EVERY_S = 1.0
 """A worker marks its provider's latest answer in Redis at most this often."""
 MARK_TTL_MS = 600_000
 
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 MARK = f"""
 -- KEYS: answered ; ARGV: ttl_ms
-{_NOW_MS}
+{NOW}
 redis.call('SET', KEYS[1], now, 'PX', ARGV[1])
 return now
 """
 SINCE = f"""
 -- KEYS: answered -> milliseconds since the provider last answered anyone, -1 if not within the TTL
-{_NOW_MS}
+{NOW}
 local at = redis.call('GET', KEYS[1])
 if not at then return -1 end
 return now - tonumber(at)
