@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -266,3 +267,31 @@ def test_python_m_workers_refuses_bad_settings_in_one_line(
         timeout=60,
     )
     assert expected in only_error_line(done)
+
+
+async def test_the_lease_is_renewed_while_a_long_start_registers(
+    settings: FleetSettings, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A start that registers more cases than fit in one `daemon_lease_s` keeps the lease all along: from
+    its first registration to the last case queued, `tf:daemon` names this daemon at every look."""
+    count = 1500
+    tuning = write_tuning(tmp_path / "big", [case(f"c{i:04d}") for i in range(count)], name="big")
+    lease_s = 1.0
+    env = cli_env(settings, TUNEFLEET_API_PORT="0", TUNEFLEET_DAEMON_LEASE_S=str(lease_s))
+    daemon = start_daemon(env, tuning)
+    holders: list[int | None] = []
+    try:
+        await wait_until(lambda: holder_pid(redis_server) == daemon.pid, 30, "the daemon's lease")
+        started = time.monotonic()
+
+        def all_queued() -> bool:
+            holders.append(holder_pid(redis_server))
+            return redis_server.zcard(settings.queue) >= count
+
+        await wait_until(all_queued, 120, "every case queued", interval_s=0.02)
+        start_s = time.monotonic() - started
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0, daemon.communicate()[1]
+    assert start_s > 2 * lease_s, f"the start took {start_s:.2f} s: too short to prove a renewal"
+    assert set(holders) == {daemon.pid}, "the lease lapsed or changed hands during the start"

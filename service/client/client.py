@@ -20,10 +20,10 @@ from typing import Self
 from arq.connections import ArqRedis
 
 from service.client.queries import case_detail, fleet_status, results, tuning_hold
-from service.client.submission import SUBMIT_BATCH, enqueue_cases, write_cases
+from service.client.submission import SUBMIT_BATCH, enqueue_cases, read_case_files, write_cases
 from service.core import keys
 from service.core.connection import connect
-from service.core.errors import CaseFileError, TunefleetError, UnknownTuningError
+from service.core.errors import TunefleetError, UnknownTuningError
 from service.core.events import COST_SCALE, EventSink
 from service.core.models.case import Case
 from service.core.models.events import EventKind
@@ -33,7 +33,6 @@ from service.core.models.status import (
     CaseDetail,
     FleetStatus,
     Hold,
-    Refusal,
     ResultRow,
     RunningCase,
     SubmitReport,
@@ -236,22 +235,11 @@ class TunefleetClient:
     async def submit_path(self, tuning: str, path: Path, rerun_failed: bool = True) -> SubmitReport:
         """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest
         (`rerun_failed`: see submit_many)."""
-        from service.core.cases import case_files, load_case  # YAML: only when submitting files
-
         self.tuning_store(tuning)
         report = SubmitReport()
-        cases: list[Case] = []
-        limit = self.settings.case_max_bytes
-        for file in case_files(path):
-            size = file.stat().st_size
-            if size > limit:
-                error = f"{file}: {size} bytes; a case file is at most {limit} bytes (case_max_bytes)"
-                report.refused.append(Refusal(file=str(file), error=error))
-                continue
-            try:
-                cases.append(load_case(file))
-            except CaseFileError as exc:
-                report.refused.append(Refusal(file=str(file), error=str(exc)))
+        # Parsing thousands of YAML files takes seconds: off the event loop, so that what shares the loop
+        # (the daemon's lease renewal, its API) keeps its beat while a big folder is read.
+        cases = await asyncio.to_thread(read_case_files, path, self.settings.case_max_bytes, report.refused)
         held = held_out_ids(self.tuning_store(tuning))
         report.held_out = [f"{case.id}@{case.rev}" for case in cases if case.id in held]
         cases = [case for case in cases if case.id not in held]
@@ -361,3 +349,4 @@ class TunefleetClient:
         if detail is None:
             raise TunefleetError(f"tuning {tuning!r} has no case {case!r}")
         return detail
+

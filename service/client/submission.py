@@ -1,5 +1,5 @@
-"""Writing a batch of submitted cases into the store, and enqueueing a batch in one round trip (the
-client's `submit_many`, service.client.client)."""
+"""Reading a folder of case files, writing a batch of submitted cases into the store, and enqueueing a
+batch in one round trip (the client's `submit_path` and `submit_many`, service.client.client)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from redis.asyncio import Redis
 from service.core import keys
 from service.core.arq_contact import ENQUEUE, job_record
 from service.core.connection import JOB_EXPIRY_MS
+from service.core.errors import CaseFileError
 from service.core.files import model_bytes, publish_temps, write_temp
 from service.core.models.case import Case
 from service.core.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.core.models.records import CaseResult
+from service.core.models.status import Refusal
 from service.core.store import CaseStore
 
 SUBMIT_BATCH = 500
@@ -86,3 +88,21 @@ async def write_cases(
     temps = [(tmp, store.case_file) for store, (_, tmp) in zip(stores, begun, strict=True) if tmp]
     await asyncio.to_thread(publish_temps, temps, store_root)
     return [result for result, _ in begun]
+
+
+def read_case_files(path: Path, limit_bytes: int, refused: list[Refusal]) -> list[Case]:
+    """Every case file at `path` that loads; the others (too big, or not a valid case) go to `refused`."""
+    from service.core.cases import case_files, load_case  # YAML: only when submitting files
+
+    cases: list[Case] = []
+    for file in case_files(path):
+        size = file.stat().st_size
+        if size > limit_bytes:
+            error = f"{file}: {size} bytes; a case file is at most {limit_bytes} bytes (case_max_bytes)"
+            refused.append(Refusal(file=str(file), error=error))
+            continue
+        try:
+            cases.append(load_case(file))
+        except CaseFileError as exc:
+            refused.append(Refusal(file=str(file), error=str(exc)))
+    return cases

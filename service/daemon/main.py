@@ -216,11 +216,15 @@ async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bo
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, daemon.stopping.set)
-                await daemon.start(tuning_files)
-                if sock is not None:
-                    async with asyncio.TaskGroup() as group:
+                # The lease is renewed from the first registration on: a start that registers many cases
+                # takes longer than `daemon_lease_s`, and a lapsed lease would let a second daemon in.
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(lease.keep(daemon.stopping), name="daemon-lease")
+                    await daemon.start(tuning_files)
+                    if sock is None:
+                        daemon.stopping.set()  # --once: registered and enqueued, nothing more to keep
+                    else:
                         group.create_task(serve(client, settings, daemon.stopping, sock), name="api")
-                        group.create_task(lease.keep(daemon.stopping), name="daemon-lease")
                         await daemon.run()
             finally:
                 await lease.release()
