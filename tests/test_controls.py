@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
+from service.core import keys
 from tests.support.fleet import Fleet, case, demo_adapter, event_time_s, step_starts, wait_until, write_tuning
+from tests.support.redis_server import RedisServer
 
 HANG_ONCE = """
 import os, pathlib, sys, time
@@ -108,3 +111,33 @@ def process_state(pid: int) -> str:
     except FileNotFoundError:
         return "gone"
     return next(line.split()[1] for line in status.splitlines() if line.startswith("State:"))
+
+
+async def test_a_cancel_of_a_running_case_outlives_an_emptied_redis_before_its_worker_acts(
+    fleet: Fleet, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """With its worker frozen mid-run, `cancel` writes `cancel.json` into the case's folder before it
+    returns; Redis emptied, the daemon restarted and the frozen worker killed, the next worker ends the
+    case `cancelled` instead of running it again (its run would take a minute)."""
+    tuning = write_tuning(tmp_path / "t", [case("slow")], runner=demo_adapter(run_ms=60_000))
+    daemon = fleet.start_daemon(tuning)
+    await wait_until(lambda: redis_server.exists(keys.epoch()), 30, "the daemon")
+    worker = fleet.start_worker()
+    await wait_until(lambda: len(run_starts(fleet)) == 1, 30, "the run to start")
+    worker.send_signal(signal.SIGSTOP)
+    async with fleet.client() as client:
+        assert await client.cancel("t1", "slow") == ["case:t1:slow:1"]
+    assert (fleet.settings.store / "tunings/t1/cases/slow/r1/cancel.json").exists()
+    with redis_server.client() as redis:
+        redis.flushall()
+    worker.kill()
+    worker.wait()
+    daemon.kill()
+    daemon.wait()
+    fleet.start_daemon(tuning)
+    await wait_until(lambda: redis_server.exists(keys.epoch()), 30, "the new daemon")
+    fleet.start_worker()
+    ended = {"completed", "difficult", "failed", "cancelled"}
+    await wait_until(lambda: fleet.results()["slow"].state in ended, 40, "the case to end")
+    assert fleet.results()["slow"].state == "cancelled"
+    assert len(run_starts(fleet)) == 1  # the next worker ran nothing of it

@@ -28,7 +28,7 @@ from service.core.events import COST_SCALE, EventSink
 from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
-from service.core.models.records import CaseResult
+from service.core.models.records import CancelRequest, CaseResult
 from service.core.models.status import (
     CaseDetail,
     FleetStatus,
@@ -277,8 +277,9 @@ class TunefleetClient:
         await self.redis.sadd(keys.cancelled(tuning), *[j.job_id for j in jobs])  # type: ignore[misc]
         leased = await self.redis.mget([keys.lease(j.job_id) for j in jobs])
         for case_store, job, lease in zip(targets, jobs, leased, strict=True):
-            if lease is not None:
-                continue  # its worker ends it
+            if lease is not None:  # its worker ends it; the store keeps the cancel should Redis lose it
+                await asyncio.to_thread(case_store.request_cancel, CancelRequest(at=datetime.now(UTC)))
+                continue
             case_store.write_result(
                 CaseResult(
                     case=job.case,
@@ -349,4 +350,3 @@ class TunefleetClient:
         if detail is None:
             raise TunefleetError(f"tuning {tuning!r} has no case {case!r}")
         return detail
-

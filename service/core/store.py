@@ -8,6 +8,7 @@
     memories/<case>/r<rev>/      memories kept by the memory store
     cases/<case>/r<rev>/
         case.json  result.json  notes.jsonl  failed-<n>.json
+        cancel.json              a cancel given while a worker held the case (outlives Redis)
         void-baseline.json       voids already counted when the case last ended failed
         sandbox-trips.json       sandbox-down reports of a runner with nothing to probe
         <phase>/<attempt>/       run.json feedback.json analysis.md apply.json (the fleet's records,
@@ -25,7 +26,7 @@ from pathlib import Path
 from service.core.errors import UnknownTuningError
 from service.core.files import append_line, read_model, write_model
 from service.core.models.case import Case
-from service.core.models.records import CaseResult, Note, Phase
+from service.core.models.records import CancelRequest, CaseResult, Note, Phase
 from service.core.models.tuning import TuningConfig
 
 PHASES: tuple[Phase, ...] = ("nomem", "mem")
@@ -54,6 +55,7 @@ class CaseStore:
         self.result_file = root / "result.json"
         self.notes_file = root / "notes.jsonl"
         self.voids_file = root / "void-baseline.json"
+        self.cancel_file = root / "cancel.json"
 
     def attempt(self, phase: Phase, attempt: int) -> AttemptPaths:
         return AttemptPaths(self.root / phase / str(attempt))
@@ -69,6 +71,13 @@ class CaseStore:
 
     def write_result(self, result: CaseResult) -> None:
         write_model(self.result_file, result)
+
+    def request_cancel(self, request: CancelRequest) -> None:
+        """Keep a cancel for the worker that holds the case (or the next to take it, after Redis lost it)."""
+        write_model(self.cancel_file, request)
+
+    def cancel_requested(self) -> bool:
+        return self.cancel_file.exists()
 
     def add_note(self, note: Note) -> None:
         append_line(self.notes_file, note.model_dump_json())

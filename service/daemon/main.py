@@ -106,6 +106,9 @@ class Daemon:
         redis = self.client.redis
         unfinished = [c for c in tuning.latest_revs() if not c.result_file.exists()]
         jobs = [CaseJob(tuning=tuning.name, case=c.case_id, rev=c.rev) for c in unfinished]
+        cancelled = [job.job_id for job, c in zip(jobs, unfinished, strict=True) if c.cancel_requested()]
+        if cancelled:  # cancels that Redis lost: given back to the workers that take these cases
+            await redis.sadd(keys.cancelled(tuning.name), *cancelled)  # type: ignore[misc]
         async with redis.pipeline(transaction=False) as pipe:
             for job in jobs:
                 pipe.zscore(self.settings.queue, job.job_id)

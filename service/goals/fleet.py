@@ -16,8 +16,9 @@ from service.core.errors import ConfigError, TunefleetError, UnknownTuningError
 from service.core.events import EventSink
 from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES, GoalLimitsSpec, GoalSpec
-from service.core.models.goal_state import CancelRequest, Completion, GoalState, GoalSummary
+from service.core.models.goal_state import Completion, GoalState, GoalSummary
 from service.core.models.jobs import GOAL_FUNCTION, GoalJob
+from service.core.models.records import CancelRequest
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from service.core.system import SystemRepo

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.core.models.events import GOAL_ENDS, EventKind
 from service.core.models.goal import GoalLimits, GoalStatus, GoalStep, Limit
-from service.core.models.records import Usage
+from service.core.models.records import CancelRequest, Usage
 from service.core.models.redis_value import RedisValue
 
 GOAL_STATE_SCHEMA_VERSION: Literal[1] = 1
@@ -161,15 +161,6 @@ class TraceEvent(BaseModel):
     duration_ms: int | None = Field(default=None, ge=0, description="A finished step's duration.")
     spent: Usage | None = Field(default=None, description="What a finished step (or a late spend) cost.")
     data: dict[str, Any] = Field(default_factory=dict)
-
-
-class CancelRequest(BaseModel):
-    """A cancel, written into the state at once by whoever cancels (the CLI, the API, the client), so
-    that it outlives Redis: the worker holding the goal ends it `cancelled`, or the next one to take it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    at: datetime
 
 
 class GoalSpend(BaseModel):

@@ -286,6 +286,16 @@ class VoidBaseline(RootModel[dict[TryKey, Annotated[int, Field(ge=0)]]]):
     voids, so that running it again starts a fresh count (workers.loop)."""
 
 
+class CancelRequest(BaseModel):
+    """A cancel, written into the store at once by whoever cancels (the CLI, the API, the client), so
+    that it outlives Redis: the worker holding the job ends it `cancelled`, or the next one to take it.
+    A goal keeps it in its state; a running case in its folder's `cancel.json`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+
+
 class CaseResult(BaseModel):
     """`result.json`: how a case ended."""
 
