@@ -37,7 +37,8 @@ def _earlier(request: AnalyzeRequest) -> str:
 def prompt_values(request: AnalyzeRequest, schema: str) -> dict[str, str]:
     """The template's values; `schema` is the feedback schema as the prompt quotes it (schema_text)."""
     run, case = request.run, request.case
-    record = run.model_dump(mode="json", exclude=set(SEAL_FIELDS))
+    # pydantic's own JSON (json.dumps with an indent runs in pure Python: ten times dearer)
+    record = run.model_dump_json(indent=2, exclude=set(SEAL_FIELDS))
     return {
         "case_id": case.id,
         "case_input": case.input,
@@ -49,7 +50,7 @@ def prompt_values(request: AnalyzeRequest, schema: str) -> dict[str, str]:
         "run_void": run.void or "(not void)",
         "run_timed_out": "yes: the runner was ended at its timeout" if run.timed_out else "no",
         "run_log_tail": run.log_tail or "(not kept: the run ended by itself with exit 0)",
-        "run_record": json.dumps(record, indent=2),
+        "run_record": record,
         "missed_skills": ", ".join(run.missed_skills) or "(none)",
         "earlier": _earlier(request),
         "workspace": workspace_view(request.workspace_dir),
