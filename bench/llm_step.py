@@ -69,7 +69,7 @@ def request(root: Path, n: int) -> AnalyzeRequest:
         step_dir=step_dir,
         log_file=step_dir / "analyze.log",
         demo={},
-        case=Case(id="c1", input="Greet Ada.", rubric=[RubricItem(id="greets", text="It greets Ada by name.")]),
+        case=Case(id="c1", input="Greet Ada.", rubric=[RubricItem(id="greets", text="It greets Ada.")]),
         run=run,
         system_dir=root / "system",
         memory_dir=where / "memory",

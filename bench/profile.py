@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Self
 
 from bench.common import PROFILES
+
 _LINE = re.compile(r" \(([^)]*?)(?::\d+)?\)$")
 
 

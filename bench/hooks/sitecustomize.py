@@ -72,7 +72,7 @@ if _path:
     if _count_fs:
         threading.Thread(target=_flush, daemon=True).start()
 
-_cprofile = os.environ.get("BENCH_CPROFILE")
+_cprofile = os.environ.get("BENCH_CPROFILE", "")
 if _cprofile:  # SIGUSR1 starts a profile of the main thread's CPU time, SIGUSR2 writes it
     import cProfile
     import signal
