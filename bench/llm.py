@@ -151,7 +151,9 @@ def gaps_ms(events: list[dict[str, Any]]) -> list[float]:
     return gaps
 
 
-def fleet_round(env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool = True) -> dict[str, Any]:
+def fleet_round(
+    env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool = True, **worker_env: str
+) -> dict[str, Any]:
     """One tuning of CASES cases on a fresh worker with `slots` slots; what the server and events saw.
     `llm` False: the demo meta agent instead (the same steps, no call: the loop's own CPU)."""
     meta = llm_adapter(server) if llm else demo_adapter(0, 0, 0)
@@ -160,7 +162,7 @@ def fleet_round(env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool =
     )
     tuning = run_async(env.register(tuning_file))
     log_file = env.root / f"worker-{len(env.procs.items)}.log"
-    worker = env.start_worker(slots)
+    worker = env.start_worker(slots, **worker_env)
     env.wait_worker_ready(worker)
     first = len(server.requests)
     with Profiler(f"{NAME}-{name}", worker.pid):
@@ -235,6 +237,8 @@ def run() -> list[Figure]:
         loop_only = fleet_round(env, server, "d", CONCURRENCY, llm=False)
         rounds["n"] = fleet_round(env, server, "n", CASES)
         check(rounds["n"], "n", env)
+        free = fleet_round(env, server, "w", CONCURRENCY, TUNEFLEET_WAIT_FOR_APPLY="false")
+        check(free, "w", env)
         shared.append(baseline(env, server, bodies, "shared"))
         per_call, per_call_cpu = baseline(env, server, bodies, "per-call")
         max_in_flight = server.max_in_flight
@@ -295,6 +299,23 @@ def run() -> list[Figure]:
                 ),
             )
         )
+    free_lane_ms = 1000 * CONCURRENCY * free["wall"] / len(free["requests"])
+    figures.append(
+        Figure(
+            NAME,
+            f"added wall per LLM call, {CONCURRENCY} slots, wait_for_apply off",
+            free_lane_ms - base_lane_ms,
+            "ms",
+            note=(
+                f"the {CONCURRENCY}-slot round again with TUNEFLEET_WAIT_FOR_APPLY=false: run starts no "
+                f"longer wait while an apply is pending (an apply holds one call); each lane busy "
+                f"{free_lane_ms:.1f} ms per call; median analyze step {median(free['analyze_ms']):.1f} ms, "
+                f"run step {median(free['run_ms']):.1f} ms, from a step's end to the next step's start "
+                f"{median(free['gaps_ms']):.1f} ms (mean {mean(free['gaps_ms']):.1f}); worker CPU "
+                f"{1000 * free['cpu'] / len(free['requests']):.1f} ms per call"
+            ),
+        )
+    )
     cpu = {key: 1000 * got["cpu"] / len(got["requests"]) for key, got in rounds.items()}
     cpu_ms = median(list(cpu.values()))
     loop_ms = 1000 * loop_only["cpu"] / CALLS
