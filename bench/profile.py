@@ -75,7 +75,8 @@ class Profiler:
             deadline = time.monotonic() + 30
             while not written.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            written.replace(self.path)
+            if written.exists():
+                written.replace(self.path)
         if self._proc is not None:
             self._proc.send_signal(signal.SIGINT)
             self._proc.wait(timeout=30)
