@@ -37,6 +37,7 @@ machines), every file created within ~30 s of a mass deletion pays for scanning 
 (`recently_deleted`, seen with perf); deleting one benchmark's store right before the next one
 measures would charge the harness's own cleanup to the next benchmark's figures."""
 HOOKS = Path(__file__).resolve().parent / "hooks"
+PROFILES = ROOT / "var" / "bench" / "profiles"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -271,6 +272,7 @@ class Env:
             "PYTHONPATH": path,
             "BENCH_AUDIT_LOG": str(self.audit_log),
             "TUNEFLEET_LOG_FORMAT": "json",
+            **({"BENCH_CPROFILE": str(PROFILES)} if os.environ.get("BENCH_PROFILE") == "cprofile" else {}),
             **extra,
         }
 

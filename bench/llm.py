@@ -18,7 +18,8 @@ added time per call is C / rate - C / baseline rate: how much longer each of the
 per call than with the SDK alone. The baseline runs in a process of its own (`python -m bench.llm
 baseline ...`), with the fleet's recorded requests (the same prompts and schemas), one client for
 all its calls (as an SDK user would), which is what the fleet does too (one client per worker and
-provider); the notes add a client per call. The last row runs against a real server
+provider); the notes add a client per call. Then the LLM step alone against the SDK's call, one call
+at a time in one process (bench/llm_step.py); the last row runs against a real server
 (bench/llm_server.py).
 """
 
@@ -34,11 +35,12 @@ import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 import openai
 
-from bench import llm_server
+from bench import llm_server, llm_step
 from bench.common import ROOT, Env, Figure, cpu_seconds, median, run_async, steps_of, wait_for
 from bench.profile import Profiler
 from tests.support.fake_openai import FakeOpenAI, Recorded, Reply, Scripted
@@ -135,7 +137,23 @@ def step_ms(events: list[dict[str, Any]], step: str) -> list[float]:
     return spans
 
 
-def fleet_round(env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool = True) -> dict[str, Any]:
+def gaps_ms(events: list[dict[str, Any]]) -> list[float]:
+    """Within each case, from a step's end to the next step's start (the loop's own time between
+    steps: records, events, the next step's checks), in ms."""
+    ended: dict[Any, float] = {}
+    gaps: list[float] = []
+    for event in events:
+        case = event.get("case")
+        if event["kind"] == "step_finished":
+            ended[case] = _at(event)
+        elif event["kind"] == "step_started" and case in ended:
+            gaps.append(1000 * (_at(event) - ended.pop(case)))
+    return gaps
+
+
+def fleet_round(
+    env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool = True, **worker_env: str
+) -> dict[str, Any]:
     """One tuning of CASES cases on a fresh worker with `slots` slots; what the server and events saw.
     `llm` False: the demo meta agent instead (the same steps, no call: the loop's own CPU)."""
     meta = llm_adapter(server) if llm else demo_adapter(0, 0, 0)
@@ -144,7 +162,7 @@ def fleet_round(env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool =
     )
     tuning = run_async(env.register(tuning_file))
     log_file = env.root / f"worker-{len(env.procs.items)}.log"
-    worker = env.start_worker(slots)
+    worker = env.start_worker(slots, **worker_env)
     env.wait_worker_ready(worker)
     first = len(server.requests)
     with Profiler(f"{NAME}-{name}", worker.pid):
@@ -169,6 +187,8 @@ def fleet_round(env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool =
         "steps": steps_of(events),
         "analyze_ms": step_ms(events, "analyze"),
         "apply_ms": step_ms(events, "apply"),
+        "run_ms": step_ms(events, "run"),
+        "gaps_ms": gaps_ms(events),
         "waited": log.count('"llm_call_waited"'),
         "states": states,
     }
@@ -217,6 +237,8 @@ def run() -> list[Figure]:
         loop_only = fleet_round(env, server, "d", CONCURRENCY, llm=False)
         rounds["n"] = fleet_round(env, server, "n", CASES)
         check(rounds["n"], "n", env)
+        free = fleet_round(env, server, "w", CONCURRENCY, TUNEFLEET_WAIT_FOR_APPLY="false")
+        check(free, "w", env)
         shared.append(baseline(env, server, bodies, "shared"))
         per_call, per_call_cpu = baseline(env, server, bodies, "per-call")
         max_in_flight = server.max_in_flight
@@ -268,12 +290,32 @@ def run() -> list[Figure]:
                     f"{CONCURRENCY} lanes is busy {lane_ms:.1f} ms per call "
                     f"(baseline {base_lane_ms:.1f} ms; a new client per call: {per_call_lane_ms:.1f} ms); "
                     f"median analyze step {analyze:.1f} ms, apply step {apply:.1f} ms "
-                    f"(each holds one call of {1000 * LATENCY_S:.0f} ms); steps {dict(got['steps'])}; "
+                    f"(each holds one call of {1000 * LATENCY_S:.0f} ms), run step "
+                    f"{median(got['run_ms']):.1f} ms, from a step's end to the case's next step's start "
+                    f"{median(got['gaps_ms']):.1f} ms (mean {mean(got['gaps_ms']):.1f}); "
+                    f"steps {dict(got['steps'])}; "
                     f"calls that waited >= 50 ms for a permit: {got['waited']}; worker CPU "
                     f"{1000 * got['cpu'] / calls:.1f} ms per call"
                 ),
             )
         )
+    free_lane_ms = 1000 * CONCURRENCY * free["wall"] / len(free["requests"])
+    figures.append(
+        Figure(
+            NAME,
+            f"added wall per LLM call, {CONCURRENCY} slots, wait_for_apply off",
+            free_lane_ms - base_lane_ms,
+            "ms",
+            note=(
+                f"the {CONCURRENCY}-slot round again with TUNEFLEET_WAIT_FOR_APPLY=false: run starts no "
+                f"longer wait while an apply is pending (an apply holds one call); each lane busy "
+                f"{free_lane_ms:.1f} ms per call; median analyze step {median(free['analyze_ms']):.1f} ms, "
+                f"run step {median(free['run_ms']):.1f} ms, from a step's end to the next step's start "
+                f"{median(free['gaps_ms']):.1f} ms (mean {mean(free['gaps_ms']):.1f}); worker CPU "
+                f"{1000 * free['cpu'] / len(free['requests']):.1f} ms per call"
+            ),
+        )
+    )
     cpu = {key: 1000 * got["cpu"] / len(got["requests"]) for key, got in rounds.items()}
     cpu_ms = median(list(cpu.values()))
     loop_ms = 1000 * loop_only["cpu"] / CALLS
@@ -312,6 +354,8 @@ def run() -> list[Figure]:
             ),
         )
     )
+    with Env(f"{NAME}-step") as env:
+        figures += llm_step.figures(env)
     with Env(f"{NAME}-llama") as env:
         figures += llm_server.figures(env)
     return figures

@@ -16,14 +16,17 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, Env, Figure, run_async, wait_for
 from tests.support.fake_openai import FakeOpenAI, Forward, Recorded, Scripted
 from tests.support.fleet import write_tuning
-from tests.support.llama import MODEL, LlamaServer
+from tests.support.llama import MODEL, LlamaServer, find_model
 
 CASES = 3
+ROW = "llama.cpp server busy share during a tuning, concurrency {c}"
+TARGET = ">= 95 % of the baseline"
 CONCURRENCY = 2
 PROMPTS = ROOT / "examples" / "llm-demo" / "prompts"
 CASE_INPUTS = [
@@ -71,6 +74,9 @@ def adapter(base_url: str) -> dict[str, Any]:
 
 
 def figures(env: Env) -> list[Figure]:
+    found = find_model()
+    if not isinstance(found, Path):  # the row stays in the table, unmeasured and not met
+        return [Figure("llm", ROW.format(c=CONCURRENCY), None, "%", target=TARGET, met=False, note=found)]
     with (
         LlamaServer(env.root / "llama.log") as llama,
         FakeOpenAI(responder=relay, upstream=llama.root) as server,
@@ -119,12 +125,12 @@ def figures(env: Env) -> list[Figure]:
     return [
         Figure(
             "llm",
-            f"llama.cpp server busy share during a tuning, concurrency {CONCURRENCY}",
+            ROW.format(c=CONCURRENCY),
             100 * fleet_share,
             "%",
             100 * sdk_share,
             f"the same {len(bodies)} requests from `openai.AsyncOpenAI` directly, {CONCURRENCY} at once",
-            target=">= 95 % of the baseline",
+            target=TARGET,
             met=fleet_share >= 0.95 * sdk_share,
             note=(
                 f"SmolLM2-135M-Instruct on llama-cpp-python (2 threads), {CASES} cases with the model in "

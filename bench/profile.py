@@ -4,6 +4,9 @@ BENCH_PROFILE=cpu python -m bench overhead   # var/bench/profiles/<bench>-<pid>.
 BENCH_PROFILE=wall python -m bench overhead  # the same with idle samples, per thread (where the time goes)
 BENCH_PROFILE=perf python -m bench overhead  # <bench>-<pid>.perf.data: `perf record -g`, kernel time included
                                              # (read it with `perf report -i FILE --no-children --sort sym`)
+BENCH_PROFILE=cprofile python -m bench llm   # <bench>-<pid>.prof: cProfile of the worker's main thread, timed
+                                             # by its own CPU time (time.thread_time), so other sessions' load
+                                             # does not enter it; read it with `python -m pstats FILE`
 python -m bench.profile FILE [N]           # the N functions with the most samples, inclusive and self
 """
 
@@ -15,14 +18,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from bench.common import ROOT
+from bench.common import PROFILES
 
-PROFILES = ROOT / "var" / "bench" / "profiles"
 _LINE = re.compile(r" \(([^)]*?)(?::\d+)?\)$")
 
 
@@ -32,6 +35,7 @@ class Profiler:
 
     def __init__(self, bench: str, pid: int, rate: int = 500) -> None:
         self.path = PROFILES / f"{bench}-{pid}.txt"
+        self._bench = bench
         self._pid = pid
         self._rate = rate
         self._proc: subprocess.Popen[bytes] | None = None
@@ -39,7 +43,11 @@ class Profiler:
     def __enter__(self) -> Self:
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         mode = os.environ.get("BENCH_PROFILE", "")
-        if mode == "perf" and shutil.which("perf"):
+        if mode == "cprofile":  # the worker's hook (bench/hooks/sitecustomize.py) starts on SIGUSR1
+            PROFILES.mkdir(parents=True, exist_ok=True)
+            self.path = PROFILES / f"{self._bench}-{self._pid}.prof"
+            os.kill(self._pid, signal.SIGUSR1)
+        elif mode == "perf" and shutil.which("perf"):
             PROFILES.mkdir(parents=True, exist_ok=True)
             self.path = self.path.with_suffix(".perf.data")
             self._proc = subprocess.Popen(
@@ -61,6 +69,14 @@ class Profiler:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if os.environ.get("BENCH_PROFILE") == "cprofile":  # the hook writes the profile on SIGUSR2
+            written = PROFILES / f"cprofile-{self._pid}.prof"
+            os.kill(self._pid, signal.SIGUSR2)
+            deadline = time.monotonic() + 30
+            while not written.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if written.exists():
+                written.replace(self.path)
         if self._proc is not None:
             self._proc.send_signal(signal.SIGINT)
             self._proc.wait(timeout=30)

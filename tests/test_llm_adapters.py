@@ -759,7 +759,8 @@ async def test_an_expired_permit_does_not_count_beside_a_live_one(
     server: FakeOpenAI, redis_server: RedisServer
 ) -> None:
     """With concurrency 2, a holder whose expiry has passed is dropped at the next grant, even while a live
-    holder keeps the key alive; two live holders make the next call wait."""
+    holder keeps the key alive; two live holders make the next call wait; the call's permit is given
+    back after it."""
     redis = Redis.from_url(redis_server.url)
     try:
         limits = ProviderLimits(redis, config(server, concurrency=2))
@@ -772,6 +773,7 @@ async def test_an_expired_permit_does_not_count_beside_a_live_one(
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(0.5), limits.call():
                     pass
+        await limits.aclose()  # the permit is given back in a task of its own: wait for it
         assert await redis.zrange(permits, 0, -1) == [b"live"]
     finally:
         await redis.aclose()

@@ -71,3 +71,23 @@ if _path:
     sys.addaudithook(_hook)
     if _count_fs:
         threading.Thread(target=_flush, daemon=True).start()
+
+_cprofile = os.environ.get("BENCH_CPROFILE", "")
+if _cprofile:  # SIGUSR1 starts a profile of the main thread's CPU time, SIGUSR2 writes it
+    import cProfile
+    import signal
+
+    _profiler = cProfile.Profile(time.thread_time)  # the main thread's CPU time, not wall time
+
+    def _start(signum: int, frame: Any) -> None:
+        _profiler.clear()
+        _profiler.enable()
+
+    def _dump(signum: int, frame: Any) -> None:
+        _profiler.disable()
+        part = os.path.join(_cprofile, f"cprofile-{os.getpid()}.part")
+        _profiler.dump_stats(part)
+        os.rename(part, os.path.join(_cprofile, f"cprofile-{os.getpid()}.prof"))
+
+    signal.signal(signal.SIGUSR1, _start)
+    signal.signal(signal.SIGUSR2, _dump)

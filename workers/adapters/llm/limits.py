@@ -3,8 +3,9 @@
 - `concurrency`: a semaphore of leased permits, a sorted set of holder ids scored by their expiry
   (`tf:llm-permits:<provider>`). A call waits, polling with a jittered backoff, until `ACQUIRE`
   grants it a permit (expired holders are dropped first), renews the permit every third of
-  PERMIT_LEASE_S while the call runs, and releases it afterwards, also when cancelled. The permit of
-  a worker that died lapses within PERMIT_LEASE_S.
+  PERMIT_LEASE_S while the call runs, and releases it afterwards, also when cancelled (in a task of its
+  own, so that the step does not wait for that round trip). The permit of a worker that died lapses
+  within PERMIT_LEASE_S.
 - Adaptive concurrency: a 429 halves the permits fleet-wide (`THROTTLE`, at most once per CUT_GAP_S,
   down to one), kept in the provider's field of `tf:llm-limits`; every RECOVER_S without a 429 gives
   one back (`ACQUIRE`), until the configured `concurrency` is reached and the field goes. `tunefleet status`
@@ -150,6 +151,7 @@ class ProviderLimits:
         self._throttle = redis.register_script(THROTTLE)
         self._wait_for_tokens = redis.register_script(WAIT_FOR_TOKENS)
         self._spend = redis.register_script(SPEND)
+        self._releasing: set[asyncio.Task[None]] = set()
 
     @asynccontextmanager
     async def call(self) -> AsyncIterator[None]:
@@ -167,7 +169,19 @@ class ProviderLimits:
             async with watched(self._keep(holder)):
                 yield
         finally:
-            await asyncio.shield(self._let_go(holder))
+            self._release_soon(holder)
+
+    def _release_soon(self, holder: str) -> None:
+        """Give the permit back in a task of its own: the step goes on with its answer meanwhile (the
+        permit is held a round trip longer than the call, never shorter); `aclose` waits for it."""
+        task = asyncio.ensure_future(self._let_go(holder))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def aclose(self) -> None:
+        """Wait for the permits being given back (at the worker's shutdown)."""
+        while self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
 
     async def spend(self, tokens: int) -> None:
         """Add a completion's tokens to the window (a Redis fault is logged: the call is paid already)."""

@@ -145,6 +145,9 @@ class Provider:
         return 0 <= since_ms <= window_s * 1000
 
     async def aclose(self) -> None:
+        for limits in self._limits.values():
+            if limits is not None:
+                await limits.aclose()
         for sdk, _ in self._clients.values():
             await sdk.close()
         self._clients.clear()
