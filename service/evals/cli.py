@@ -190,14 +190,12 @@ def report(
 ) -> None:
     """Print the tuning's REPORT.md: train outcomes, held-out pass rate before and after, costs."""
     store = Store(_settings(ctx).store)
-    tuning_store = store.tuning(tuning)
-    if not tuning_store.exists():
-        fail(f"tuning {tuning!r} is not registered (known: {', '.join(store.tuning_names()) or 'none'})")
-    written = tuning_store.root / REPORT_FILE
     try:
+        tuning_store = store.known_tuning(tuning)
         built = build_report(tuning_store, EvalFiles(store).folder)
     except TunefleetError as exc:
         fail(exc)
+    written = tuning_store.root / REPORT_FILE
     if as_json:
         print(built.model_dump_json(indent=2))
     elif written.exists():
