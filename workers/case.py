@@ -25,6 +25,9 @@ class CaseRun(JobRun):
     """One case being run by this worker under one lease."""
 
     requeued: ClassVar[EventKind] = EventKind.CASE_REQUEUED
+    shown_running: ClassVar[bool] = True
+    """Whether the job is one of its tuning's running cases (in the running hash, so in status and the
+    dashboard); else `at` notes where it is for its log lines only."""
 
     def __init__(
         self, runtime: WorkerRuntime, lease: CaseLease, tuning: TuningRuntime, case: Case, store: CaseStore
@@ -125,6 +128,8 @@ class CaseRun(JobRun):
         (`waiting`: what for), holding the improvements lock (`fence`) if it does; status and the
         dashboard see it with the next event, in the same round trip."""
         structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)
+        if not self.shown_running:
+            return
         state = None
         if step is not None and phase is not None and attempt is not None:
             state = RunningCase(

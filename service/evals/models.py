@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -57,6 +57,10 @@ class EvalCaseRef(BaseModel):
     rev: int = Field(ge=1)
 
 
+HEAD_FIELDS = ("id", "tuning", "name", "purpose", "version", "version_asked", "created_at")
+"""The fields of a spec that every view of its evaluation repeats (EvalSpec.head_fields)."""
+
+
 class EvalSpec(BaseModel):
     """`EVAL.json`: what an evaluation runs, fixed when it is created."""
 
@@ -83,6 +87,10 @@ class EvalSpec(BaseModel):
         for case in self.cases:
             for repeat in range(1, self.repeats + 1):
                 yield case, repeat
+
+    def head_fields(self) -> dict[str, Any]:
+        """What names the evaluation wherever it is shown (EvalHead, EvalResults), by field."""
+        return {name: getattr(self, name) for name in HEAD_FIELDS}
 
     def job(self, case: str, repeat: int) -> EvalItemJob:
         return EvalItemJob(tuning=self.tuning, eval=self.id, case=case, repeat=repeat, version=self.version)
@@ -247,16 +255,7 @@ class EvalHead(BaseModel):
 
     @classmethod
     def of(cls, spec: EvalSpec) -> EvalHead:
-        return cls(
-            id=spec.id,
-            tuning=spec.tuning,
-            name=spec.name,
-            purpose=spec.purpose,
-            version=spec.version,
-            version_asked=spec.version_asked,
-            items=spec.total,
-            created_at=spec.created_at,
-        )
+        return cls(**spec.head_fields(), items=spec.total)
 
 
 class EvalProgress(BaseModel):

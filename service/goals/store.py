@@ -28,13 +28,12 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from service.core.errors import StoreError
 from service.core.files import append_line, read_model, write_atomic, write_model
 from service.core.models.goal import FINAL_STATUSES, GoalLimits, GoalSpec
 from service.core.models.goal_state import GoalSpend, GoalState, IterationState
 from service.core.runs import RunFolder, RunsFolder
+from service.core.validation import valid_only
 from service.goals.errors import UnknownGoalError
 from service.goals.result import render_result
 
@@ -147,13 +146,7 @@ class GoalStore(RunFolder[GoalSpec], spec_file=SPEC_FILE, spec=GoalSpec):
             lines = (self.root / SPENT_FILE).read_text().split("\n")[:-1]
         except FileNotFoundError:
             return [], 0
-        found = []
-        for line in lines[after:]:
-            try:
-                found.append(GoalSpend.model_validate_json(line))
-            except ValidationError:
-                continue
-        return found, len(lines)
+        return valid_only(GoalSpend, lines[after:]), len(lines)
 
     def write_iteration(self, iteration: IterationState) -> None:
         write_model(self.iteration_dir(iteration.iteration) / ITERATION_FILE, iteration)

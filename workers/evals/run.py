@@ -25,6 +25,9 @@ class ItemRun(CaseRun):
     """One item (case, repeat) of an evaluation run by this worker under one lease."""
 
     requeued: ClassVar[EventKind] = EventKind.EVAL_ITEM_REQUEUED
+    shown_running: ClassVar[bool] = False
+    """An item is not one of the tuning's running cases: status shows an evaluation's progress from its
+    counters."""
 
     def __init__(
         self,
