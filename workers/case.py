@@ -92,17 +92,15 @@ class CaseRun(JobRun):
     async def _announce_spend(
         self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str
     ) -> None:
-        await self.emit(
-            EventKind.SPEND_RECORDED,
-            step=step,
-            phase=phase,
-            attempt=attempt,
-            tokens=usage.tokens,
-            cost_usd=usage.cost_usd,
-            unmeasured_tokens=usage.unmeasured_tokens,
-            estimated_tokens=usage.estimated_tokens,
-            detail=why,
-        )
+        await self.step_event(EventKind.SPEND_RECORDED, (phase, attempt, step), usage, detail=why)
+
+    async def step_event(
+        self, kind: EventKind, where: tuple[Phase, int, StepName], usage: Usage, **fields: Any
+    ) -> None:
+        """An event of one of the case's steps that spent `usage` (`step_finished`, `spend_recorded`):
+        where it is (phase, attempt, step), and what it spent, for the tuning's counters."""
+        phase, attempt, step = where
+        await self.emit(kind, step=step, phase=phase, attempt=attempt, **usage.event_counts(), **fields)
 
     def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
         """Into the case's ledger at once: it counts in the case's spend from now on."""

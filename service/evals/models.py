@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.core.models.case import Slug
-from service.core.models.jobs import LeasedJob
+from service.core.models.jobs import TuningJob
 from service.core.models.records import Usage
 from service.evals.stats import Difference, Rate
 
@@ -96,10 +96,10 @@ class EvalSpec(BaseModel):
         return EvalItemJob(tuning=self.tuning, eval=self.id, case=case, repeat=repeat, version=self.version)
 
 
-class EvalItemJob(LeasedJob):
-    """The payload of one item's job: run and grade one case once on the evaluation's version."""
+class EvalItemJob(TuningJob):
+    """The payload of one item's job: run and grade one case once on the evaluation's version (a job of
+    its tuning: `tunefleet cancel` of the tuning, its holds and its budget reach it too)."""
 
-    tuning: Slug
     eval: Slug
     case: Slug
     repeat: int = Field(ge=1)
@@ -113,11 +113,6 @@ class EvalItemJob(LeasedJob):
     def job_id(self) -> str:
         """Unique per item across the fleet's queue."""
         return f"eval:{self.tuning}:{self.eval}:{self.case}:{self.repeat}"
-
-    @property
-    def scope(self) -> str:
-        """Its tuning: `tunefleet cancel` of the tuning's cancel set, holds and budget reach it too."""
-        return self.tuning
 
 
 class ItemResult(BaseModel):

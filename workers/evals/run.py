@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import structlog
-
 from service.core.models.case import Case
 from service.core.models.events import EventKind
-from service.core.models.records import Phase, StepName
-from service.core.models.status import WaitCause
 from service.evals.store import ItemStore
 from workers.case import CaseRun
 from workers.lease import CaseLease
@@ -58,16 +54,3 @@ class ItemRun(CaseRun):
         await self.sink.emit(
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, data=data, **fields
         )
-
-    def at(
-        self,
-        step: StepName | None,
-        phase: Phase | None = None,
-        attempt: int | None = None,
-        *,
-        waiting: WaitCause | None = None,
-        fence: int | None = None,
-    ) -> None:
-        """Where the item is, for its log lines only: an item is not one of the tuning's running cases
-        (status shows an evaluation's progress from its counters)."""
-        structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)
