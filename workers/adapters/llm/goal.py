@@ -113,8 +113,7 @@ class LlmGoalAgent:
 
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
         started = time.monotonic()
-        folder = StepFolder(request.step_dir)
-        folder.prepare()
+        folder = StepFolder.ready(request.step_dir)
         session: Session | None = None
         try:
             async with borrowed(self._providers) as pool:
