@@ -43,7 +43,7 @@ from workers.adapters.goal_base import (
     GoalStepExit,
     GoalStepRequest,
 )
-from workers.adapters.llm.errors import LlmStepError, MissingApiKey, ProviderAuthFailed, ProviderUnavailable
+from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.goal_prompts import goal_values, load_goal_template
 from workers.adapters.llm.prompts import schema_text
 from workers.adapters.llm.provider import Provider, Providers, borrowed, check_limits
@@ -119,14 +119,8 @@ class LlmGoalAgent:
             async with borrowed(self._providers) as pool:
                 session = self._session(request, pool.get(self._config))
                 error = await self._step(request, session, folder)
-        except ProviderUnavailable as exc:
-            return self._failed(request, started, session, provider_down=str(exc))
-        except ProviderAuthFailed as exc:
-            return self._failed(request, started, session, key_refused=str(exc))
-        except MissingApiKey as exc:
-            return self._failed(request, started, session, void=str(exc))
         except LlmStepError as exc:
-            return self._failed(request, started, session, error=str(exc))
+            return self._failed(request, started, session, **{exc.ends_as: str(exc)})
         return GoalStepExit(
             exit_code=0 if error is None else 1,
             duration_ms=_ms(started),

@@ -28,9 +28,7 @@ from workers.adapters.llm.errors import (
     FormatRefused,
     LlmStepError,
     ParamRefused,
-    ProviderAuthFailed,
     ProviderRejected,
-    ProviderUnavailable,
 )
 from workers.adapters.llm.formats import LADDER, Format, after, response_format
 from workers.adapters.llm.provider import Provider, Providers, borrowed
@@ -52,8 +50,8 @@ def step_exit(
         exit_code=0 if error is None else 1,
         duration_ms=duration_ms,
         error=error,
-        infra=str(down) if isinstance(down, ProviderUnavailable) else None,
-        key_refused=str(down) if isinstance(down, ProviderAuthFailed) else None,
+        infra=str(down) if down is not None and down.ends_as == "provider_down" else None,
+        key_refused=str(down) if down is not None and down.ends_as == "key_refused" else None,
         spent=spent,
     )
 
