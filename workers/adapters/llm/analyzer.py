@@ -12,8 +12,8 @@ from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
 from workers.adapters.llm.grading import base_schema, check_feedback, feedback_schema
 from workers.adapters.llm.prompts import schema_text, tree_view, workspace_view
 from workers.adapters.llm.provider import Providers
-from workers.adapters.llm.session import Message, Session, step_exit
-from workers.adapters.llm.step import LlmStep
+from workers.adapters.llm.session import Message, Session
+from workers.adapters.llm.step import LlmStep, step_exit
 
 REPAIR = (
     "Your answer is not valid: {problem}\n"

@@ -14,8 +14,8 @@ from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
 from workers.adapters.llm.prompts import schema_text, tree_view
 from workers.adapters.llm.provider import Providers
-from workers.adapters.llm.session import Message, Session, step_exit, strip_fences
-from workers.adapters.llm.step import LlmStep
+from workers.adapters.llm.session import Message, Session, strip_fences
+from workers.adapters.llm.step import LlmStep, step_exit
 
 REPAIR = (
     "Nothing was changed: {problems}\n"

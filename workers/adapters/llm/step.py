@@ -1,7 +1,8 @@
 """What the llm analyzer and applier share (workers.adapters.llm.analyzer, .applier): an adapter of one
 role, bound to its model's settings, the worker's providers and its prompt template, whose step is one
 session with the model that ends in the role's outcome; a step error (the provider down, a refused
-key, a refused request) is that outcome with the step's exit and what the calls cost before it.
+key, a refused request) is that outcome with the step's exit and what the calls cost before it
+(`step_exit`: how an llm step ended).
 """
 
 from __future__ import annotations
@@ -13,13 +14,29 @@ from typing import Any, Generic, TypeVar
 
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter
-from workers.adapters.base import AnalyzeOutcome, ApplyOutcome, StepRequest
-from workers.adapters.llm.errors import LlmStepError
+from workers.adapters.base import AnalyzeOutcome, ApplyOutcome, StepExit, StepRequest
+from workers.adapters.llm.errors import LlmStepError, ProviderAuthFailed, ProviderUnavailable
 from workers.adapters.llm.prompts import PromptStep, load_template
 from workers.adapters.llm.provider import Providers, check_limits
-from workers.adapters.llm.session import Session, in_session, step_exit
+from workers.adapters.llm.session import Session, in_session
 
 OutcomeT = TypeVar("OutcomeT", bound=AnalyzeOutcome | ApplyOutcome)
+
+
+def step_exit(
+    started: float, error: str | None, down: LlmStepError | None = None, spent: Usage | None = None
+) -> StepExit:
+    """How an LLM step ended: `down` says why it failed (the provider's outage is `infra`, a refused key
+    `key_refused`), `spent` what its calls cost whatever came of them."""
+    duration_ms = max(0, int((time.monotonic() - started) * 1000))
+    return StepExit(
+        exit_code=0 if error is None else 1,
+        duration_ms=duration_ms,
+        error=error,
+        infra=str(down) if isinstance(down, ProviderUnavailable) else None,
+        key_refused=str(down) if isinstance(down, ProviderAuthFailed) else None,
+        spent=spent,
+    )
 
 
 class LlmStep(Generic[OutcomeT]):
