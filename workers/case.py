@@ -25,6 +25,9 @@ class CaseRun(JobRun):
     """One case being run by this worker under one lease."""
 
     requeued: ClassVar[EventKind] = EventKind.CASE_REQUEUED
+    shown_running: ClassVar[bool] = True
+    """Whether the job is one of its tuning's running cases (in the running hash, so in status and the
+    dashboard); else `at` notes where it is for its log lines only."""
 
     def __init__(
         self, runtime: WorkerRuntime, lease: CaseLease, tuning: TuningRuntime, case: Case, store: CaseStore
@@ -89,17 +92,15 @@ class CaseRun(JobRun):
     async def _announce_spend(
         self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str
     ) -> None:
-        await self.emit(
-            EventKind.SPEND_RECORDED,
-            step=step,
-            phase=phase,
-            attempt=attempt,
-            tokens=usage.tokens,
-            cost_usd=usage.cost_usd,
-            unmeasured_tokens=usage.unmeasured_tokens,
-            estimated_tokens=usage.estimated_tokens,
-            detail=why,
-        )
+        await self.step_event(EventKind.SPEND_RECORDED, (phase, attempt, step), usage, detail=why)
+
+    async def step_event(
+        self, kind: EventKind, where: tuple[Phase, int, StepName], usage: Usage, **fields: Any
+    ) -> None:
+        """An event of one of the case's steps that spent `usage` (`step_finished`, `spend_recorded`):
+        where it is (phase, attempt, step), and what it spent, for the tuning's counters."""
+        phase, attempt, step = where
+        await self.emit(kind, step=step, phase=phase, attempt=attempt, **usage.event_counts(), **fields)
 
     def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
         """Into the case's ledger at once: it counts in the case's spend from now on."""
@@ -125,6 +126,8 @@ class CaseRun(JobRun):
         (`waiting`: what for), holding the improvements lock (`fence`) if it does; status and the
         dashboard see it with the next event, in the same round trip."""
         structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)
+        if not self.shown_running:
+            return
         state = None
         if step is not None and phase is not None and attempt is not None:
             state = RunningCase(

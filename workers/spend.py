@@ -19,6 +19,7 @@ from service.core.files import append_line, read_model
 from service.core.models.records import ApplyRecord, Feedback, RunRecord, Spend, Usage
 from service.core.models.tuning import Budget
 from service.core.store import CaseStore
+from service.core.validation import valid_only
 from workers.errors import OverBudget
 
 LEDGER_FILE = "spent.jsonl"
@@ -31,13 +32,7 @@ def ledger(root: Path) -> list[Spend]:
         lines = (root / LEDGER_FILE).read_text().splitlines()
     except FileNotFoundError:
         return []
-    spends = []
-    for line in lines:
-        try:
-            spends.append(Spend.model_validate_json(line))
-        except ValidationError:
-            continue
-    return spends
+    return valid_only(Spend, lines)
 
 
 def note_spend(root: Path, spend: Spend) -> bool:

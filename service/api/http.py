@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -26,9 +27,11 @@ from service.core.validation import field_problems
 READ_COOKIE = "tunefleet_read"
 Access = Literal["public", "read", "write"]
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Response]]
 MAX_BODY_BYTES = 1 << 20
-"""The largest goal spec over HTTP (service.goals.api); cases are held to the `case_max_bytes` setting."""
+"""The largest goal spec or evaluation request over HTTP (read_model_body); cases are held to the
+`case_max_bytes` setting."""
 
 
 class HttpError(Exception):
@@ -89,6 +92,29 @@ async def read_body(request: Request, max_bytes: int, what: str) -> bytes:
         if len(body) > max_bytes:
             raise HttpError(413, f"{what} is at most {max_bytes} bytes (case_max_bytes)")
     return bytes(body)
+
+
+async def read_model_body(
+    request: Request, model: type[M], what: str, invalid: str, empty: bytes | None = None
+) -> M:
+    """The request's body (`what`, at most MAX_BODY_BYTES: else 413) validated as `model`, else 422
+    `invalid` with one error per field; an empty body reads as `empty` when given."""
+    body = await read_body(request, MAX_BODY_BYTES, what)
+    if not body and empty is not None:
+        body = empty
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise HttpError(422, invalid, field_errors(exc)) from None
+
+
+async def off_loop(read: Callable[[], T], unknown: type[Exception], detail: str | None = None) -> T:
+    """A blocking read of the store, run off the event loop; 404 when it raises `unknown` (a run the
+    store does not hold), saying `detail` or else the error."""
+    try:
+        return await run_in_threadpool(read)
+    except unknown as exc:
+        raise HttpError(404, detail or str(exc)) from None
 
 
 def _matches(given: str, token: SecretStr | None) -> bool:

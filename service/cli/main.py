@@ -25,22 +25,19 @@ from service.cli.support import (
     TuningArg,
     fail,
     run,
+    settings_of,
+    with_client,
 )
 from service.client.client import TunefleetClient
 from service.core import logs
 from service.core.errors import TunefleetError
 from service.core.models.status import Hold, ResultRow
-from service.core.settings import CONFIG_ENV, FleetSettings
+from service.core.settings import CONFIG_ENV
 from service.core.startup import check_redis_address, load_settings
 
 HELP = "Tune an agent's instructions against a data set on a fleet of workers."
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
-
-
-def _settings(ctx: typer.Context) -> FleetSettings:
-    settings: FleetSettings = ctx.obj
-    return settings
 
 
 @app.callback()
@@ -80,7 +77,7 @@ def worker(
         what = "the cases this worker runs at once"
         fail(f"--concurrency must be 1 or more (got {concurrency}): {what}", as_log=True)
     try:
-        check_redis_address(_settings(ctx))
+        check_redis_address(settings_of(ctx))
     except TunefleetError as exc:
         fail(exc, as_log=True)
     argv = [sys.executable, "-m", "workers"]
@@ -103,7 +100,7 @@ def daemon(
     One daemon per fleet: a second one on the same Redis is refused."""
     from service.daemon.main import run_daemon
 
-    run(run_daemon(_settings(ctx), tunings, once), as_log=True)
+    run(run_daemon(settings_of(ctx), tunings, once), as_log=True)
 
 
 @app.command()
@@ -114,42 +111,33 @@ def submit(
 ) -> None:
     """Validate case files and enqueue them; a bad file is refused by name, the rest go in."""
 
-    async def go() -> int:
-        async with TunefleetClient(_settings(ctx)) as client:
-            report = await client.submit_path(tuning, path)
-        if not (report.accepted or report.duplicates or report.refused):
-            fail(f"{path}: no case files (*.yaml, *.yml, *.json) in it; nothing submitted")
-        console = Console()
-        for refusal in report.refused:
-            Console(stderr=True).print(
-                f"[red]refused[/red] {escape(refusal.error)}", highlight=False, soft_wrap=True
-            )
-        console.print(
-            f"enqueued {len(report.accepted)}, already known {len(report.duplicates)}, "
-            f"refused {len(report.refused)}"
+    report = with_client(ctx, lambda client: client.submit_path(tuning, path))
+    if not (report.accepted or report.duplicates or report.refused):
+        fail(f"{path}: no case files (*.yaml, *.yml, *.json) in it; nothing submitted")
+    for refusal in report.refused:
+        Console(stderr=True).print(
+            f"[red]refused[/red] {escape(refusal.error)}", highlight=False, soft_wrap=True
         )
-        return 1 if report.refused else 0
-
-    raise typer.Exit(run(go()))
+    Console().print(
+        f"enqueued {len(report.accepted)}, already known {len(report.duplicates)}, "
+        f"refused {len(report.refused)}"
+    )
+    raise typer.Exit(1 if report.refused else 0)
 
 
 @app.command()
 def status(ctx: typer.Context, fmt: FormatOption = Format.table, as_json: JsonOption = False) -> None:
     """Queue depth, running cases, outcomes, tokens and cost, from the live counters."""
 
-    from service.cli.render import out_console, status_table, status_tsv
+    from service.cli.render import print_as, status_table, status_tsv
 
-    async def go() -> None:
-        async with TunefleetClient(_settings(ctx)) as client:
-            result = await client.status()
-        if as_json or fmt is Format.json:
-            print(result.model_dump_json(indent=2))
-        elif fmt is Format.tsv:
-            sys.stdout.write(status_tsv(result))
-        else:
-            out_console().print(status_table(result))
-
-    run(go())
+    result = with_client(ctx, lambda client: client.status())
+    print_as(
+        Format.json if as_json else fmt,
+        lambda: result.model_dump_json(indent=2),
+        lambda: status_tsv(result),
+        lambda: status_table(result),
+    )
 
 
 @app.command()
@@ -159,24 +147,24 @@ def results(
     """One row per case: case, rev, state, reason, tokens, cost, and the declared outcome if any.
 
     Unfinished cases of a held tuning say why they wait."""
-    from service.cli.render import hold_line, out_console, results_table, results_tsv
+    from rich.console import Group
+
+    from service.cli.render import hold_line, print_as, results_table, results_tsv
 
     async def go() -> tuple[Hold | None, list[ResultRow]]:
-        client = TunefleetClient(_settings(ctx))
+        client = TunefleetClient(settings_of(ctx))
         client.tuning_store(tuning)
         hold = await _hold_of(client, tuning)
         return hold, await client.results(tuning, hold)
 
     hold, rows = run(go())
-    if as_json or fmt is Format.json:
-        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
-    elif fmt is Format.tsv:
-        sys.stdout.write(results_tsv(rows))
-    else:
-        console = out_console()
-        if hold is not None:
-            console.print(hold_line(tuning, hold))
-        console.print(results_table(rows))
+    held = [hold_line(tuning, hold)] if hold is not None else []
+    print_as(
+        Format.json if as_json else fmt,
+        lambda: json.dumps([r.model_dump(mode="json") for r in rows], indent=2),
+        lambda: results_tsv(rows),
+        lambda: Group(*held, results_table(rows)),
+    )
 
 
 async def _hold_of(client: TunefleetClient, tuning: str) -> Hold | None:
@@ -201,7 +189,7 @@ def show(
     """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
     from service.cli.render import case_view, out_console
 
-    detail = run(TunefleetClient(_settings(ctx)).show(tuning, case))
+    detail = run(TunefleetClient(settings_of(ctx)).show(tuning, case))
     if as_json:
         print(detail.model_dump_json(indent=2))
     else:
@@ -216,7 +204,7 @@ def watch(
     """Live view: queue, cases under way, tokens, breaker, locks, events; enter follows one agent's log."""
     from service.watch.app import watch as watch_live
 
-    run(watch_live(_settings(ctx), refresh_s=refresh_s))
+    run(watch_live(settings_of(ctx), refresh_s=refresh_s))
 
 
 @app.command()
@@ -231,7 +219,7 @@ def cancel(
     """Cancel a case, or every unfinished case of a tuning: agents are stopped, cases end cancelled.
 
     Cancelling a whole tuning asks for confirmation; without a terminal it needs --yes."""
-    client = TunefleetClient(_settings(ctx))
+    client = TunefleetClient(settings_of(ctx))
     try:
         cases = list(client.tuning_store(tuning).latest_revs())
     except TunefleetError as exc:
@@ -278,12 +266,8 @@ def _confirm_cancel(tuning: str, unfinished: int) -> None:
 def pause(ctx: typer.Context) -> None:
     """Pause the fleet: no new run starts anywhere; steps under way finish."""
 
-    async def go() -> None:
-        async with TunefleetClient(_settings(ctx)) as client:
-            await client.pause()
-        Console().print("paused")
-
-    run(go())
+    with_client(ctx, lambda client: client.pause())
+    Console().print("paused")
 
 
 @app.command()
@@ -295,15 +279,11 @@ def resume(
 ) -> None:
     """Resume the fleet after `pause`, or a tuning held for its budget or a refused key."""
 
-    async def go() -> None:
-        async with TunefleetClient(_settings(ctx)) as client:
-            released = await client.resume(tuning)
-        if tuning is None:
-            Console().print("resumed")
-        else:
-            Console().print(f"released {tuning}" if released else f"{tuning} was not held")
-
-    run(go())
+    released = with_client(ctx, lambda client: client.resume(tuning))
+    if tuning is None:
+        Console().print("resumed")
+    else:
+        Console().print(f"released {tuning}" if released else f"{tuning} was not held")
 
 
 @app.command()
@@ -337,7 +317,7 @@ def demo(
     It starts the daemon and worker processes itself, on the fleet's Redis and store."""
     from service.cli.demo import run_demo
 
-    raise typer.Exit(run(run_demo(_settings(ctx), tuning_file, workers, timeout_s, goals)))
+    raise typer.Exit(run(run_demo(settings_of(ctx), tuning_file, workers, timeout_s, goals)))
 
 
 def main() -> None:

@@ -6,13 +6,15 @@ cut). Anywhere else (a pipe, a file) `out_console` is wide enough that every val
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from service.cli.support import Format
 from service.core.models.status import (
     WAIT_WORDS,
     CaseDetail,
@@ -34,6 +36,23 @@ def out_console() -> Console:
     """Where a command prints: a terminal at its width; anything else so wide that no value is cut."""
     console = Console()
     return console if console.is_terminal else Console(width=PIPE_WIDTH)
+
+
+def print_as(
+    fmt: Format,
+    as_json: Callable[[], str],
+    as_tsv: Callable[[], str],
+    as_table: Callable[[], RenderableType],
+) -> None:
+    """Print what a command shows in the format asked (`--format`): JSON, tab-separated lines (as they
+    are: they end with their line break), or the view for people (`out_console`). Only the one asked for
+    is made."""
+    if fmt is Format.json:
+        print(as_json())
+    elif fmt is Format.tsv:
+        sys.stdout.write(as_tsv())
+    else:
+        out_console().print(as_table())
 
 
 def tsv(header: list[str], rows: Iterable[Sequence[object]]) -> str:

@@ -1,10 +1,11 @@
-"""What the CLI's commands share: one `error:` line and exit code 2 for a mistake, and output formats."""
+"""What the CLI's commands share: one `error:` line and exit code 2 for a mistake, the fleet client a
+command opens, and output formats."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Annotated, NoReturn, TypeVar
 
@@ -13,8 +14,10 @@ from redis.exceptions import RedisError
 from rich.console import Console
 from rich.markup import escape
 
+from service.client.client import TunefleetClient
 from service.core import logs
 from service.core.errors import TunefleetError
+from service.core.settings import FleetSettings
 
 T = TypeVar("T")
 LOGGING_COMMANDS = {"daemon", "worker"}
@@ -44,6 +47,23 @@ def run(coro: Awaitable[T], as_log: bool = False) -> T:
         if found is None:
             raise
         fail(_message(_first_leaf(found)), as_log)
+
+
+def settings_of(ctx: typer.Context) -> FleetSettings:
+    """The settings the main command built from its options (kept in the context)."""
+    settings: FleetSettings = ctx.obj
+    return settings
+
+
+def with_client(ctx: typer.Context, use: Callable[[TunefleetClient], Awaitable[T]]) -> T:
+    """`use` a client of the fleet the command's settings name, opened and closed around it; its errors
+    become one error line, as in `run`."""
+
+    async def go() -> T:
+        async with TunefleetClient(settings_of(ctx)) as client:
+            return await use(client)
+
+    return run(go())
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

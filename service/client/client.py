@@ -23,7 +23,7 @@ from service.client.queries import case_detail, fleet_status, results, tuning_ho
 from service.client.submission import SUBMIT_BATCH, enqueue_cases, read_case_files, write_cases
 from service.core import keys
 from service.core.connection import connect
-from service.core.errors import TunefleetError, UnknownTuningError
+from service.core.errors import TunefleetError
 from service.core.events import COST_SCALE, EventSink
 from service.core.models.case import Case
 from service.core.models.events import EventKind
@@ -93,11 +93,8 @@ class TunefleetClient:
         return EventSink(self.redis, self.store, self.settings.events_max)
 
     def tuning_store(self, name: str) -> TuningStore:
-        tuning = self.store.tuning(name)
-        if not tuning.exists():
-            known = ", ".join(self.store.tuning_names()) or "none"
-            raise UnknownTuningError(f"tuning {name!r} is not registered (known: {known})")
-        return tuning
+        """The tuning's folder; UnknownTuningError when it is not registered."""
+        return self.store.known_tuning(name)
 
     async def register(self, tuning_file: Path) -> TuningConfig:
         """Register (or update) a tuning from its file; its system is imported once."""

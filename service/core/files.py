@@ -8,7 +8,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -171,6 +171,15 @@ def read_model(path: Path, model: type[M]) -> M | None:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         raise StoreError(describe_validation(exc, path)) from exc
+
+
+def require_model(path: Path, model: type[M], missing: Callable[[], Exception]) -> M:
+    """The validated model in `path`; the error `missing()` makes if the file does not exist (StoreError
+    if it is invalid, as `read_model`)."""
+    found = read_model(path, model)
+    if found is None:
+        raise missing()
+    return found
 
 
 def append_line(path: Path, line: str) -> None:

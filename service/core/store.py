@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from service.core.errors import UnknownTuningError
-from service.core.files import append_line, read_model, write_model
+from service.core.files import append_line, read_model, require_model, write_model
 from service.core.models.case import Case
 from service.core.models.records import CancelRequest, CaseResult, Note, Phase
 from service.core.models.tuning import TuningConfig
@@ -141,10 +141,10 @@ class TuningStore:
         return self.config_file.exists()
 
     def config(self) -> TuningConfig:
-        config = read_model(self.config_file, TuningConfig)
-        if config is None:
-            raise UnknownTuningError(f"tuning {self.name!r} is not registered in {self.root.parent}")
-        return config
+        return require_model(self.config_file, TuningConfig, self._unregistered)
+
+    def _unregistered(self) -> UnknownTuningError:
+        return UnknownTuningError(f"tuning {self.name!r} is not registered in {self.root.parent}")
 
     def write_config(self, config: TuningConfig) -> None:
         write_model(self.config_file, config)
@@ -194,6 +194,14 @@ class Store:
 
     def tuning(self, name: str) -> TuningStore:
         return TuningStore(self.root / "tunings" / name, name)
+
+    def known_tuning(self, name: str) -> TuningStore:
+        """The tuning's folder; UnknownTuningError naming the registered ones when it is not one."""
+        tuning = self.tuning(name)
+        if not tuning.exists():
+            known = ", ".join(self.tuning_names()) or "none"
+            raise UnknownTuningError(f"tuning {name!r} is not registered (known: {known})")
+        return tuning
 
     def tuning_names(self) -> list[str]:
         folder = self.root / "tunings"

@@ -8,10 +8,13 @@ field of a case file (service.core.cases) or the field list of an HTTP 422 (serv
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
 
 TOP_LEVEL = "(top level)"
 
@@ -32,3 +35,15 @@ def describe_validation(exc: ValidationError, source: str | Path | None = None) 
     """One line: `<source>: field 'a.b': what was expected; field 'c': …` (no prefix without a source)."""
     problems = "; ".join(f"field {p.field!r}: {p.expected}" for p in field_problems(exc))
     return problems if source is None else f"{source}: {problems}"
+
+
+def valid_only(model: type[M], values: Iterable[str | bytes]) -> list[M]:
+    """Each of `values` (JSON) that validates as `model`, in order; one that does not is left out (a
+    torn last line of a log, an entry an agent or another version wrote wrong)."""
+    found = []
+    for value in values:
+        try:
+            found.append(model.model_validate_json(value))
+        except ValidationError:
+            continue
+    return found

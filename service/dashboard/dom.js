@@ -39,6 +39,17 @@ export async function getJSON(path) {
 /** A detail page fed from the API: `changed(path)` gives the JSON at `path` when it differs from what
  * the page shows, else null (unchanged: the page, open details included, stays as it is; unreadable:
  * the error is shown in the page's `errorId` element). */
+/** A list the fleet view shows (`api/goals`, `api/evals`), read now; null while the fleet view is hidden
+ * or when the read fails (the next round tries again). */
+export async function fleetList(path) {
+  if ($("fleet-view").hidden) return null;
+  try {
+    return await getJSON(path);
+  } catch (_) {
+    return null;
+  }
+}
+
 export class DetailFeed {
   constructor(errorId) {
     this.errorId = errorId;

@@ -1,7 +1,7 @@
 // Evaluations: a chart of the pass rate of every evaluated version with its 95 % interval, the
 // evaluations and their progress, and the numbers of each tuning's report (held-out before and after).
 
-import { $, el, fillBody, fmtInt, fmtUsd, getJSON, svg } from "./dom.js";
+import { $, el, fillBody, fleetList, fmtInt, fmtUsd, getJSON, svg } from "./dom.js";
 
 const pct = (x) => `${(100 * x).toFixed(1)} %`;
 
@@ -98,13 +98,8 @@ async function renderReports(evals) {
 }
 
 export async function loadEvals() {
-  if ($("fleet-view").hidden) return;
-  let page;
-  try {
-    page = await getJSON("api/evals");
-  } catch (_) {
-    return;
-  }
+  const page = await fleetList("api/evals");
+  if (!page) return;
   $("evals-card").hidden = !page.evals.length;
   renderChart(page.evals);
   renderTable(page.evals);

@@ -1,7 +1,7 @@
 // Goals: the list on the fleet view, and a goal's page with one column per iteration (its TODO, the
 // worker's result, the reviewer's verdict) and the remaining work the last review left.
 
-import { $, DetailFeed, el, fillBody, getJSON } from "./dom.js";
+import { $, DetailFeed, el, fillBody, fleetList } from "./dom.js";
 
 const feed = new DetailFeed("goal-error");
 
@@ -25,13 +25,8 @@ export function resetGoal() {
 const badge = (status) => el("span", { class: `badge goal-${status}` }, status);
 
 export async function loadGoals() {
-  if ($("fleet-view").hidden) return;
-  let page;
-  try {
-    page = await getJSON("api/goals");
-  } catch (_) {
-    return;
-  }
+  const page = await fleetList("api/goals");
+  if (!page) return;
   const rows = page.goals.map((g) => el("tr", { "data-goal": g.id, class: `goal-${g.status}` },
     el("td", {}, el("a", { href: goalHref(g.id) }, g.id)),
     el("td", { class: "status" }, badge(g.status)),

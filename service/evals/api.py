@@ -17,21 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from service.api.http import (
-    MAX_BODY_BYTES,
-    Endpoint,
-    Guard,
-    HttpError,
-    field_errors,
-    json_response,
-    read_body,
-    slug_param,
-)
+from service.api.http import Endpoint, Guard, HttpError, json_response, off_loop, read_model_body, slug_param
 from service.client.client import TunefleetClient
 from service.evals.errors import EvalInputError, UnknownEvalError
 from service.evals.fleet import EvalFiles
@@ -99,10 +89,7 @@ class EvalApi:
 
     async def _read(self, read: Callable[[], T]) -> T:
         """A read of the store (off the event loop); 404 for an evaluation the store does not hold."""
-        try:
-            return await run_in_threadpool(read)
-        except UnknownEvalError as exc:
-            raise HttpError(404, str(exc)) from None
+        return await off_loop(read, UnknownEvalError)
 
     async def list_evals(self, request: Request) -> Response:
         return json_response(EvalList(evals=await self._client.evals.progress()))
@@ -134,11 +121,9 @@ class EvalApi:
     async def create(self, request: Request) -> Response:
         self._guard.write(request)
         tuning = slug_param(request, "tuning")
-        body = await read_body(request, MAX_BODY_BYTES, "an evaluation request")
-        try:
-            asked = EvalRequest.model_validate_json(body or b"{}")
-        except ValidationError as exc:
-            raise HttpError(422, "invalid evaluation request", field_errors(exc)) from None
+        asked = await read_model_body(
+            request, EvalRequest, "an evaluation request", "invalid evaluation request", empty=b"{}"
+        )
         try:
             spec = await self._client.evals.create(
                 tuning, version=asked.version, split=asked.split, repeats=asked.repeats, name=asked.name

@@ -3,22 +3,19 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from service.cli.render import out_console
-from service.cli.support import Format, FormatOption, fail, run
-from service.client.client import TunefleetClient
+from service.cli.render import print_as
+from service.cli.support import Format, FormatOption, fail, settings_of, with_client
 from service.core.errors import TunefleetError
-from service.core.settings import FleetSettings
 from service.core.store import Store
 from service.evals import render
 from service.evals.fleet import EvalFiles
-from service.evals.models import EvalProgress, EvalSpec
+from service.evals.models import EvalResults
 from service.evals.report import REPORT_FILE, build_report, render_report
 from service.evals.split import Part
 
@@ -41,13 +38,16 @@ eval_app = typer.Typer(
 EvalArg = Annotated[str, typer.Argument(help="The evaluation's id.")]
 
 
-def _settings(ctx: typer.Context) -> FleetSettings:
-    settings: FleetSettings = ctx.obj
-    return settings
-
-
 def _files(ctx: typer.Context) -> EvalFiles:
-    return EvalFiles(Store(_settings(ctx).store))
+    return EvalFiles(Store(settings_of(ctx).store))
+
+
+def _results(ctx: typer.Context, eval_id: str) -> EvalResults:
+    """The evaluation's results, or one error line when the store does not hold it."""
+    try:
+        return _files(ctx).results(eval_id)
+    except TunefleetError as exc:
+        fail(exc)
 
 
 @eval_app.command("run")
@@ -72,13 +72,12 @@ def run_eval(
         fail(f"--split {split!r}: expected holdout, train or all")
     part: Part | None = split  # type: ignore[assignment]
 
-    async def go() -> EvalSpec:
-        async with TunefleetClient(_settings(ctx)) as client:
-            return await client.evals.create(
-                tuning, version=version, cases=cases, split=part, repeats=repeat, name=name
-            )
-
-    spec = run(go())
+    spec = with_client(
+        ctx,
+        lambda client: client.evals.create(
+            tuning, version=version, cases=cases, split=part, repeats=repeat, name=name
+        ),
+    )
     print(
         f"eval {spec.id}: queued {spec.total} items ({len(spec.cases)} cases x {spec.repeats}) on version "
         f"{spec.version[:12]} ({spec.version_asked}), cases: {spec.source}"
@@ -93,60 +92,46 @@ def status(
 ) -> None:
     """Every evaluation with its progress (live counters), or one evaluation's summary."""
     if eval_id is not None:
-        try:
-            results = _files(ctx).results(eval_id)
-        except TunefleetError as exc:
-            fail(exc)
-        if fmt is Format.json:
-            print(results.model_dump_json(indent=2, exclude={"cases"}))
-        elif fmt is Format.tsv:
-            sys.stdout.write(render.summary_tsv(results))
-        else:
-            out_console().print(render.summary_lines(results))
+        results = _results(ctx, eval_id)
+        print_as(
+            fmt,
+            lambda: results.model_dump_json(indent=2, exclude={"cases"}),
+            lambda: render.summary_tsv(results),
+            lambda: render.summary_lines(results),
+        )
         return
-
-    async def go() -> list[EvalProgress]:
-        async with TunefleetClient(_settings(ctx)) as client:
-            return await client.evals.progress()
-
-    found = run(go())
-    if fmt is Format.json:
-        print(render.as_json([p.model_dump(mode="json") for p in found]))
-    elif fmt is Format.tsv:
-        sys.stdout.write(render.progress_tsv(found))
-    else:
-        out_console().print(render.progress_table(found))
+    found = with_client(ctx, lambda client: client.evals.progress())
+    print_as(
+        fmt,
+        lambda: render.as_json([p.model_dump(mode="json") for p in found]),
+        lambda: render.progress_tsv(found),
+        lambda: render.progress_table(found),
+    )
 
 
 @eval_app.command("show")
 def show(ctx: typer.Context, eval_id: EvalArg, fmt: FormatOption = Format.table) -> None:
     """An evaluation in full: summary, mean score per rubric item, flaky cases, infrastructure failures,
     and one row per case."""
-    try:
-        results = _files(ctx).results(eval_id)
-    except TunefleetError as exc:
-        fail(exc)
-    if fmt is Format.json:
-        print(render.detail_json(results))
-    elif fmt is Format.tsv:
-        sys.stdout.write(render.summary_tsv(results) + "\n" + render.cases_tsv(results))
-    else:
-        out_console().print(render.detail_view(results))
+    results = _results(ctx, eval_id)
+    print_as(
+        fmt,
+        lambda: render.detail_json(results),
+        lambda: render.summary_tsv(results) + "\n" + render.cases_tsv(results),
+        lambda: render.detail_view(results),
+    )
 
 
 @eval_app.command("results")
 def results(ctx: typer.Context, eval_id: EvalArg, fmt: FormatOption = Format.table) -> None:
     """One row per case: repeats graded and passed, pass fraction, outcome (pass, fail, flaky, failed)."""
-    try:
-        found = _files(ctx).results(eval_id)
-    except TunefleetError as exc:
-        fail(exc)
-    if fmt is Format.json:
-        print(render.as_json([row.model_dump(mode="json") for row in found.cases]))
-    elif fmt is Format.tsv:
-        sys.stdout.write(render.cases_tsv(found))
-    else:
-        out_console().print(render.cases_table(found))
+    found = _results(ctx, eval_id)
+    print_as(
+        fmt,
+        lambda: render.as_json([row.model_dump(mode="json") for row in found.cases]),
+        lambda: render.cases_tsv(found),
+        lambda: render.cases_table(found),
+    )
 
 
 @eval_app.command("compare")
@@ -161,23 +146,19 @@ def compare(
         comparison = _files(ctx).compare(before, after)
     except TunefleetError as exc:
         fail(exc)
-    if fmt is Format.json:
-        print(comparison.model_dump_json(indent=2))
-    elif fmt is Format.tsv:
-        sys.stdout.write(render.compare_tsv(comparison))
-    else:
-        out_console().print(render.compare_view(comparison))
+    print_as(
+        fmt,
+        lambda: comparison.model_dump_json(indent=2),
+        lambda: render.compare_tsv(comparison),
+        lambda: render.compare_view(comparison),
+    )
 
 
 @eval_app.command("cancel")
 def cancel(ctx: typer.Context, eval_id: EvalArg) -> None:
     """Cancel an evaluation's unfinished items: queued ones end at once, running ones within a poll."""
 
-    async def go() -> int:
-        async with TunefleetClient(_settings(ctx)) as client:
-            return await client.evals.cancel(eval_id)
-
-    count = run(go())
+    count = with_client(ctx, lambda client: client.evals.cancel(eval_id))
     print(
         f"eval {eval_id}: cancelled {count} item(s)" if count else f"eval {eval_id}: nothing left to cancel"
     )
@@ -189,15 +170,13 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON.")] = False,
 ) -> None:
     """Print the tuning's REPORT.md: train outcomes, held-out pass rate before and after, costs."""
-    store = Store(_settings(ctx).store)
-    tuning_store = store.tuning(tuning)
-    if not tuning_store.exists():
-        fail(f"tuning {tuning!r} is not registered (known: {', '.join(store.tuning_names()) or 'none'})")
-    written = tuning_store.root / REPORT_FILE
+    store = Store(settings_of(ctx).store)
     try:
+        tuning_store = store.known_tuning(tuning)
         built = build_report(tuning_store, EvalFiles(store).folder)
     except TunefleetError as exc:
         fail(exc)
+    written = tuning_store.root / REPORT_FILE
     if as_json:
         print(built.model_dump_json(indent=2))
     elif written.exists():

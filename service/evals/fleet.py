@@ -17,14 +17,13 @@ import structlog
 from arq.connections import ArqRedis
 
 from service.core import keys
-from service.core.errors import UnknownTuningError
 from service.core.events import EventSink
 from service.core.models.case import SLUG_RE, Case
 from service.core.settings import FleetSettings
-from service.core.store import Store, TuningStore
+from service.core.store import Store
 from service.evals.compare import compare
 from service.evals.counters import EVAL_CREATED, ITEM_ENDED
-from service.evals.errors import EvalInputError, UnknownEvalError
+from service.evals.errors import EvalInputError
 from service.evals.models import (
     EVAL_FUNCTION,
     Comparison,
@@ -56,10 +55,7 @@ class EvalFiles:
         self.folder = EvalsStore(store.root / "evals")
 
     def known(self, eval_id: str) -> EvalStore:
-        found = self.folder.eval(eval_id)
-        if not found.exists():
-            raise UnknownEvalError(f"no evaluation {eval_id!r} in the store {self._store.root}")
-        return found
+        return self.folder.known(eval_id)
 
     def results(self, eval_id: str) -> EvalResults:
         """The evaluation's results, read from its items' folders."""
@@ -106,7 +102,7 @@ class Evals(EvalFiles):
         """Check everything, then keep the evaluation in the store and enqueue its items. An evaluation
         named like an existing one with the same spec is that one (nothing is enqueued twice); with
         another spec it is refused."""
-        tuning_store = self._tuning(tuning)
+        tuning_store = self._store.known_tuning(tuning)
         if repeats < 1:
             raise EvalInputError(f"--repeat {repeats}: expected 1 or more runs of each case")
         if cases is not None and split is not None:
@@ -157,13 +153,6 @@ class Evals(EvalFiles):
         queued = await self._enqueue(spec, [(case.id, k) for case, k in spec.items()])
         log.info("eval_queued", eval=spec.id, tuning=tuning, items=queued, version=commit)
         return spec
-
-    def _tuning(self, tuning: str) -> TuningStore:
-        found = self._store.tuning(tuning)
-        if not found.exists():
-            known = ", ".join(self._store.tuning_names()) or "none"
-            raise UnknownTuningError(f"tuning {tuning!r} is not registered (known: {known})")
-        return found
 
     def _keep(self, target: EvalStore, spec: EvalSpec, chosen: list[Case]) -> None:
         """The cases, then the spec (the spec makes the evaluation: without it nothing was)."""
@@ -245,9 +234,9 @@ class Evals(EvalFiles):
         known = {name.decode() for name in await self._redis.hkeys(keys.evals())}  # type: ignore[misc]
         enqueued = 0
         for found in list(self.folder.all()):
-            if found.eval_id not in known:
+            if found.run_id not in known:
                 head = EvalHead.of(found.spec()).model_dump_json()
-                await self._redis.hset(keys.evals(), found.eval_id, head)  # type: ignore[misc]
+                await self._redis.hset(keys.evals(), found.run_id, head)  # type: ignore[misc]
             enqueued += await self.reconcile_one(found)
         return enqueued
 

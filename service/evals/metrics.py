@@ -7,8 +7,8 @@
                                                   cancelled; every status, 0 included)
     tunefleet_eval_pass_rate{tuning, eval}        an evaluation's pass rate so far (passed / graded)
 
-`EvalCollector.refresh()` reads; `collect()` turns what it read into metric families (no I/O at
-collect time, as service.metrics.FleetCollector).
+`EvalCollector.refresh()` reads; `collect()` turns what it read into metric families (a
+service.metric_families.ReadCollector).
 """
 
 from __future__ import annotations
@@ -16,45 +16,34 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import get_args
 
-import structlog
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from service.evals.counters import OUTCOMES
 from service.evals.models import EvalProgress, EvalStatus
 from service.evals.progress import eval_progress
+from service.metric_families import ReadCollector, count_by, counter, gauge
 
-log = structlog.get_logger()
-
-NAMESPACE = "tunefleet"
 STATUSES: tuple[str, ...] = get_args(EvalStatus)
 
 
-class EvalCollector:
+class EvalCollector(ReadCollector[list[EvalProgress]]):
     """The evaluations' metric families, from the progress the last refresh read."""
 
-    def __init__(self) -> None:
-        self.progress: list[EvalProgress] | None = None
+    REFRESH_FAILED = "metrics_evals_refresh_failed"
 
-    async def refresh(self, redis: Redis) -> None:
-        try:
-            self.progress = await eval_progress(redis)
-        except (RedisError, OSError) as exc:
-            log.warning("metrics_evals_refresh_failed", error=str(exc))
-            self.progress = None
+    async def read(self, redis: Redis) -> list[EvalProgress]:
+        return await eval_progress(redis)
 
-    def collect(self) -> Iterator[Metric]:
-        if self.progress is None:
-            return
-        items = CounterMetricFamily(
-            f"{NAMESPACE}_eval_items",
+    def families(self, read: list[EvalProgress]) -> Iterator[Metric]:
+        items = counter(
+            "eval_items",
             "Eval items ended, by outcome (pass, fail: graded; failed: infrastructure; cancelled), and "
             "void runs set aside (void).",
-            labels=["tuning", "outcome"],
+            ["tuning", "outcome"],
         )
         by_tuning: dict[str, dict[str, int]] = {}
-        for p in self.progress:
+        for p in read:
             counts = by_tuning.setdefault(p.head.tuning, dict.fromkeys((*OUTCOMES, "void"), 0))
             counts["pass"] += p.passed
             counts["fail"] += p.failed_grade
@@ -64,15 +53,13 @@ class EvalCollector:
         for tuning, counts in sorted(by_tuning.items()):
             for outcome, n in counts.items():
                 items.add_metric([tuning, outcome], n)
-        evals = GaugeMetricFamily(f"{NAMESPACE}_evals", "Evaluations by status.", labels=["status"])
-        for status in STATUSES:
-            evals.add_metric([status], sum(1 for p in self.progress if p.status == status))
-        rate = GaugeMetricFamily(
-            f"{NAMESPACE}_eval_pass_rate",
-            "An evaluation's pass rate so far: passed / graded items.",
-            labels=["tuning", "eval"],
+        evals = gauge("evals", "Evaluations by status.", ["status"])
+        for status, n in count_by(STATUSES, (p.status for p in read)).items():
+            evals.add_metric([status], n)
+        rate = gauge(
+            "eval_pass_rate", "An evaluation's pass rate so far: passed / graded items.", ["tuning", "eval"]
         )
-        for p in self.progress:
+        for p in read:
             if p.rate.graded:
                 rate.add_metric([p.head.tuning, p.head.id], p.rate.rate)
         yield from (items, evals, rate)

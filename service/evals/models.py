@@ -11,12 +11,12 @@ import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.core.models.case import Slug
-from service.core.models.jobs import LeasedJob
+from service.core.models.jobs import TuningJob
 from service.core.models.records import Usage
 from service.evals.stats import Difference, Rate
 
@@ -57,6 +57,10 @@ class EvalCaseRef(BaseModel):
     rev: int = Field(ge=1)
 
 
+HEAD_FIELDS = ("id", "tuning", "name", "purpose", "version", "version_asked", "created_at")
+"""The fields of a spec that every view of its evaluation repeats (EvalSpec.head_fields)."""
+
+
 class EvalSpec(BaseModel):
     """`EVAL.json`: what an evaluation runs, fixed when it is created."""
 
@@ -84,14 +88,18 @@ class EvalSpec(BaseModel):
             for repeat in range(1, self.repeats + 1):
                 yield case, repeat
 
+    def head_fields(self) -> dict[str, Any]:
+        """What names the evaluation wherever it is shown (EvalHead, EvalResults), by field."""
+        return {name: getattr(self, name) for name in HEAD_FIELDS}
+
     def job(self, case: str, repeat: int) -> EvalItemJob:
         return EvalItemJob(tuning=self.tuning, eval=self.id, case=case, repeat=repeat, version=self.version)
 
 
-class EvalItemJob(LeasedJob):
-    """The payload of one item's job: run and grade one case once on the evaluation's version."""
+class EvalItemJob(TuningJob):
+    """The payload of one item's job: run and grade one case once on the evaluation's version (a job of
+    its tuning: `tunefleet cancel` of the tuning, its holds and its budget reach it too)."""
 
-    tuning: Slug
     eval: Slug
     case: Slug
     repeat: int = Field(ge=1)
@@ -105,11 +113,6 @@ class EvalItemJob(LeasedJob):
     def job_id(self) -> str:
         """Unique per item across the fleet's queue."""
         return f"eval:{self.tuning}:{self.eval}:{self.case}:{self.repeat}"
-
-    @property
-    def scope(self) -> str:
-        """Its tuning: `tunefleet cancel` of the tuning's cancel set, holds and budget reach it too."""
-        return self.tuning
 
 
 class ItemResult(BaseModel):
@@ -247,16 +250,7 @@ class EvalHead(BaseModel):
 
     @classmethod
     def of(cls, spec: EvalSpec) -> EvalHead:
-        return cls(
-            id=spec.id,
-            tuning=spec.tuning,
-            name=spec.name,
-            purpose=spec.purpose,
-            version=spec.version,
-            version_asked=spec.version_asked,
-            items=spec.total,
-            created_at=spec.created_at,
-        )
+        return cls(**spec.head_fields(), items=spec.total)
 
 
 class EvalProgress(BaseModel):

@@ -3,11 +3,11 @@ store gives them back when Redis lost them."""
 
 from __future__ import annotations
 
-from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.events import COST_SCALE
+from service.core.validation import valid_only
 from service.evals.counters import eval_progress_fields
 from service.evals.models import EvalHead, EvalProgress, EvalResults, EvalStatus
 from service.evals.stats import wilson
@@ -17,12 +17,7 @@ async def eval_progress(redis: Redis) -> list[EvalProgress]:
     """Every evaluation in `tf:evals` with its live counters (two round trips), oldest first; an entry
     that does not parse is left out."""
     raw = await redis.hgetall(keys.evals())  # type: ignore[misc]
-    heads = []
-    for value in raw.values():
-        try:
-            heads.append(EvalHead.model_validate_json(value))
-        except ValidationError:
-            continue
+    heads = valid_only(EvalHead, raw.values())
     heads.sort(key=lambda h: (h.created_at, h.id))
     tunings = sorted({head.tuning for head in heads})
     async with redis.pipeline(transaction=False) as pipe:

@@ -11,6 +11,25 @@ from rich.text import Text
 from service.cli.render import tsv
 from service.evals.models import Comparison, EvalProgress, EvalResults
 from service.evals.report import TuningReport, percent
+from service.evals.stats import Rate
+
+COUNT_COLUMNS = ["passed", "graded", "rate", "low", "high", "failed", "cancelled", "voids"]
+"""The counts that a progress line and a summary line both carry, in this order (count_cells)."""
+
+
+def count_cells(rate: Rate, failed: int, cancelled: int, voids: int) -> list[object]:
+    """The COUNT_COLUMNS of one evaluation: its pass rate with its interval, then the items it did not
+    grade and its void runs."""
+    return [
+        rate.passed,
+        rate.graded,
+        f"{rate.rate:.4f}",
+        f"{rate.low:.4f}",
+        f"{rate.high:.4f}",
+        failed,
+        cancelled,
+        voids,
+    ]
 
 
 def progress_rows(found: list[EvalProgress]) -> list[list[object]]:
@@ -22,35 +41,13 @@ def progress_rows(found: list[EvalProgress]) -> list[list[object]]:
             p.head.version_asked,
             p.status,
             f"{p.done}/{p.head.items}",
-            p.passed,
-            p.passed + p.failed_grade,
-            f"{p.rate.rate:.4f}",
-            f"{p.rate.low:.4f}",
-            f"{p.rate.high:.4f}",
-            p.failed,
-            p.cancelled,
-            p.voids,
+            *count_cells(p.rate, p.failed, p.cancelled, p.voids),
         ]
         for p in found
     ]
 
 
-PROGRESS_HEADER = [
-    "eval",
-    "tuning",
-    "version",
-    "asked",
-    "status",
-    "done",
-    "passed",
-    "graded",
-    "rate",
-    "low",
-    "high",
-    "failed",
-    "cancelled",
-    "voids",
-]
+PROGRESS_HEADER = ["eval", "tuning", "version", "asked", "status", "done", *COUNT_COLUMNS]
 
 
 def progress_tsv(found: list[EvalProgress]) -> str:
@@ -84,14 +81,7 @@ def summary_row(r: EvalResults) -> list[object]:
         r.status,
         r.done,
         r.items,
-        r.passed,
-        r.graded,
-        f"{r.rate.rate:.4f}",
-        f"{r.rate.low:.4f}",
-        f"{r.rate.high:.4f}",
-        r.failed,
-        r.cancelled,
-        r.voids,
+        *count_cells(r.rate, r.failed, r.cancelled, r.voids),
         ",".join(r.flaky),
         r.usage.tokens,
         f"{r.usage.cost_usd:.6f}",
@@ -108,14 +98,7 @@ SUMMARY_HEADER = [
     "status",
     "done",
     "items",
-    "passed",
-    "graded",
-    "rate",
-    "low",
-    "high",
-    "failed",
-    "cancelled",
-    "voids",
+    *COUNT_COLUMNS,
     "flaky",
     "tokens",
     "cost_usd",

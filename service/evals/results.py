@@ -26,6 +26,9 @@ from service.evals.models import (
 from service.evals.stats import wilson
 from service.evals.store import EvalStore
 
+TOTALS = ("graded", "passed", "failed", "cancelled")
+"""The counts of a case's items that an evaluation's results sum over its cases."""
+
 
 def read_results(store: EvalStore) -> EvalResults:
     """The results of the evaluation in `store`, as its folders hold them now. Once every item has its
@@ -55,7 +58,7 @@ def summarize(
     scores: dict[str, list[float]] = {}
     spent = _Spent()
     infra: list[InfraFailure] = []
-    done = graded = passed = failed = cancelled = 0
+    totals = dict.fromkeys(TOTALS, 0)
     for case in spec.cases:
         counts = {"graded": 0, "passed": 0, "failed": 0, "cancelled": 0, "pending": 0}
         for repeat in range(1, spec.repeats + 1):
@@ -82,31 +85,20 @@ def summarize(
             outcome=_outcome(counts),
             **counts,
         )
-        done += row.graded + row.failed + row.cancelled
-        graded += row.graded
-        passed += row.passed
-        failed += row.failed
-        cancelled += row.cancelled
+        for key in TOTALS:
+            totals[key] += counts[key]
         rows.append(row)
+    done = totals["graded"] + totals["failed"] + totals["cancelled"]
     return EvalResults(
-        id=spec.id,
-        tuning=spec.tuning,
-        name=spec.name,
-        purpose=spec.purpose,
-        version=spec.version,
-        version_asked=spec.version_asked,
+        **spec.head_fields(),
         source=spec.source,
         repeats=spec.repeats,
-        created_at=spec.created_at,
-        status=_status(spec.total, done, cancelled, started),
+        status=_status(spec.total, done, totals["cancelled"], started),
         items=spec.total,
         done=done,
-        graded=graded,
-        passed=passed,
-        failed=failed,
-        cancelled=cancelled,
+        **totals,
         voids=voids,
-        rate=wilson(passed, graded),
+        rate=wilson(totals["passed"], totals["graded"]),
         rubric={rubric_id: sum(v) / len(v) for rubric_id, v in sorted(scores.items())},
         cases=rows,
         flaky=[row.case for row in rows if row.outcome == "flaky"],

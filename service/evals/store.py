@@ -24,6 +24,7 @@ from service.core.errors import StoreError
 from service.core.files import read_model, write_model
 from service.core.models.case import Case
 from service.core.models.records import Phase
+from service.core.runs import RunFolder, RunsFolder
 from service.core.store import AttemptPaths, CaseStore
 from service.evals.errors import UnknownEvalError
 from service.evals.models import EvalSpec, ItemResult
@@ -84,31 +85,20 @@ class ItemStore(CaseStore):
         return target
 
 
-class EvalStore:
+class EvalStore(RunFolder[EvalSpec], spec_file=SPEC_FILE, spec=EvalSpec):
     """One evaluation's folder."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.spec_file = root / SPEC_FILE
+        super().__init__(root)
         self.results_file = root / RESULTS_FILE
         self.cases_dir = root / "cases"
         self.items_dir = root / "items"
 
-    @property
-    def eval_id(self) -> str:
-        return self.root.name
+    def missing_spec(self) -> UnknownEvalError:
+        return self.unknown()
 
-    def exists(self) -> bool:
-        return self.spec_file.is_file()
-
-    def spec(self) -> EvalSpec:
-        spec = read_model(self.spec_file, EvalSpec)
-        if spec is None:
-            raise UnknownEvalError(f"no evaluation {self.eval_id!r} in the store {self.root.parent.parent}")
-        return spec
-
-    def write_spec(self, spec: EvalSpec) -> None:
-        write_model(self.spec_file, spec)
+    def unknown(self) -> UnknownEvalError:
+        return UnknownEvalError(f"no evaluation {self.run_id!r} in the store {self.root.parent.parent}")
 
     def case(self, case_id: str) -> Case:
         """The case as the evaluation keeps it; StoreError naming the file when it is missing or bad."""
@@ -163,22 +153,10 @@ class ItemScan:
     """Whether any item has a folder yet."""
 
 
-class EvalsStore:
+class EvalsStore(RunsFolder[EvalStore]):
     """The `evals/` folder of the store."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def run(self, run_id: str) -> EvalStore:
+        return EvalStore(self.root / run_id)
 
-    def eval(self, eval_id: str) -> EvalStore:
-        return EvalStore(self.root / eval_id)
-
-    def all(self) -> Iterator[EvalStore]:
-        """Every evaluation with a spec, by id."""
-        try:
-            names = sorted(os.listdir(self.root))
-        except FileNotFoundError:
-            return
-        for name in names:
-            found = self.eval(name)
-            if found.exists():
-                yield found
+    eval = run

@@ -18,21 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
-from starlette.concurrency import run_in_threadpool
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from service.api.http import (
-    MAX_BODY_BYTES,
-    Endpoint,
-    Guard,
-    HttpError,
-    field_errors,
-    json_response,
-    read_body,
-    slug_param,
-)
+from service.api.http import Endpoint, Guard, HttpError, json_response, off_loop, read_model_body, slug_param
 from service.client.client import TunefleetClient
 from service.core import keys
 from service.core.errors import ConfigError
@@ -41,7 +31,8 @@ from service.core.models.goal import GoalSpec, GoalStatus
 from service.core.models.goal_state import GoalState, GoalSummary
 from service.core.models.tuning import DemoAdapter
 from service.core.settings import FleetSettings
-from service.goals.fleet import GoalConflictError, GoalFiles, UnknownGoalError
+from service.goals.errors import GoalConflictError, UnknownGoalError
+from service.goals.fleet import GoalFiles
 from service.goals.spec import resolve_limits
 
 T = TypeVar("T")
@@ -116,10 +107,7 @@ class GoalApi:
 
     async def _read(self, read: Callable[[str], T], goal_id: str) -> T:
         """A read of the goal's files (off the event loop); 404 for a goal the store does not hold."""
-        try:
-            return await run_in_threadpool(read, goal_id)
-        except UnknownGoalError:
-            raise HttpError(404, f"no goal {goal_id!r}") from None
+        return await off_loop(lambda: read(goal_id), UnknownGoalError, f"no goal {goal_id!r}")
 
     async def list_goals(self, request: Request) -> Response:
         return json_response(GoalList(goals=await self._client.goals.summaries()))
@@ -140,11 +128,7 @@ class GoalApi:
 
     async def start(self, request: Request) -> Response:
         self._guard.write(request)
-        body = await read_body(request, MAX_BODY_BYTES, "a goal spec")
-        try:
-            spec = GoalSpec.model_validate_json(body)
-        except ValidationError as exc:
-            raise HttpError(422, "invalid goal spec", field_errors(exc)) from None
+        spec = await read_model_body(request, GoalSpec, "a goal spec", "invalid goal spec")
         refused = http_refusals(spec)
         if refused:
             raise HttpError(422, "goal spec refused over HTTP", refused)

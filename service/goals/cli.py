@@ -10,19 +10,11 @@ import typer
 from rich.table import Table
 
 from service.cli.render import out_console
-from service.cli.support import fail, run
-from service.client.client import TunefleetClient
+from service.cli.support import fail, settings_of, with_client
 from service.core.errors import TunefleetError
-from service.core.models.goal_state import GoalState, GoalSummary
-from service.core.settings import FleetSettings
+from service.core.models.goal_state import GoalState
 from service.core.store import Store
 from service.goals.fleet import GoalFiles
-
-
-def _settings(ctx: typer.Context) -> FleetSettings:
-    settings: FleetSettings = ctx.obj
-    return settings
-
 
 goal_app = typer.Typer(no_args_is_help=True, help="Pursue goals: plan, work and review in iterations.")
 
@@ -37,11 +29,7 @@ def start(
 ) -> None:
     """Start a goal (or carry on one that failed); a worker takes it from the queue."""
 
-    async def go() -> GoalSummary:
-        async with TunefleetClient(_settings(ctx)) as client:
-            return await client.goals.start_file(spec, tuning)
-
-    summary = run(go())
+    summary = with_client(ctx, lambda client: client.goals.start_file(spec, tuning))
     out_console().print(f"goal {summary.id}: {summary.status}", highlight=False, markup=False)
 
 
@@ -53,13 +41,9 @@ def status(
 ) -> None:
     """Every goal (status, iteration, step, worker), or one goal's state."""
 
-    async def go() -> list[GoalSummary]:
-        async with TunefleetClient(_settings(ctx)) as client:
-            return await client.goals.summaries()
-
     if goal is not None:
         try:
-            state = GoalFiles(Store(_settings(ctx).store)).state(goal)
+            state = GoalFiles(Store(settings_of(ctx).store)).state(goal)
         except TunefleetError as exc:
             fail(exc)
         if state is None:
@@ -74,7 +58,7 @@ def status(
         else:
             print(f"{state.status}, until {state.deadline_at.isoformat(timespec='seconds')} at the latest")
         return
-    found = run(go())
+    found = with_client(ctx, lambda client: client.goals.summaries())
     if as_json:
         print(json.dumps([s.model_dump(mode="json") for s in found], indent=2))
         return
@@ -109,7 +93,7 @@ def show(ctx: typer.Context, goal: Annotated[str, typer.Argument(help="The goal'
     """Print the goal's GOAL_RESULT.md: its limits and one section per iteration."""
 
     try:
-        print(GoalFiles(Store(_settings(ctx).store)).result_markdown(goal), end="")
+        print(GoalFiles(Store(settings_of(ctx).store)).result_markdown(goal), end="")
     except TunefleetError as exc:
         fail(exc)
 
@@ -118,10 +102,6 @@ def show(ctx: typer.Context, goal: Annotated[str, typer.Argument(help="The goal'
 def cancel(ctx: typer.Context, goal: Annotated[str, typer.Argument(help="The goal's id.")]) -> None:
     """Cancel a goal: the step under way stops within a poll and the goal ends `cancelled`."""
 
-    async def go() -> bool:
-        async with TunefleetClient(_settings(ctx)) as client:
-            return await client.goals.cancel(goal)
-
-    if not run(go()):
+    if not with_client(ctx, lambda client: client.goals.cancel(goal)):
         fail(f"goal {goal!r} has ended already: nothing to cancel")
     print(f"goal {goal}: cancelling")

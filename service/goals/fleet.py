@@ -12,7 +12,7 @@ import structlog
 from arq.connections import ArqRedis
 
 from service.core import keys
-from service.core.errors import ConfigError, TunefleetError, UnknownTuningError
+from service.core.errors import TunefleetError, UnknownTuningError
 from service.core.events import EventSink
 from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES, GoalLimitsSpec, GoalSpec
@@ -22,18 +22,11 @@ from service.core.models.records import CancelRequest
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from service.core.system import SystemRepo
+from service.goals.errors import GoalConflictError
 from service.goals.spec import load_goal_file, resolve_agents, resolve_limits
 from service.goals.store import GoalsStore, GoalStore, starting_state
 
 log = structlog.get_logger()
-
-
-class UnknownGoalError(TunefleetError):
-    """A goal id that the store does not hold."""
-
-
-class GoalConflictError(ConfigError):
-    """A goal started under an id that another goal (another spec) holds."""
 
 
 class GoalFiles:
@@ -43,19 +36,13 @@ class GoalFiles:
         self._store = store
         self.folder = GoalsStore(store.root / "goals")
 
-    def _known(self, goal_id: str) -> GoalStore:
-        goal = self.folder.goal(goal_id)
-        if not goal.exists():
-            raise UnknownGoalError(f"no goal {goal_id!r} in the store {self._store.root}")
-        return goal
-
     def state(self, goal_id: str) -> GoalState | None:
         """The goal's state, None while it is queued for its first start."""
-        return self._known(goal_id).state()
+        return self.folder.known(goal_id).state()
 
     def result_markdown(self, goal_id: str) -> str:
         """`GOAL_RESULT.md`: the goal's limits and one section per iteration."""
-        goal = self._known(goal_id)
+        goal = self.folder.known(goal_id)
         try:
             return goal.result_file.read_text()
         except FileNotFoundError:
@@ -144,7 +131,7 @@ class Goals(GoalFiles):
         """Cancel a goal, durably: the cancel is in its GOAL_STATE.json when this returns, so that it
         outlives Redis. A goal no worker holds ends `cancelled` here and now; a running one is stopped by
         its worker within a poll (or ended by the next worker to take it). False when it had ended."""
-        goal = self._known(goal_id)
+        goal = self.folder.known(goal_id)
         state = goal.state()
         if state is not None and state.status in FINAL_STATUSES:
             return False
@@ -235,9 +222,9 @@ class Goals(GoalFiles):
         found: list[tuple[str, GoalState | None]] = []
         for goal in self.folder.all():
             try:
-                found.append((goal.goal_id, goal.state()))
+                found.append((goal.run_id, goal.state()))
             except TunefleetError as exc:
-                log.error("goal_unreadable", goal=goal.goal_id, error=str(exc))
+                log.error("goal_unreadable", goal=goal.run_id, error=str(exc))
         return found
 
 

@@ -3,9 +3,9 @@
     tunefleet_goals{status}              goals by status (every status, 0 included)
     tunefleet_goal_iterations_total      iterations begun, summed over every goal
 
-`GoalCollector.refresh()` reads the hash; `collect()` turns what it read into metric families (no I/O
-at collect time, as service.metrics.FleetCollector). A failed read yields nothing (`tunefleet_redis_up`
-says why); an unreadable entry is skipped with a warning.
+`GoalCollector.refresh()` reads the hash; `collect()` turns what it read into metric families (a
+service.metric_families.ReadCollector). A failed read yields nothing (`tunefleet_redis_up` says why);
+an unreadable entry is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ from collections.abc import Iterator
 from typing import get_args
 
 import structlog
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.models.goal import GoalStatus
 from service.core.models.goal_state import GoalSummary
+from service.metric_families import ReadCollector, count_by, counter, gauge
 
 log = structlog.get_logger()
 
-NAMESPACE = "tunefleet"
 STATUSES: tuple[str, ...] = get_args(GoalStatus)
 
 
@@ -42,27 +41,18 @@ async def read_goals(redis: Redis) -> list[GoalSummary]:
     return found
 
 
-class GoalCollector:
+class GoalCollector(ReadCollector[list[GoalSummary]]):
     """The goals' metric families, from the summaries the last refresh read."""
 
-    def __init__(self) -> None:
-        self.summaries: list[GoalSummary] | None = None
+    REFRESH_FAILED = "metrics_goals_refresh_failed"
 
-    async def refresh(self, redis: Redis) -> None:
-        try:
-            self.summaries = await read_goals(redis)
-        except (RedisError, OSError) as exc:
-            log.warning("metrics_goals_refresh_failed", error=str(exc))
-            self.summaries = None
+    async def read(self, redis: Redis) -> list[GoalSummary]:
+        return await read_goals(redis)
 
-    def collect(self) -> Iterator[Metric]:
-        if self.summaries is None:
-            return
-        goals = GaugeMetricFamily(f"{NAMESPACE}_goals", "Goals by status.", labels=["status"])
-        for status in STATUSES:
-            goals.add_metric([status], sum(1 for s in self.summaries if s.status == status))
-        iterations = CounterMetricFamily(
-            f"{NAMESPACE}_goal_iterations", "Iterations begun, summed over every goal."
-        )
-        iterations.add_metric([], sum(s.iteration for s in self.summaries))
+    def families(self, read: list[GoalSummary]) -> Iterator[Metric]:
+        goals = gauge("goals", "Goals by status.", ["status"])
+        for status, n in count_by(STATUSES, (s.status for s in read)).items():
+            goals.add_metric([status], n)
+        iterations = counter("goal_iterations", "Iterations begun, summed over every goal.")
+        iterations.add_metric([], sum(s.iteration for s in read))
         yield from (goals, iterations)

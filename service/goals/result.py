@@ -9,7 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.core.models.goal import GoalLimits
-from service.core.models.goal_state import Completion, GoalState, IterationState
+from service.core.models.goal_state import (
+    Completion,
+    GoalState,
+    IterationState,
+    PlanRecord,
+    Review,
+    WorkRecord,
+)
 
 
 def render_result(state: GoalState, root: Path) -> str:
@@ -60,42 +67,56 @@ def _iteration(it: IterationState, root: Path, limits: GoalLimits) -> list[str]:
     if it.error:
         lines.append(f"Error: {it.error}")
     if it.plan is not None and it.plan.error is None:
-        lines += ["", "### TODO", "", f"Path: {folder / 'TODO.md'}"]
-        if it.plan.summary:
-            lines.append(f"Summary: {it.plan.summary}")
-        lines += [f"- [{'x' if t.done else ' '}] {t.id}: {t.title}" for t in it.plan.tasks]
+        lines += _todo(it.plan, folder)
     if it.work is not None:
-        r = it.work.result
-        lines += [
-            "",
-            "### Worker result",
-            "",
-            f"Status: {r.status}",
-            f"Summary: {r.summary}",
-            f"Tasks finished: {it.work.tasks_finished}, failed: {it.work.tasks_failed} "
-            f"(attempts: {it.work.attempts} of {limits.attempts_per_task})",
-            f"Progress log: {folder / 'WORKER_PROGRESS.jsonl'}",
-        ]
-        if r.task_results:
-            lines.append(f"Task results: {folder / r.task_results}")
-        if it.work.error:
-            lines.append(f"Error: {it.work.error}")
+        lines += _work(it.work, folder, limits)
     if it.review is not None:
-        v = it.review.review
-        lines += [
-            "",
-            "### Review",
-            "",
-            f"Decision: {v.decision}",
-            f"Complete: {'yes' if v.complete else 'no'}",
-            f"Summary: {v.summary}",
-            f"Rationale: {v.rationale}",
-        ]
-        if v.remaining_work:
-            lines += ["", "Remaining work:", *[f"- {item}" for item in v.remaining_work]]
+        lines += _review(it.review.review)
     if it.completion is not None:
         lines += ["", *_completion("### Completion", it.completion)]
     return lines
+
+
+def _todo(plan: PlanRecord, folder: Path) -> list[str]:
+    summary = [f"Summary: {plan.summary}"] if plan.summary else []
+    tasks = [f"- [{'x' if t.done else ' '}] {t.id}: {t.title}" for t in plan.tasks]
+    return _section("TODO", f"Path: {folder / 'TODO.md'}", *summary, *tasks)
+
+
+def _work(work: WorkRecord, folder: Path, limits: GoalLimits) -> list[str]:
+    r = work.result
+    lines = _section(
+        "Worker result",
+        f"Status: {r.status}",
+        f"Summary: {r.summary}",
+        f"Tasks finished: {work.tasks_finished}, failed: {work.tasks_failed} "
+        f"(attempts: {work.attempts} of {limits.attempts_per_task})",
+        f"Progress log: {folder / 'WORKER_PROGRESS.jsonl'}",
+    )
+    if r.task_results:
+        lines.append(f"Task results: {folder / r.task_results}")
+    if work.error:
+        lines.append(f"Error: {work.error}")
+    return lines
+
+
+def _review(v: Review) -> list[str]:
+    remaining = (
+        ["", "Remaining work:", *[f"- {item}" for item in v.remaining_work]] if v.remaining_work else []
+    )
+    return _section(
+        "Review",
+        f"Decision: {v.decision}",
+        f"Complete: {'yes' if v.complete else 'no'}",
+        f"Summary: {v.summary}",
+        f"Rationale: {v.rationale}",
+        *remaining,
+    )
+
+
+def _section(title: str, *lines: str) -> list[str]:
+    """An iteration's section: a blank line, its `###` heading, a blank line, its lines."""
+    return ["", f"### {title}", "", *lines]
 
 
 def _completion(heading: str, completion: Completion) -> list[str]:

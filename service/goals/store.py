@@ -28,12 +28,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from service.core.errors import StoreError
 from service.core.files import append_line, read_model, write_atomic, write_model
 from service.core.models.goal import FINAL_STATUSES, GoalLimits, GoalSpec
 from service.core.models.goal_state import GoalSpend, GoalState, IterationState
+from service.core.runs import RunFolder, RunsFolder
+from service.core.validation import valid_only
+from service.goals.errors import UnknownGoalError
 from service.goals.result import render_result
 
 SPEC_FILE = "GOAL_SPEC.json"
@@ -70,33 +71,22 @@ def starting_state(
     )
 
 
-class GoalStore:
+class GoalStore(RunFolder[GoalSpec], spec_file=SPEC_FILE, spec=GoalSpec):
     """One goal's folder."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.spec_file = root / SPEC_FILE
+        super().__init__(root)
         self.state_file = root / STATE_FILE
         self.trace_file = root / TRACE_FILE
         self.result_file = root / RESULT_FILE
         self.workspace_repo = root / "workspace.git"
         self.workspace_snapshots = root / "workspace-snapshots"
 
-    @property
-    def goal_id(self) -> str:
-        return self.root.name
+    def missing_spec(self) -> StoreError:
+        return StoreError(f"{self.spec_file}: the goal's spec is missing")
 
-    def exists(self) -> bool:
-        return self.spec_file.is_file()
-
-    def spec(self) -> GoalSpec:
-        spec = read_model(self.spec_file, GoalSpec)
-        if spec is None:
-            raise StoreError(f"{self.spec_file}: the goal's spec is missing")
-        return spec
-
-    def write_spec(self, spec: GoalSpec) -> None:
-        write_model(self.spec_file, spec)
+    def unknown(self) -> UnknownGoalError:
+        return UnknownGoalError(f"no goal {self.run_id!r} in the store {self.root.parent.parent}")
 
     def state(self) -> GoalState | None:
         """The state, None before the goal's first start; StoreError naming the file if it is invalid."""
@@ -156,13 +146,7 @@ class GoalStore:
             lines = (self.root / SPENT_FILE).read_text().split("\n")[:-1]
         except FileNotFoundError:
             return [], 0
-        found = []
-        for line in lines[after:]:
-            try:
-                found.append(GoalSpend.model_validate_json(line))
-            except ValidationError:
-                continue
-        return found, len(lines)
+        return valid_only(GoalSpend, lines[after:]), len(lines)
 
     def write_iteration(self, iteration: IterationState) -> None:
         write_model(self.iteration_dir(iteration.iteration) / ITERATION_FILE, iteration)
@@ -190,21 +174,10 @@ class GoalStore:
             os.close(fd)
 
 
-class GoalsStore:
+class GoalsStore(RunsFolder[GoalStore]):
     """The `goals/` folder of the store."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def run(self, run_id: str) -> GoalStore:
+        return GoalStore(self.root / run_id)
 
-    def goal(self, goal_id: str) -> GoalStore:
-        return GoalStore(self.root / goal_id)
-
-    def all(self) -> Iterator[GoalStore]:
-        try:
-            names = sorted(os.listdir(self.root))
-        except FileNotFoundError:
-            return
-        for name in names:
-            goal = self.goal(name)
-            if goal.exists():
-                yield goal
+    goal = run

@@ -15,6 +15,7 @@ FRONT_ENDS = (
     "service.cli",
     "service.watch",
     "service.metrics",
+    "service.metric_families",
     "service.goals.api",
     "service.goals.cli",
     "service.goals.metrics",

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, ClassVar
 
 import structlog
 from pydantic import ValidationError
@@ -138,9 +139,26 @@ def _read_run_output(path: Path, result: ProcessResult) -> RunOutput | None:
 
 
 class CommandStep:
-    """One role's agent CLI: its argv checked for the step's placeholders, run in the role's sandbox."""
+    """One role's agent CLI: its argv checked for the step's placeholders, run in the role's sandbox. A
+    role of a case names its step and placeholders where it subclasses
+    (`class CommandRunner(CommandStep, step="runner", names=RUN_PLACEHOLDERS)`); a goal step passes them."""
 
-    def __init__(self, config: CommandAdapter, host: AgentHost, step: str, names: frozenset[str]) -> None:
+    STEP: ClassVar[str]
+    NAMES: ClassVar[frozenset[str]]
+
+    def __init_subclass__(cls, step: str, names: frozenset[str], **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.STEP, cls.NAMES = step, names
+
+    def __init__(
+        self,
+        config: CommandAdapter,
+        host: AgentHost,
+        step: str | None = None,
+        names: frozenset[str] | None = None,
+    ) -> None:
+        step = step if step is not None else self.STEP
+        names = names if names is not None else self.NAMES
         check_sandbox(config.sandbox)
         check_argv(config.argv, names, step)
         self._config = config
@@ -190,15 +208,11 @@ class CommandStep:
         return _step_exit(result, self._config.timeout_s, self._sandbox_down(result))
 
 
-class CommandRunner(CommandStep):
+class CommandRunner(CommandStep, step="runner", names=RUN_PLACEHOLDERS):
     """Runs the agent on a case; its exit code says whether the run counts."""
 
-    def __init__(self, config: CommandAdapter, host: AgentHost) -> None:
-        super().__init__(config, host, "runner", RUN_PLACEHOLDERS)
-
     async def run(self, request: RunRequest) -> RunOutcome:
-        folder = StepFolder(request.step_dir)
-        folder.prepare()
+        folder = StepFolder.ready(request.step_dir)
         for made in (request.workspace_dir, request.memory_dir):
             made.mkdir(parents=True, exist_ok=True)
         input_file = folder.inputs / "input.json"
@@ -277,17 +291,13 @@ def _start_why(start_error: str) -> str:
     return start_error.removeprefix("cannot start ")
 
 
-class CommandAnalyzer(CommandStep):
+class CommandAnalyzer(CommandStep, step="analyzer", names=ANALYZE_PLACEHOLDERS):
     """Grades a run; its process writes the feedback and the report into its own `out/` folder."""
 
     trusted = False
 
-    def __init__(self, config: CommandAdapter, host: AgentHost) -> None:
-        super().__init__(config, host, "analyzer", ANALYZE_PLACEHOLDERS)
-
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
-        folder = StepFolder(request.step_dir)
-        folder.prepare()
+        folder = StepFolder.ready(request.step_dir)
         inputs = {
             "case": (folder.inputs / "case.json", request.case.model_dump_json(indent=2)),
             "run": (
@@ -325,15 +335,11 @@ class CommandAnalyzer(CommandStep):
         )
 
 
-class CommandApplier(CommandStep):
+class CommandApplier(CommandStep, step="applier", names=APPLY_PLACEHOLDERS):
     """Edits its copy of the system; its process writes the apply output into its own `out/` folder."""
 
-    def __init__(self, config: CommandAdapter, host: AgentHost) -> None:
-        super().__init__(config, host, "applier", APPLY_PLACEHOLDERS)
-
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
-        folder = StepFolder(request.step_dir)
-        folder.prepare()
+        folder = StepFolder.ready(request.step_dir)
         feedback_file = folder.inputs / "feedback.json"
         given = request.feedback.model_dump_json(indent=2, exclude=set(SEAL_FIELDS))
         write_atomic(feedback_file, given.encode(), durable=False)

@@ -35,6 +35,13 @@ class StepFolder:
     def home(self) -> Path:
         return self.root / "home"
 
+    @classmethod
+    def ready(cls, root: Path) -> StepFolder:
+        """The step folder `root`, prepared for the step's round (`prepare`)."""
+        folder = cls(root)
+        folder.prepare()
+        return folder
+
     def prepare(self) -> None:
         """Make `in/`, `home/` and an empty `out/` (a second round must not read the first one's)."""
         shutil.rmtree(self.outputs, ignore_errors=True)

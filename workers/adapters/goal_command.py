@@ -46,8 +46,7 @@ class CommandGoalAgent:
 
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
         command = self._steps[request.step]
-        folder = StepFolder(request.step_dir)
-        folder.prepare()
+        folder = StepFolder.ready(request.step_dir)
         brief = folder.inputs / "brief.json"
         write_atomic(brief, request.brief.model_dump_json(indent=2).encode(), durable=False)
         given = {name: path for name, path in request.inputs.items() if name in STEP_INPUTS}

@@ -51,8 +51,7 @@ class DemoGoalAgent:
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
         began = time.monotonic()
         knobs = read_knobs(GoalDemoKnobs, request.demo, f"goal {request.goal_id}")
-        folder = StepFolder(request.step_dir)
-        folder.prepare()
+        folder = StepFolder.ready(request.step_dir)
         append_line(request.log_file, f"demo-{request.step}: iteration {request.iteration} started")
         outage = self._config.outage_file
         if outage is not None and outage.exists():

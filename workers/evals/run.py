@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import structlog
-
 from service.core.models.case import Case
 from service.core.models.events import EventKind
-from service.core.models.records import Phase, StepName
-from service.core.models.status import WaitCause
 from service.evals.store import ItemStore
 from workers.case import CaseRun
 from workers.lease import CaseLease
@@ -25,6 +21,9 @@ class ItemRun(CaseRun):
     """One item (case, repeat) of an evaluation run by this worker under one lease."""
 
     requeued: ClassVar[EventKind] = EventKind.EVAL_ITEM_REQUEUED
+    shown_running: ClassVar[bool] = False
+    """An item is not one of the tuning's running cases: status shows an evaluation's progress from its
+    counters."""
 
     def __init__(
         self,
@@ -55,16 +54,3 @@ class ItemRun(CaseRun):
         await self.sink.emit(
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, data=data, **fields
         )
-
-    def at(
-        self,
-        step: StepName | None,
-        phase: Phase | None = None,
-        attempt: int | None = None,
-        *,
-        waiting: WaitCause | None = None,
-        fence: int | None = None,
-    ) -> None:
-        """Where the item is, for its log lines only: an item is not one of the tuning's running cases
-        (status shows an evaluation's progress from its counters)."""
-        structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.core.models.goal_state import ProgressEntry, WorkerResult
-from service.core.validation import describe_validation
+from service.core.validation import describe_validation, valid_only
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import WORK_RESULT
 
@@ -59,10 +59,4 @@ def read_or_none(path: Path) -> str | None:
 
 def progress_entries(text: str) -> list[ProgressEntry]:
     """The valid lines of a progress log (an invalid line is skipped: it is the agent's to get right)."""
-    entries = []
-    for line in text.splitlines():
-        try:
-            entries.append(ProgressEntry.model_validate_json(line))
-        except ValidationError:
-            continue
-    return entries
+    return valid_only(ProgressEntry, text.splitlines())

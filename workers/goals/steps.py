@@ -207,10 +207,7 @@ async def plan(gr: GoalRun, it: IterationState) -> None:
         tasks = parse_todo(text)
     except (TodoError, ValueError) as exc:
         it.plan = PlanRecord(error=str(exc), duration_ms=ms(began))
-        it.status = "failed"
-        it.error = f"invalid TODO: {exc}"
-        gr.event(EventKind.PLAN_INVALID, it, "plan", it.error)
-        await gr.persist()
+        await failed_iteration(gr, it, "plan", f"invalid TODO: {exc}")
         return
     await gr.lease.check()
     write_atomic(folder_iteration / TODO_FILE, text.encode())
@@ -253,10 +250,7 @@ async def review(gr: GoalRun, it: IterationState) -> None:
         verdict = Review.model_validate_json(text)
     except ValueError as exc:
         why = describe_validation(exc) if isinstance(exc, ValidationError) else str(exc)
-        it.status = "failed"
-        it.error = f"invalid review: {why}"
-        gr.event(EventKind.REVIEW_INVALID, it, "review", it.error)
-        await gr.persist()
+        await failed_iteration(gr, it, "review", f"invalid review: {why}")
         return
     await gr.lease.check()
     write_atomic(folder_iteration / REVIEW_FILE, verdict.model_dump_json(indent=2).encode())
@@ -264,6 +258,19 @@ async def review(gr: GoalRun, it: IterationState) -> None:
     duration_ms = finished(gr, it, "review", began, verdict.decision, outcome=outcome)
     it.review = ReviewRecord(review=verdict, duration_ms=duration_ms)
     it.status = "reviewed"
+    await gr.persist()
+
+
+INVALID_OUTPUT = {"plan": EventKind.PLAN_INVALID, "review": EventKind.REVIEW_INVALID}
+"""The event of a step whose output the fleet refused."""
+
+
+async def failed_iteration(gr: GoalRun, it: IterationState, step: GoalStep, error: str) -> None:
+    """The iteration fails because its step's output was invalid (`error` says how): the next one plans
+    again."""
+    it.status = "failed"
+    it.error = error
+    gr.event(INVALID_OUTPUT[step], it, step, error)
     await gr.persist()
 
 

@@ -142,16 +142,11 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         f"void: {feedback.infra}" if feedback.verdict == "void" else (feedback.summary or feedback.verdict)
     )
     _note(cr, phase, attempt, "graded", graded, verdict=feedback.verdict, rubric=feedback.rubric)
-    await cr.emit(
+    await cr.step_event(
         EventKind.STEP_FINISHED,
-        step="analyze",
-        phase=phase,
-        attempt=attempt,
+        (phase, attempt, "analyze"),
+        feedback.usage,
         duration_ms=int((datetime.now(UTC) - began).total_seconds() * 1000),
-        tokens=feedback.usage.tokens,
-        unmeasured_tokens=feedback.usage.unmeasured_tokens,
-        estimated_tokens=feedback.usage.estimated_tokens,
-        cost_usd=feedback.usage.cost_usd,
         detail=f"{feedback.verdict}{', done' if feedback.done else ''}",
         data={"outcome": feedback.verdict},
     )

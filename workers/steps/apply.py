@@ -62,16 +62,11 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
 async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord) -> None:
     output = record.output
     outcome = "structural" if output.structural else "published" if record.version else "unchanged"
-    await cr.emit(
+    await cr.step_event(
         EventKind.STEP_FINISHED,
-        step="apply",
-        phase=phase,
-        attempt=attempt,
+        (phase, attempt, "apply"),
+        output.usage,
         duration_ms=record.duration_ms,
-        tokens=output.usage.tokens,
-        unmeasured_tokens=output.usage.unmeasured_tokens,
-        estimated_tokens=output.usage.estimated_tokens,
-        cost_usd=output.usage.cost_usd,
         detail=f"structural: {output.structural}"
         if output.structural
         else (record.version or "no change")[:12],

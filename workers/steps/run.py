@@ -105,17 +105,11 @@ async def count_sandbox_trip(cr: CaseRun) -> None:
 
 
 async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
-    usage = record.output.usage
-    await cr.emit(
+    await cr.step_event(
         EventKind.STEP_FINISHED,
-        step="run",
-        phase=phase,
-        attempt=attempt,
+        (phase, attempt, "run"),
+        record.output.usage,
         duration_ms=record.duration_ms,
-        tokens=usage.tokens,
-        unmeasured_tokens=usage.unmeasured_tokens,
-        estimated_tokens=usage.estimated_tokens,
-        cost_usd=usage.cost_usd,
         detail=record.void or record.output.error or f"{record.output.turns} turns",
         data={
             "outcome": "void" if record.void else "ran",

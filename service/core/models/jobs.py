@@ -31,20 +31,26 @@ class LeasedJob(BaseModel, ABC):
         """Where the job's cancel is set (`tf:cancelled:<scope>`): its tuning, or its kind's own scope."""
 
 
-class CaseJob(LeasedJob):
-    """Run one case of a tuning to its end."""
+class TuningJob(LeasedJob):
+    """A job of one tuning (a case, an evaluation item): its tuning's cancel set, holds and budget reach
+    it, so its cancel is set in its tuning's scope."""
 
     tuning: Slug
+
+    @property
+    def scope(self) -> str:
+        return self.tuning
+
+
+class CaseJob(TuningJob):
+    """Run one case of a tuning to its end."""
+
     case: Slug
     rev: int
 
     @property
     def job_id(self) -> str:
         return job_id_for(self.tuning, self.case, self.rev)
-
-    @property
-    def scope(self) -> str:
-        return self.tuning
 
 
 class GoalJob(LeasedJob):

@@ -133,6 +133,15 @@ class Usage(BaseModel):
         """The tokens a server or a wrapper counted: neither estimated nor only the agent's word."""
         return max(0, self.tokens - self.estimated_tokens - self.unmeasured_tokens)
 
+    def event_counts(self) -> dict[str, int | float]:
+        """What the event of a step that spent this carries of it (the tuning's counters add these up)."""
+        return {
+            "tokens": self.tokens,
+            "unmeasured_tokens": self.unmeasured_tokens,
+            "estimated_tokens": self.estimated_tokens,
+            "cost_usd": self.cost_usd,
+        }
+
     def __add__(self, other: Usage) -> Usage:
         """The sum; its source is the one source of the parts that spent anything, null when they differ."""
         sources = {u.source for u in (self, other) if u.tokens or u.cost_usd} or {self.source}

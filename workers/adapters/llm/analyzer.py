@@ -4,18 +4,17 @@ the case's own schema (workers.adapters.llm.grading), one repair round."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from service.core.models.case import Case
-from service.core.models.records import SEAL_FIELDS, Feedback, Usage
+from service.core.models.records import SEAL_FIELDS, Feedback
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
-from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.grading import base_schema, check_feedback, feedback_schema
-from workers.adapters.llm.prompts import load_template, schema_text, tree_view, workspace_view
-from workers.adapters.llm.provider import Providers, check_limits
-from workers.adapters.llm.session import Message, Session, in_session, step_exit
+from workers.adapters.llm.prompts import schema_text, tree_view, workspace_view
+from workers.adapters.llm.provider import Providers
+from workers.adapters.llm.session import Message, Session
+from workers.adapters.llm.step import LlmStep, step_exit
 
 SCHEMAS_KEPT = 256
 """Feedback schemas an analyzer keeps, one per rubric (its ids); it forgets them all past this."""
@@ -75,7 +74,7 @@ def report(feedback: Feedback, request: AnalyzeRequest, model: str) -> str:
     )
 
 
-class LlmAnalyzer:
+class LlmAnalyzer(LlmStep[AnalyzeOutcome]):
     """Grades a run by asking a model for the Feedback JSON (one repair round if it does not validate,
     skips a rubric item or contradicts itself; the step fails if the repaired answer still does).
 
@@ -88,26 +87,15 @@ class LlmAnalyzer:
     trusted = True
 
     def __init__(self, config: LlmAdapter, providers: Providers | None = None) -> None:
-        check_limits(config, providers.redis if providers is not None else None)
-        self._config = config
-        self._providers = providers
-        self._template = load_template("analyze", config.prompts.get("analyze"))
+        super().__init__(config, providers, "analyzer", "analyze", AnalyzeOutcome)
         self._base_schema = base_schema()
         self._schemas: dict[tuple[str, ...], tuple[dict[str, Any], str]] = {}
-        self.source = f"llm analyzer {config.model}"
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
-        started = time.monotonic()
-
-        def failed(exc: LlmStepError, spent: Usage | None) -> AnalyzeOutcome:
-            return AnalyzeOutcome(exit=step_exit(started, str(exc), exc, spent), source=self.source)
-
         schema, text = self._schema(request.case)
-
-        async def grade(session: Session) -> AnalyzeOutcome:
-            return await self._grade(session, request, text, started)
-
-        return await in_session(self._config, self._providers, request, "feedback", schema, grade, failed)
+        return await self._in_session(
+            request, "feedback", schema, lambda session, started: self._grade(session, request, text, started)
+        )
 
     def _schema(self, case: Case) -> tuple[dict[str, Any], str]:
         """The case's feedback schema and its text in the prompt, made once per rubric (cases share
@@ -138,14 +126,8 @@ class LlmAnalyzer:
             feedback, problem = check_feedback(answer, request.case)
         if feedback is None:
             session.say(f"the repaired answer is not valid feedback either ({problem})")
-            return AnalyzeOutcome(
-                exit=step_exit(
-                    started,
-                    f"its answer was not valid after one repair round: {problem}",
-                    spent=session.meter.usage(),
-                ),
-                source=self.source,
-            )
+            why = f"its answer was not valid after one repair round: {problem}"
+            return self._failed(started, why, spent=session.meter.usage())
         feedback = feedback.model_copy(
             update={"usage": session.meter.usage(), "run_seal": None, "seal": None}
         )

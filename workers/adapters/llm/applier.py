@@ -3,20 +3,19 @@ the applier makes in the worktree (the fleet commits the folder afterwards)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.core.models.records import ApplyOutput, Usage
+from service.core.models.records import ApplyOutput
 from service.core.models.tuning import LlmAdapter
 from service.core.validation import describe_validation
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
-from workers.adapters.llm.errors import LlmStepError
-from workers.adapters.llm.prompts import load_template, schema_text, tree_view
-from workers.adapters.llm.provider import Providers, check_limits
-from workers.adapters.llm.session import Message, Session, in_session, step_exit, strip_fences
+from workers.adapters.llm.prompts import schema_text, tree_view
+from workers.adapters.llm.provider import Providers
+from workers.adapters.llm.session import Message, Session, strip_fences
+from workers.adapters.llm.step import LlmStep, step_exit
 
 REPAIR = (
     "Nothing was changed: {problems}\n"
@@ -50,29 +49,19 @@ def prompt_values(request: ApplyRequest, schema: str) -> dict[str, str]:
     }
 
 
-class LlmApplier:
+class LlmApplier(LlmStep[ApplyOutcome]):
     """Asks a model for edits and makes them in the worktree; an answer that does not validate or whose
     edits cannot all be made (text not found exactly once, a path outside the worktree) changes
     nothing and gets one repair round naming what failed."""
 
     def __init__(self, config: LlmAdapter, providers: Providers | None = None) -> None:
-        check_limits(config, providers.redis if providers is not None else None)
-        self._config = config
-        self._providers = providers
-        self._template = load_template("apply", config.prompts.get("apply"))
+        super().__init__(config, providers, "applier", "apply", ApplyOutcome)
         self._schema = EditPlan.model_json_schema()
-        self.source = f"llm applier {config.model}"
 
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
-        started = time.monotonic()
-
-        def failed(exc: LlmStepError, spent: Usage | None) -> ApplyOutcome:
-            return ApplyOutcome(exit=step_exit(started, str(exc), exc, spent), source=self.source)
-
-        async def edit(session: Session) -> ApplyOutcome:
-            return await self._edit(session, request, started)
-
-        return await in_session(self._config, self._providers, request, "edits", self._schema, edit, failed)
+        return await self._in_session(
+            request, "edits", self._schema, lambda session, started: self._edit(session, request, started)
+        )
 
     async def _edit(self, session: Session, request: ApplyRequest, started: float) -> ApplyOutcome:
         values = prompt_values(request, schema_text(self._schema))
@@ -90,14 +79,8 @@ class LlmApplier:
         if plan is None or failures:
             problems = "; ".join(failures)
             session.say(f"nothing applied after the repair round: {problems}")
-            return ApplyOutcome(
-                exit=step_exit(
-                    started,
-                    f"its edits could not be made after one repair round: {problems}",
-                    spent=session.meter.usage(),
-                ),
-                source=self.source,
-            )
+            why = f"its edits could not be made after one repair round: {problems}"
+            return self._failed(started, why, spent=session.meter.usage())
         write_changes(texts)
         session.say(
             f"changed {len(texts)} files" if plan.structural is None else f"structural: {plan.structural}"

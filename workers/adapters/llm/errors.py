@@ -10,22 +10,35 @@
     └── ProviderUnavailable   429, 5xx, timeouts or no connection, still so after every attempt
 
 The openai SDK's exceptions are translated into these where the call is made (workers.adapters.llm.client);
-no message ever holds the key.
+no message ever holds the key. Each says how it ends the step (`ends_as`), the field of the step's exit
+that carries its message, the same for every role: the provider down (`provider_down`: no try spent, the
+job is handed back), a refused key (`key_refused`: the tuning is held), a missing key variable (`void`:
+a void try), or the step's own `error`.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+StepEnd = Literal["provider_down", "key_refused", "void", "error"]
 
 
 class LlmStepError(Exception):
     """An LLM step got no usable answer from its provider."""
 
+    ends_as: ClassVar[StepEnd] = "error"
+
 
 class MissingApiKey(LlmStepError):
     """The key's environment variable is not set."""
 
+    ends_as = "void"
+
 
 class ProviderAuthFailed(LlmStepError):
     """The provider refused the key."""
+
+    ends_as = "key_refused"
 
 
 class ProviderRejected(LlmStepError):
@@ -51,3 +64,5 @@ class CallTimedOut(LlmStepError):
 
 class ProviderUnavailable(LlmStepError):
     """The provider stayed rate-limited, failing or unreachable through every attempt."""
+
+    ends_as = "provider_down"

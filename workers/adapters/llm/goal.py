@@ -43,7 +43,7 @@ from workers.adapters.goal_base import (
     GoalStepExit,
     GoalStepRequest,
 )
-from workers.adapters.llm.errors import LlmStepError, MissingApiKey, ProviderAuthFailed, ProviderUnavailable
+from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.goal_prompts import goal_values, load_goal_template
 from workers.adapters.llm.prompts import schema_text
 from workers.adapters.llm.provider import Provider, Providers, borrowed, check_limits
@@ -113,21 +113,14 @@ class LlmGoalAgent:
 
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
         started = time.monotonic()
-        folder = StepFolder(request.step_dir)
-        folder.prepare()
+        folder = StepFolder.ready(request.step_dir)
         session: Session | None = None
         try:
             async with borrowed(self._providers) as pool:
                 session = self._session(request, pool.get(self._config))
                 error = await self._step(request, session, folder)
-        except ProviderUnavailable as exc:
-            return self._failed(request, started, session, provider_down=str(exc))
-        except ProviderAuthFailed as exc:
-            return self._failed(request, started, session, key_refused=str(exc))
-        except MissingApiKey as exc:
-            return self._failed(request, started, session, void=str(exc))
         except LlmStepError as exc:
-            return self._failed(request, started, session, error=str(exc))
+            return self._failed(request, started, session, **{exc.ends_as: str(exc)})
         return GoalStepExit(
             exit_code=0 if error is None else 1,
             duration_ms=_ms(started),

@@ -17,9 +17,6 @@ from workers.adapters.base import RunOutcome, RunRequest
 from workers.adapters.llm.errors import (
     CallTimedOut,
     LlmStepError,
-    MissingApiKey,
-    ProviderAuthFailed,
-    ProviderUnavailable,
 )
 from workers.adapters.llm.prompts import MEMORY_BYTES_MAX, SYSTEM_BYTES_MAX, load_template, shown_tree
 from workers.adapters.llm.provider import Providers, borrowed, check_limits
@@ -54,6 +51,15 @@ def _spent(session: Session | None) -> Usage | None:
     return session.meter.usage() if session is not None else None
 
 
+def _no_run(request: RunRequest, started: float, session: Session | None, exc: LlmStepError) -> RunOutcome:
+    """A run the step error ended before it counted (see workers.adapters.llm.errors): a void one, or
+    none at all (the provider down, a refused key), with what its calls cost."""
+    void = exc.ends_as == "void"
+    append_line(request.log_file, f"llm: the run is void: {exc}" if void else f"llm: no run: {exc}")
+    spent = None if void else _spent(session)
+    return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), spent=spent, **{exc.ends_as: str(exc)})
+
+
 def _elapsed_ms(started: float) -> int:
     return max(0, int((time.monotonic() - started) * 1000))
 
@@ -84,20 +90,9 @@ class LlmRunner:
                 values, skills = prompt_values(request)
                 messages: list[Message] = [{"role": "user", "content": self._template.substitute(values)}]
                 answer = await session.ask(messages)
-        except ProviderUnavailable as exc:
-            append_line(request.log_file, f"llm: no run: {exc}")
-            return RunOutcome(
-                exit_code=1, duration_ms=_elapsed_ms(started), provider_down=str(exc), spent=_spent(session)
-            )
-        except ProviderAuthFailed as exc:
-            append_line(request.log_file, f"llm: no run: {exc}")
-            return RunOutcome(
-                exit_code=1, duration_ms=_elapsed_ms(started), key_refused=str(exc), spent=_spent(session)
-            )
-        except MissingApiKey as exc:
-            append_line(request.log_file, f"llm: the run is void: {exc}")
-            return RunOutcome(exit_code=1, duration_ms=_elapsed_ms(started), void=str(exc))
         except LlmStepError as exc:
+            if exc.ends_as != "error":
+                return _no_run(request, started, session, exc)
             usage = session.meter.usage() if session is not None else Usage(source="api")
             output = RunOutput(error=str(exc), usage=usage)
             timed_out = isinstance(exc, CallTimedOut)

@@ -13,7 +13,6 @@ A session that asks for JSON negotiates the response format with the provider
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,15 +21,13 @@ from typing import Any, TypeVar
 from service.core.files import append_line
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter
-from workers.adapters.base import StepExit, StepRequest
+from workers.adapters.base import StepRequest
 from workers.adapters.llm.client import LlmClient
 from workers.adapters.llm.errors import (
     FormatRefused,
     LlmStepError,
     ParamRefused,
-    ProviderAuthFailed,
     ProviderRejected,
-    ProviderUnavailable,
 )
 from workers.adapters.llm.formats import LADDER, Format, after, response_format
 from workers.adapters.llm.provider import Provider, Providers, borrowed
@@ -40,22 +37,6 @@ from workers.meter import follow_spend
 T = TypeVar("T")
 
 Message = dict[str, str]
-
-
-def step_exit(
-    started: float, error: str | None, down: LlmStepError | None = None, spent: Usage | None = None
-) -> StepExit:
-    """How an LLM step ended: `down` says why it failed (the provider's outage is `infra`, a refused key
-    `key_refused`), `spent` what its calls cost whatever came of them."""
-    duration_ms = max(0, int((time.monotonic() - started) * 1000))
-    return StepExit(
-        exit_code=0 if error is None else 1,
-        duration_ms=duration_ms,
-        error=error,
-        infra=str(down) if isinstance(down, ProviderUnavailable) else None,
-        key_refused=str(down) if isinstance(down, ProviderAuthFailed) else None,
-        spent=spent,
-    )
 
 
 @dataclass
