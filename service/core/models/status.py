@@ -12,18 +12,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, StepName
 from service.core.models.redis_value import RedisValue
 
-WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock"]
+WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock", "gate"]
 WAIT_WORDS: dict[str, str] = {
     "resume": "waiting for resume",
     "hold": "waiting for the hold",
     "sandbox": "waiting for the sandbox",
     "apply": "waiting for an apply",
     "lock": "waiting for the lock",
+    "gate": "waiting for its gate",
 }
 """What a case held by a worker may wait for before its next step, in the words status shows:
 `resume` of the paused fleet, the release of its tuning's hold, the sandbox breaker to close (before
 a run), the applies pending to end (before a run, `wait_for_apply`), the improvements lock (before
-an apply)."""
+an apply), the acceptance gate's evaluation of its candidate (service.gate)."""
 
 
 class MirrorState(BaseModel):
