@@ -213,10 +213,14 @@ class DemoAnalyzer(_DemoStep):
         none = "(none)\n"
         scores = "".join(f"- {item}: {score:.1f}\n" for item, score in feedback.rubric.items()) or none
         changes = "".join(f"- ({imp.target}) {imp.lead}\n" for imp in feedback.improvements) or none
+        rejected = "".join(
+            f"- {e.phase} try {e.attempt}: {e.rejected}\n" for e in request.earlier if e.rejected
+        )
         report = (
             f"# Analysis of {request.case.id}, {request.phase} try {request.attempt}\n\n"
             f"Verdict: **{feedback.verdict}**\n\n{feedback.summary}\n\n"
             f"## Scores\n\n{scores}\n## Improvements\n\n{changes}"
+            + (f"\n## Edits the gate rejected\n\n{rejected}" if rejected else "")
         )
         return AnalyzeOutcome(
             exit=StepExit(exit_code=0, duration_ms=_elapsed_ms(started)),
