@@ -73,6 +73,7 @@ class FleetCollector:
             yield from self._breaker(self.snapshot)
             yield from self._workers(self.snapshot)
             yield from self._locks(self.snapshot)
+            yield from self._gates(self.snapshot)
 
     def _fleet(self, s: StatusView) -> Iterator[Metric]:
         depth = _gauge("queue_depth", "Case jobs in the queue that no worker runs now.")
@@ -135,6 +136,30 @@ class FleetCollector:
             if t.held is not None:
                 held.add_metric([t.name, t.held.kind, t.held.reason], 1.0)
         yield from (running, blocked, waiting, finished, submitted, runs, tokens, counted, cost, held)
+
+    def _gates(self, s: StatusView) -> Iterator[Metric]:
+        """The acceptance gates (service.gate.counters), of the tunings that gated an apply."""
+        under = _gauge("gate_candidates", "Candidate versions under gate now.", ["tuning"])
+        verdicts = _counter(
+            "gate_verdicts", "Gate verdicts, by verdict: passed, rejected.", ["tuning", "verdict"]
+        )
+        rebased = _counter("gate_rebased", "Candidates re-applied on a newer current version.", ["tuning"])
+        tokens = _counter(
+            "gate_tokens", "Tokens the gates' items spent (within tunefleet_tokens).", ["tuning"]
+        )
+        cost = _counter(
+            "gate_cost_usd", "Money the gates' items spent (within tunefleet_cost_usd).", ["tuning"]
+        )
+        for t in s.tunings:
+            if t.gates is None:
+                continue
+            under.add_metric([t.name], t.gates.under)
+            verdicts.add_metric([t.name, "passed"], t.gates.passed)
+            verdicts.add_metric([t.name, "rejected"], t.gates.rejected)
+            rebased.add_metric([t.name], t.gates.rebased)
+            tokens.add_metric([t.name], t.gates.tokens)
+            cost.add_metric([t.name], t.gates.cost_usd)
+        yield from (under, verdicts, rebased, tokens, cost)
 
     def _breaker(self, s: StatusView) -> Iterator[Metric]:
         state = _gauge("breaker_open", "1 while the fleet-wide sandbox circuit breaker is open.")

@@ -85,7 +85,8 @@ async def test_the_gate_stops_an_edit_that_breaks_two_passed_cases(fleet: Fleet,
     ended = [e for e in kinds(fleet, "eval_item_ended") if e["data"]["eval"].startswith("gate-")]
     assert len(ended) == 4 and {e["data"]["outcome"] for e in ended} == {"fail"}
     async with fleet.client() as client:
-        stats = {k.decode(): int(v) for k, v in (await client.redis.hgetall(keys.stats("t1"))).items()}
+        raw = await client.redis.hgetall(keys.stats("t1"))  # type: ignore[misc]
+    stats = {k.decode(): int(v) for k, v in raw.items()}
     assert stats["gates:rejected"] == 2 and stats["gates:under"] == 0 and stats["gates:tokens"] > 0
     ledger = [json.loads(line) for line in (fixer.parent / "spent.jsonl").read_text().splitlines()]
     assert [s["why"].split(" ")[0] for s in ledger] == ["gate", "gate"]

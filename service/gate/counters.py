@@ -15,6 +15,8 @@ A gate's events carry `data.gate_eval`, never `data.eval`: they are the case's, 
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from service.core.models.events import Event, EventKind
 
 GATE_KINDS = frozenset(
@@ -46,3 +48,39 @@ def gate_counter_moves(event: Event) -> dict[str, int]:
 def gate_fields(counts: dict[str, int]) -> dict[str, int]:
     """The gate's counters of a tuning's counters hash, by name (`started`, `under`, ...)."""
     return {field[len(PREFIX) :]: value for field, value in counts.items() if field.startswith(PREFIX)}
+
+
+class GateCounts(BaseModel):
+    """A tuning's gates as status shows them, from its counters (None when it never gated an apply)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    under: int = Field(default=0, description="Candidates under gate now.")
+    started: int = 0
+    passed: int = 0
+    rejected: int = 0
+    rebased: int = 0
+    tokens: int = Field(default=0, description="What the gates' items spent (within the tuning's tokens).")
+    cost_usd: float = 0.0
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> GateCounts | None:
+        fields = gate_fields(counts)
+        if not fields:
+            return None
+        return cls(
+            under=max(0, fields.get("under", 0)),
+            started=fields.get("started", 0),
+            passed=fields.get("passed", 0),
+            rejected=fields.get("rejected", 0),
+            rebased=fields.get("rebased", 0),
+            tokens=fields.get("tokens", 0),
+            cost_usd=fields.get("cost_usd_micros", 0) / COST_SCALE,
+        )
+
+    def line(self) -> str:
+        """One line for the terminal: under gate, passed, rejected, re-based, and their cost."""
+        return (
+            f"{self.under} under gate, {self.passed} passed, {self.rejected} rejected, "
+            f"{self.rebased} re-based; gates spent {self.tokens} tokens, ${self.cost_usd:.4f}"
+        )

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, StepName
 from service.core.models.redis_value import RedisValue
+from service.gate.counters import GateCounts
 
 WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock", "gate"]
 WAIT_WORDS: dict[str, str] = {
@@ -147,6 +148,9 @@ class TuningStatus(BaseModel):
     )
     held: Hold | None = Field(default=None, description="Set while no run of the tuning starts.")
     lock: TuningLock = Field(default_factory=TuningLock, description="The improvements lock.")
+    gates: GateCounts | None = Field(
+        default=None, description="The acceptance gate's candidates and verdicts, when it has gated an apply."
+    )
 
 
 class WorkerPresence(RedisValue):
