@@ -86,6 +86,9 @@ async def test_the_gate_stops_an_edit_that_breaks_two_passed_cases(fleet: Fleet,
     assert len(ended) == 4 and {e["data"]["outcome"] for e in ended} == {"fail"}
     async with fleet.client() as client:
         raw = await client.redis.hgetall(keys.stats("t1"))  # type: ignore[misc]
+        shown = next(t for t in (await client.status()).tunings if t.name == "t1").gates
+    assert shown is not None and (shown.under, shown.passed, shown.rejected) == (0, 0, 2)
+    assert shown.tokens > 0 and "2 rejected" in shown.line()
     stats = {k.decode(): int(v) for k, v in raw.items()}
     assert stats["gates:rejected"] == 2 and stats["gates:under"] == 0 and stats["gates:tokens"] > 0
     ledger = [json.loads(line) for line in (fixer.parent / "spent.jsonl").read_text().splitlines()]
