@@ -66,3 +66,24 @@ def gate_lines(tally: GateTally | None) -> list[str]:
         names = ", ".join(f"{case} ({n})" for case, n in sorted(tally.broken.items()))
         lines += [f"- Cases the rejected candidates broke: {names}", ""]
     return lines
+
+
+def restored_counters(tuning: TuningStore) -> dict[str, int]:
+    """The gate's counters (service.gate.counters) as the store gives them, for the daemon's restore after
+    Redis lost them, and the corrections to the tuning's totals: the gates' spend is in the cases' results
+    (their ledgers) and in the gates' evaluations, and must count once."""
+    tally = gate_tally(tuning)
+    if tally is None:
+        return {}
+    micros = round(tally.usage.cost_usd * 1_000_000)
+    return {
+        "gates:started": tally.applies,
+        "gates:passed": tally.passed,
+        "gates:rejected": tally.rejected,
+        "gates:rebased": tally.rebased,
+        "gates:tokens": tally.usage.tokens,
+        "gates:cost_usd_micros": micros,
+        "tokens": -tally.usage.tokens,
+        "tokens_unmeasured": -tally.usage.unmeasured_tokens,
+        "cost_usd_micros": -micros,
+    }

@@ -69,7 +69,8 @@ async def gate_candidate(cr: CaseRun, phase: Phase, attempt: int, candidate: Can
     """Evaluate the candidate on the gate's cases and judge it (gate.json's content)."""
     config = cr.tuning.config.gate
     assert config is not None
-    chosen = choose(config, cr.tuning.store, cr.tuning.held_out, cr.case.id)
+    # a walk of the tuning's case folders: off the event loop, which runs the worker's other jobs
+    chosen = await asyncio.to_thread(choose, config, cr.tuning.store, cr.tuning.held_out, cr.case.id)
     if not chosen.all:
         return GateRecord(
             candidate=candidate.version,
