@@ -130,3 +130,28 @@ async def test_two_applies_gated_at_once_are_both_published_one_rebased(fleet: F
     assert len(kinds(fleet, "candidate_rebased")) == 1
     assert kinds(fleet, "candidate_rebased")[0]["data"]["rerun"] is False
     assert len(kinds(fleet, "gate_passed")) == 2
+
+
+async def test_a_regression_folder_is_judged_against_the_base_versions_grades(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """With `cases: folder`, each regression case is graded on the candidate and on its base version: a
+    case that passes on the base and fails on the candidate is broken (the candidate is rejected), one
+    that fails on both is not; the base's evaluation is shared by the gates on that base."""
+    fleet.start_worker(concurrency=4)
+    root = tmp_path / "t"
+    regress = root / "regress"
+    regress.mkdir(parents=True)
+    for body in (case("r-ok"), case("r-clash", forbids=["risky"]), case("r-never", rules=["never-added"])):
+        (regress / f"{body['id']}.yaml").write_text(yaml.safe_dump(body))
+    tuning = write_tuning(root, [FIXER], adapter=ADAPTER, gate={"cases": "folder", "folder": "regress"})
+    await fleet.start_tuning(tuning)
+    rows = await fleet.wait_finished(1, timeout_s=90)
+    assert rows["fixer"].state == "difficult" and rows["fixer"].reason == "gated: r-clash"
+    attempts = fleet.settings.store / "tunings" / "t1" / "cases" / "fixer" / "r1" / "nomem"
+    gate = read_model(attempts / "1" / "gate.json", GateRecord)
+    assert gate is not None and gate.verdict == "rejected" and gate.broken == ["r-clash"]
+    judged = {i.case: (i.baseline, i.verdict) for i in gate.items}
+    assert judged == {"r-ok": ("pass", "pass"), "r-clash": ("pass", "fail"), "r-never": ("fail", "fail")}
+    bases = {e["data"]["eval"] for e in kinds(fleet, "eval_created") if e["data"]["purpose"] == "gate-base"}
+    assert len(bases) == 1  # both gates judged candidates made on the same base
