@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from pathlib import Path
 
 from service.core.files import read_model
 from service.core.models.events import EventKind
@@ -142,8 +141,3 @@ async def _announce(cr: CaseRun, phase: Phase, attempt: int, gate: GateRecord, *
             "ref": gate.ref,
         },
     )
-
-
-def gate_files(attempt_dir: Path) -> tuple[Path, Path]:
-    """An attempt's candidate.json and gate.json."""
-    return attempt_dir / CANDIDATE_FILE, attempt_dir / GATE_FILE
