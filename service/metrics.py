@@ -91,7 +91,7 @@ class FleetCollector:
         blocked = _gauge(
             "cases_blocked",
             "Cases a worker holds that wait to start their next step, by what they wait for "
-            "(resume, hold, sandbox, apply, lock).",
+            "(resume, hold, sandbox, apply, lock, gate).",
             ["tuning", "waiting_for"],
         )
         waiting = _gauge("cases_waiting", "Submitted cases neither running nor finished.", ["tuning"])
