@@ -32,6 +32,7 @@ BENCHMARKS = [
     "llm",
     "autoscale",
     "evals",
+    "gates",
     "agent_start",
 ]
 

@@ -11,28 +11,27 @@ Two sources:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.client.queries import fleet_status
 from service.core import keys
-from service.core.errors import TunefleetError
 from service.core.models.api import LockState, StatusView
 from service.core.models.events import Event, EventKind
 from service.core.models.status import WAIT_WORDS
 from service.evals.metrics import EvalCollector
 from service.goals.metrics import GoalCollector
+from service.metric_families import NAMESPACE, ReadCollector, counter, gauge
 
 log = structlog.get_logger()
 
-NAMESPACE = "tunefleet"
 FINAL_STATES = ("completed", "difficult", "failed", "cancelled")
 STEP_BUCKETS_S = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
 WAIT_BUCKETS_S = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -49,65 +48,66 @@ async def fleet_snapshot(redis: Redis, queue: str) -> StatusView:
     return StatusView(**status.model_dump(), locks=locks, sampled_at=datetime.now(UTC))
 
 
-def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
-    return GaugeMetricFamily(f"{NAMESPACE}_{name}", doc, labels=list(labels))
-
-
-def _counter(name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
-    return CounterMetricFamily(f"{NAMESPACE}_{name}", doc, labels=list(labels))
-
-
-class FleetCollector:
+class FleetCollector(ReadCollector[StatusView]):
     """Turns the latest snapshot of the live state into metric families (no I/O at collect time)."""
 
-    def __init__(self) -> None:
-        self.snapshot: StatusView | None = None
+    REFRESH_FAILED = "metrics_refresh_failed"
+
+    def __init__(self, queue: str) -> None:
+        super().__init__()
+        self._queue = queue
+
+    async def read(self, redis: Redis) -> StatusView:
+        return await fleet_snapshot(redis, self._queue)
 
     def collect(self) -> Iterator[Metric]:
-        up = _gauge("redis_up", "1 if the last read of the fleet's Redis state succeeded, else 0.")
-        up.add_metric([], 1.0 if self.snapshot is not None else 0.0)
+        up = gauge("redis_up", "1 if the last read of the fleet's Redis state succeeded, else 0.")
+        up.add_metric([], 1.0 if self.last is not None else 0.0)
         yield up
-        if self.snapshot is not None:
-            yield from self._fleet(self.snapshot)
-            yield from self._tunings(self.snapshot)
-            yield from self._breaker(self.snapshot)
-            yield from self._workers(self.snapshot)
-            yield from self._locks(self.snapshot)
+        yield from super().collect()
+
+    def families(self, read: StatusView) -> Iterator[Metric]:
+        yield from self._fleet(read)
+        yield from self._tunings(read)
+        yield from self._breaker(read)
+        yield from self._workers(read)
+        yield from self._locks(read)
+        yield from self._gates(read)
 
     def _fleet(self, s: StatusView) -> Iterator[Metric]:
-        depth = _gauge("queue_depth", "Case jobs in the queue that no worker runs now.")
+        depth = gauge("queue_depth", "Case jobs in the queue that no worker runs now.")
         depth.add_metric([], s.queue_depth)
-        running = _gauge("cases_in_progress", "Cases a worker runs now, all tunings.")
+        running = gauge("cases_in_progress", "Cases a worker runs now, all tunings.")
         running.add_metric([], s.in_progress)
-        paused = _gauge("fleet_paused", "1 while the fleet is paused (no run starts).")
+        paused = gauge("fleet_paused", "1 while the fleet is paused (no run starts).")
         paused.add_metric([], 1.0 if s.paused else 0.0)
         yield from (depth, running, paused)
 
     def _tunings(self, s: StatusView) -> Iterator[Metric]:
-        running = _gauge(
+        running = gauge(
             "cases_running", "Cases at a step now (not waiting to start one), by step.", ["tuning", "step"]
         )
-        blocked = _gauge(
+        blocked = gauge(
             "cases_blocked",
             "Cases a worker holds that wait to start their next step, by what they wait for "
-            "(resume, hold, sandbox, apply, lock).",
+            "(resume, hold, sandbox, apply, lock, gate).",
             ["tuning", "waiting_for"],
         )
-        waiting = _gauge("cases_waiting", "Submitted cases neither running nor finished.", ["tuning"])
-        finished = _gauge("cases_finished", "Cases that ended, by final state.", ["tuning", "state"])
-        submitted = _counter("cases_submitted", "Cases submitted into the tuning.", ["tuning"])
-        runs = _counter(
+        waiting = gauge("cases_waiting", "Submitted cases neither running nor finished.", ["tuning"])
+        finished = gauge("cases_finished", "Cases that ended, by final state.", ["tuning", "state"])
+        submitted = counter("cases_submitted", "Cases submitted into the tuning.", ["tuning"])
+        runs = counter(
             "runs", "Agent runs, by outcome: ran (graded), void (set aside).", ["tuning", "outcome"]
         )
-        tokens = _counter("tokens", "Tokens spent by every step.", ["tuning"])
-        counted = _counter(
+        tokens = counter("tokens", "Tokens spent by every step.", ["tuning"])
+        counted = counter(
             "tokens_counted",
             "Tokens spent by every step, by how they were counted: measured (the server's or a wrapper's "
             "usage), estimated (by the fleet, where a server gave none), agent (the agent's own word).",
             ["tuning", "counted"],
         )
-        cost = _counter("cost_usd", "Money spent by every step, in US dollars.", ["tuning"])
-        held = _gauge(
+        cost = counter("cost_usd", "Money spent by every step, in US dollars.", ["tuning"])
+        held = gauge(
             "tuning_held",
             "1 while the tuning is held (no run of it starts), by kind and reason.",
             ["tuning", "kind", "reason"],
@@ -136,23 +136,47 @@ class FleetCollector:
                 held.add_metric([t.name, t.held.kind, t.held.reason], 1.0)
         yield from (running, blocked, waiting, finished, submitted, runs, tokens, counted, cost, held)
 
+    def _gates(self, s: StatusView) -> Iterator[Metric]:
+        """The acceptance gates (service.gate.counters), of the tunings that gated an apply."""
+        under = gauge("gate_candidates", "Candidate versions under gate now.", ["tuning"])
+        verdicts = counter(
+            "gate_verdicts", "Gate verdicts, by verdict: passed, rejected.", ["tuning", "verdict"]
+        )
+        rebased = counter("gate_rebased", "Candidates re-applied on a newer current version.", ["tuning"])
+        tokens = counter(
+            "gate_tokens", "Tokens the gates' items spent (within tunefleet_tokens).", ["tuning"]
+        )
+        cost = counter(
+            "gate_cost_usd", "Money the gates' items spent (within tunefleet_cost_usd).", ["tuning"]
+        )
+        for t in s.tunings:
+            if t.gates is None:
+                continue
+            under.add_metric([t.name], t.gates.under)
+            verdicts.add_metric([t.name, "passed"], t.gates.passed)
+            verdicts.add_metric([t.name, "rejected"], t.gates.rejected)
+            rebased.add_metric([t.name], t.gates.rebased)
+            tokens.add_metric([t.name], t.gates.tokens)
+            cost.add_metric([t.name], t.gates.cost_usd)
+        yield from (under, verdicts, rebased, tokens, cost)
+
     def _breaker(self, s: StatusView) -> Iterator[Metric]:
-        state = _gauge("breaker_open", "1 while the fleet-wide sandbox circuit breaker is open.")
+        state = gauge("breaker_open", "1 while the fleet-wide sandbox circuit breaker is open.")
         state.add_metric([], 1.0 if s.breaker.get("state") == "open" else 0.0)
-        trips = _counter("breaker_trips", "Times the sandbox breaker opened.")
+        trips = counter("breaker_trips", "Times the sandbox breaker opened.")
         trips.add_metric([], int(s.breaker.get("trips", 0)))
-        probes = _counter("breaker_probes", "Sandbox probes made while the breaker was open.")
+        probes = counter("breaker_probes", "Sandbox probes made while the breaker was open.")
         probes.add_metric([], int(s.breaker.get("probes", 0)))
-        interval = _gauge("breaker_probe_interval_seconds", "Current wait between two sandbox probes.")
+        interval = gauge("breaker_probe_interval_seconds", "Current wait between two sandbox probes.")
         interval.add_metric([], int(s.breaker.get("interval_ms", 0)) / 1000)
         yield from (state, trips, probes, interval)
 
     def _workers(self, s: StatusView) -> Iterator[Metric]:
-        alive = _gauge("workers_alive", "Worker processes whose presence is current.")
+        alive = gauge("workers_alive", "Worker processes whose presence is current.")
         alive.add_metric([], len(s.workers))
-        slots = _gauge("worker_slots", "Cases a worker process may run at once.", ["worker"])
-        cases = _gauge("worker_cases", "Cases a worker process holds now.", ["worker"])
-        seen = _gauge("worker_last_seen_timestamp_seconds", "A worker's last heartbeat.", ["worker"])
+        slots = gauge("worker_slots", "Cases a worker process may run at once.", ["worker"])
+        cases = gauge("worker_cases", "Cases a worker process holds now.", ["worker"])
+        seen = gauge("worker_last_seen_timestamp_seconds", "A worker's last heartbeat.", ["worker"])
         for w in s.workers:
             slots.add_metric([w.name], w.slots)
             cases.add_metric([w.name], len(w.cases))
@@ -160,11 +184,11 @@ class FleetCollector:
         yield from (alive, slots, cases, seen)
 
     def _locks(self, s: StatusView) -> Iterator[Metric]:
-        held = _gauge("improvements_lock_held", "1 while an apply holds the tuning's lock.", ["tuning"])
-        pending = _gauge(
+        held = gauge("improvements_lock_held", "1 while an apply holds the tuning's lock.", ["tuning"])
+        pending = gauge(
             "improvements_lock_pending", "Applies waiting for or holding the tuning's lock.", ["tuning"]
         )
-        holder = _gauge(
+        holder = gauge(
             "improvements_lock_holder",
             "1 for the case and worker whose apply holds the tuning's lock (none while it is free).",
             ["tuning", "case", "worker"],
@@ -182,9 +206,8 @@ class FleetMetrics:
 
     def __init__(self, redis: Redis, queue: str) -> None:
         self._redis = redis
-        self._queue = queue
         self.registry = CollectorRegistry()
-        self.collector = FleetCollector()
+        self.collector = FleetCollector(queue)
         self.registry.register(self.collector)
         self.goals = GoalCollector()
         self.registry.register(self.goals)
@@ -199,8 +222,9 @@ class FleetMetrics:
         )
         lock_wait = "Time an apply waited for the improvements lock."
         self.lock_wait = self._waits("improvements_lock_wait_seconds", lock_wait)
-        apply_wait = "Time a run start waited for pending applies."
-        self.apply_wait = self._waits("run_apply_wait_seconds", apply_wait)
+        self.apply_wait = self._waits(
+            "run_apply_wait_seconds", "Time a run start waited for pending applies."
+        )
         self.events = Counter(
             f"{NAMESPACE}_events", "Events seen on the stream, by kind.", ["kind"], registry=self.registry
         )
@@ -214,12 +238,7 @@ class FleetMetrics:
 
     async def refresh(self) -> StatusView | None:
         """Read the live state for the next collection; None (and redis_up 0) when Redis fails."""
-        try:
-            self.collector.snapshot = await fleet_snapshot(self._redis, self._queue)
-        except (RedisError, OSError, TunefleetError) as exc:
-            log.warning("metrics_refresh_failed", error=str(exc))
-            self.collector.snapshot = None
-        return self.collector.snapshot
+        return await self.collector.refresh(self._redis)
 
     async def scrape(self) -> bytes:
         """The Prometheus text exposition, with the live state read now."""

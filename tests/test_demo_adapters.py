@@ -191,10 +191,10 @@ async def test_analysis_and_apply_converge_on_the_rules(tmp_path: Path) -> None:
     await _apply(attempt, feedback)
     outcome, feedback = await _run_and_grade(attempt)
     assert feedback.verdict == "pass" and feedback.done and feedback.rubric == {"r1": 1.0, "r2": 1.0}
-    assert (attempt.system / "rules.md").read_text().splitlines()[-3:] == [
-        "- rule: a",
-        "- rule: b",
-        "- rule: c",
+    assert [(attempt.system / "rules" / f"{r}.md").read_text() for r in "abc"] == [
+        "- rule: a\n",
+        "- rule: b\n",
+        "- rule: c\n",
     ]
 
 
@@ -204,7 +204,7 @@ async def test_structural_case_is_refused_by_the_applier(tmp_path: Path) -> None
     _, feedback = await _run_and_grade(attempt)
     assert [i.lead.split(" ")[0] for i in feedback.prose()] == ["Split"]
     applied = await _apply(attempt, feedback)
-    assert applied.structural is not None and not (attempt.system / "rules.md").exists()
+    assert applied.structural is not None and not (attempt.system / "rules").exists()
 
 
 async def test_flawed_case_gets_dataset_findings_only(tmp_path: Path) -> None:

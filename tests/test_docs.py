@@ -35,6 +35,7 @@ from service.core.models.tuning import (
     TuningConfig,
 )
 from service.core.settings import CONFIG_ENV, FleetSettings
+from service.gate.config import GateConfig
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
 from workers.adapters.demo_knobs import DemoKnobs
 
@@ -53,6 +54,7 @@ TUNING_MODELS: list[type[BaseModel]] = [
     ModelPrice,
     Budget,
     HoldoutConfig,
+    GateConfig,
 ]
 
 

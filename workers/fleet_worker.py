@@ -82,6 +82,7 @@ class FleetWorker:
         """Set on the first SIGTERM/SIGINT: lets the running jobs hand themselves back, then stops."""
         self._stopped = asyncio.Event()
         runtime.outage.on_answer(self._wake.set)
+        runtime.on_slot_lent = self._wake.set
 
     async def run(self) -> None:
         """Poll and run jobs until stopped by a signal (or, with `burst`, until the queue is empty)."""
@@ -107,7 +108,7 @@ class FleetWorker:
         outage is logged once (workers.outage) and the polls back off until it ends."""
         self._wake.clear()
         self.polled_at_s = time.monotonic()
-        free = self.max_jobs - len(self._slots)
+        free = self.max_jobs - len(self._slots - self.runtime.lent_slots)
         if not self.allow_pick_jobs or free <= 0:
             return
         try:

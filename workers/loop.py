@@ -13,9 +13,18 @@ from pathlib import Path
 
 from service.core.files import read_model
 from service.core.models.events import CASE_ENDS, EventKind
-from service.core.models.records import CaseResult, Feedback, Note, Phase, RunRecord, VoidBaseline
+from service.core.models.records import (
+    ApplyRecord,
+    CaseResult,
+    Feedback,
+    Note,
+    Phase,
+    RunRecord,
+    VoidBaseline,
+)
 from workers.case import CaseRun
 from workers.errors import OverBudget, VoidsExhausted
+from workers.gate.apply import gated_apply
 from workers.spend import case_usage
 from workers.steps.analyze import analyze_step
 from workers.steps.apply import apply_step
@@ -70,6 +79,8 @@ async def run_phase(
 ) -> Passed | Difficult:
     """`after`: the seal of the record the phase's first run follows (the records chain, see
     service.core.models.records)."""
+    rejected: list[ApplyRecord] = []
+    applies = 0
     for attempt in range(1, tries + 1):
         run, feedback = await try_once(cr, phase, attempt, memory, after)
         if feedback.done:
@@ -78,10 +89,17 @@ async def run_phase(
         if reason is not None:
             return Difficult(phase, reason)
         if attempt < tries:
-            applied = await apply_step(cr, phase, attempt, feedback)
+            gated = cr.tuning.config.gate is not None
+            applied = await (gated_apply if gated else apply_step)(cr, phase, attempt, feedback)
             if applied.output.structural is not None:
                 return Difficult(phase, f"structural: {applied.output.structural}")
+            applies += 1
+            if applied.rejected:  # the next try runs on the current version as it is
+                rejected.append(applied)
             after = applied.seal
+    if applies and len(rejected) == applies:
+        broken = sorted({case for r in rejected if r.gate is not None for case in r.gate.broken})
+        return Difficult(phase, f"gated: {', '.join(broken) or 'every apply was rejected'}")
     return Difficult(phase, out_of_tries)
 
 

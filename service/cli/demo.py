@@ -219,6 +219,13 @@ def _held_out(console: Console, client: TunefleetClient, tuning: str) -> int:
     report = build_report(client.tuning_store(tuning), EvalFiles(client.store).folder)
     console.print()
     console.print(before_after(report))
+    if report.gates is not None:
+        gates = report.gates
+        console.print(
+            f"acceptance gate: {gates.applies} applies gated, {gates.passed} passed and published "
+            f"({gates.rebased} re-based), {gates.rejected} rejected; the gates cost "
+            f"${gates.usage.cost_usd:.4f} (REPORT.md)"
+        )
     if report.before is None or report.after is None or report.after.rate.rate <= report.before.rate.rate:
         console.print(
             "[red]the final version did not do better than the imported one on held-out cases[/red]"

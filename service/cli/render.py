@@ -161,8 +161,15 @@ def status_table(status: FleetStatus) -> Group:
     unmeasured = [unmeasured_line(t) for t in status.tunings if t.unmeasured_tokens or t.estimated_tokens]
     holds = [hold_line(t.name, t.held) for t in status.tunings if t.held is not None]
     locks = [lock_line(t) for t in status.tunings if t.lock.held]
+    gates = [gates_line(t) for t in status.tunings if t.gates is not None]
     throttled = [llm_limit_line(limit) for limit in status.llm_limits]
-    return Group(head, table, *holds, *locks, *mirrors, *unmeasured, *throttled)
+    return Group(head, table, *holds, *locks, *gates, *mirrors, *unmeasured, *throttled)
+
+
+def gates_line(tuning: TuningStatus) -> Text:
+    """A tuning's acceptance gates: candidates under gate, verdicts, re-bases and what the gates cost."""
+    assert tuning.gates is not None
+    return Text.assemble((f"gate {tuning.name}: ", "bold"), tuning.gates.line())
 
 
 def llm_limit_line(limit: LlmLimit) -> Text:

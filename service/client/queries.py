@@ -27,6 +27,7 @@ from service.core.models.status import (
     WorkerStatus,
 )
 from service.core.store import PHASES, CaseStore, TuningStore
+from service.gate.counters import GateCounts
 
 TUNING_REPLIES = 7
 """Replies per tuning in the status query's second round trip: stats, running, version, mirror, lock,
@@ -97,6 +98,7 @@ def _tuning_status(
         version=version.decode() if version else None,
         mirror=MirrorState.from_hash(mirror),
         lock=_lock(lock, lock_holder, pending, by_job),
+        gates=GateCounts.of(counts),
     )
 
 

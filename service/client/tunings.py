@@ -13,6 +13,7 @@ from service.core.store import TuningStore
 from service.core.system import SystemRepo
 from service.core.validation import describe_validation
 from service.evals.split import draw, keep_split
+from service.gate.config import GateConfig
 
 
 def load_tuning_file(path: Path) -> TuningConfig:
@@ -34,6 +35,8 @@ def load_tuning_file(path: Path) -> TuningConfig:
     updates: dict[str, object] = {"system": base / config.system, "cases": base / config.cases}
     if config.holdout is not None and config.holdout.cases is not None:
         updates["holdout"] = config.holdout.model_copy(update={"cases": base / config.holdout.cases})
+    if config.gate is not None and config.gate.folder is not None:
+        updates["gate"] = _gate_folder(config.gate, base, path)
     for role in ("runner", "analyzer", "applier"):
         adapter = getattr(config, role)
         if isinstance(adapter, DemoAdapter) and adapter.outage_file is not None:
@@ -45,6 +48,14 @@ def load_tuning_file(path: Path) -> TuningConfig:
     if not Path(str(updates["system"])).is_dir():
         raise ConfigError(f"{path}: field 'system': folder {updates['system']} does not exist")
     return config.model_copy(update=updates)
+
+
+def _gate_folder(gate: GateConfig, base: Path, path: Path) -> GateConfig:
+    """The gate with its regression folder made absolute; ConfigError when there is no such folder."""
+    folder = base / gate.folder if gate.folder is not None else None
+    if folder is None or not folder.is_dir():
+        raise ConfigError(f"{path}: field 'gate.folder': folder {folder} does not exist")
+    return gate.model_copy(update={"folder": folder})
 
 
 def _resolve_prompts(data: dict[str, object], base: Path) -> None:

@@ -16,6 +16,7 @@ from service.core.errors import UnknownEventKindError
 from service.core.models.events import CASE_ENDS, Event, EventKind
 from service.core.store import Store, TuningStore
 from service.evals.counters import eval_counter_moves
+from service.gate.counters import GATE_KINDS, gate_counter_moves
 
 log = structlog.get_logger()
 
@@ -57,6 +58,20 @@ def counter_moves(event: Event) -> dict[str, int]:
     aside (voided by the runner or by the analyzer), so that they add up to the runs the store keeps
     (`service.client.queries.stored_runs`). An evaluation's events (`data.eval`) move its own counters
     (service.evals.counters), and tokens and cost as every event does: they count toward the budget."""
+    moves = _kind_moves(event)
+    if event.tokens:
+        moves["tokens"] = event.tokens
+    if event.unmeasured_tokens:
+        moves["tokens_unmeasured"] = event.unmeasured_tokens
+    if event.estimated_tokens:
+        moves["tokens_estimated"] = event.estimated_tokens
+    if event.cost_usd:
+        moves["cost_usd_micros"] = round(event.cost_usd * COST_SCALE)
+    return moves
+
+
+def _kind_moves(event: Event) -> dict[str, int]:
+    """The counters the event's kind moves (tokens and cost aside)."""
     moves: dict[str, int] = {}
     if isinstance(event.data.get("eval"), str):  # an evaluation's: its own counters, never the cases'
         moves.update(eval_counter_moves(event))
@@ -72,14 +87,8 @@ def counter_moves(event: Event) -> dict[str, int]:
             moves["runs:ran"] = 1  # a run is counted once its fate is known: graded, or set aside
     elif event.kind is EventKind.ATTEMPT_SET_ASIDE:
         moves["runs:void"] = 1
-    if event.tokens:
-        moves["tokens"] = event.tokens
-    if event.unmeasured_tokens:
-        moves["tokens_unmeasured"] = event.unmeasured_tokens
-    if event.estimated_tokens:
-        moves["tokens_estimated"] = event.estimated_tokens
-    if event.cost_usd:
-        moves["cost_usd_micros"] = round(event.cost_usd * COST_SCALE)
+    elif event.kind in GATE_KINDS:
+        moves.update(gate_counter_moves(event))
     return moves
 
 

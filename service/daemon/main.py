@@ -34,6 +34,7 @@ from service.core.store import TuningStore
 from service.daemon.lease import DaemonLock
 from service.daemon.mirror import Mirror
 from service.evals.holdout import HeldOutRuns
+from service.gate.report import restored_counters
 
 log = structlog.get_logger()
 
@@ -164,6 +165,8 @@ class Daemon:
                 counts["tokens_estimated"] += result.usage.estimated_tokens
                 counts["cost_usd_micros"] += round(result.usage.cost_usd * COST_SCALE)
         for field, value in self.client.evals.stored_counters(tuning.name).items():
+            counts[field] = counts.get(field, 0) + value
+        for field, value in restored_counters(tuning).items():  # the gates' spend counts once
             counts[field] = counts.get(field, 0) + value
         async with redis.pipeline(transaction=True) as pipe:
             pipe.sadd(keys.tunings(), tuning.name)

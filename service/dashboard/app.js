@@ -151,6 +151,13 @@ function waitsText(t) {
     .filter(([k, v]) => v && WAIT_WORDS[k]).map(([k, v]) => `${v} ${WAIT_WORDS[k]}`).join(" · ");
 }
 
+// A tuning's acceptance gates: candidates under gate, verdicts, re-bases and what the gates spent.
+function gatesText(gates) {
+  if (!gates) return "–";
+  return `${gates.under} under gate · ${gates.passed} passed · ${gates.rejected} rejected`
+    + (gates.rebased ? ` · ${gates.rebased} re-based` : "") + ` · ${fmtUsd(gates.cost_usd)} $`;
+}
+
 function renderTunings(status) {
   const locks = Object.fromEntries((status.locks || []).map((l) => [l.tuning, l]));
   const rows = status.tunings.map((t) => {
@@ -169,6 +176,7 @@ function renderTunings(status) {
       el("td", { class: "num" }, fmtInt(t.tokens)),
       el("td", { class: "num" }, fmtUsd(t.cost_usd)),
       el("td", {}, lockText),
+      el("td", { class: "gates" }, gatesText(t.gates)),
       el("td", { class: "mono" }, short(t.version)));
   });
   fillBody($("tunings"), rows);

@@ -100,8 +100,10 @@ async function renderReports(evals) {
 export async function loadEvals() {
   const page = await fleetList("api/evals");
   if (!page) return;
-  $("evals-card").hidden = !page.evals.length;
-  renderChart(page.evals);
-  renderTable(page.evals);
-  await renderReports(page.evals);
+  // The acceptance gates' evaluations (one per candidate) show as each tuning's gates, not here.
+  const evals = page.evals.filter((e) => !e.head.purpose.startsWith("gate"));
+  $("evals-card").hidden = !evals.length;
+  renderChart(evals);
+  renderTable(evals);
+  await renderReports(evals);
 }

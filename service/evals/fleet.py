@@ -142,17 +142,30 @@ class Evals(EvalFiles):
             await self._redis.hsetnx(keys.evals(), known.id, EvalHead.of(known).model_dump_json())  # type: ignore[misc]
             await self.reconcile_one(existing)
             return known
-        self._keep(existing, spec, chosen)
+        await self._start(existing, spec, chosen)
+        return spec
+
+    async def launch(self, spec: EvalSpec, chosen: list[Case]) -> EvalSpec:
+        """Keep and enqueue an evaluation whose spec was built elsewhere (the acceptance gate's,
+        service.gate); one already kept under its id is that one (its missing items enqueued again)."""
+        existing = self.folder.eval(spec.id)
+        if existing.exists():
+            await self.reconcile_one(existing)
+            return existing.spec()
+        await self._start(existing, spec, chosen)
+        return spec
+
+    async def _start(self, target: EvalStore, spec: EvalSpec, chosen: list[Case]) -> None:
+        self._keep(target, spec, chosen)
         await self._redis.hset(keys.evals(), spec.id, EvalHead.of(spec).model_dump_json())  # type: ignore[misc]
         await self._sink().emit(
             EVAL_CREATED,
-            tuning,
-            detail=f"{spec.total} items: {len(chosen)} cases x {repeats} on {commit[:12]}",
-            data={"eval": spec.id, "items": spec.total, "version": commit, "purpose": purpose},
+            spec.tuning,
+            detail=f"{spec.total} items: {len(chosen)} cases x {spec.repeats} on {spec.version[:12]}",
+            data={"eval": spec.id, "items": spec.total, "version": spec.version, "purpose": spec.purpose},
         )
         queued = await self._enqueue(spec, [(case.id, k) for case, k in spec.items()])
-        log.info("eval_queued", eval=spec.id, tuning=tuning, items=queued, version=commit)
-        return spec
+        log.info("eval_queued", eval=spec.id, tuning=spec.tuning, items=queued, version=spec.version)
 
     def _keep(self, target: EvalStore, spec: EvalSpec, chosen: list[Case]) -> None:
         """The cases, then the spec (the spec makes the evaluation: without it nothing was)."""

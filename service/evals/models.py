@@ -29,12 +29,13 @@ VersionAsked = Annotated[str, StringConstraints(pattern=r"^(main|initial|[0-9a-f
 """`main` (the tuning's current version), `initial` (the version imported) or a commit id (4 to 40
 hex digits)."""
 
-CasesSource = Literal["holdout", "train", "all", "folder"]
+CasesSource = Literal["holdout", "train", "all", "folder", "gate"]
 """Where an evaluation's cases come from: a part of the tuning's split, or a folder of case files."""
 
-Purpose = Literal["user", "holdout-initial", "holdout-final"]
-"""Who asked: a user (`tunefleet eval`), or the daemon measuring a split's held-out cases before
-tuning (the imported version) and after (the final one)."""
+Purpose = Literal["user", "holdout-initial", "holdout-final", "gate", "gate-base"]
+"""Who asked: a user (`tunefleet eval`), the daemon measuring a split's held-out cases before
+tuning (the imported version) and after (the final one), or an acceptance gate judging a candidate
+(`gate`) and grading its base version on the regression cases (`gate-base`, service.gate)."""
 
 ItemState = Literal["graded", "failed", "cancelled"]
 """`graded`: the analyzer passed or failed the run; `failed`: infrastructure (three voids in a row,

@@ -19,6 +19,7 @@ from service.evals.results import read_results
 from service.evals.split import read_split
 from service.evals.stats import Rate
 from service.evals.store import EvalsStore
+from service.gate.report import GateTally, gate_lines, gate_tally
 
 REPORT_FILE = "REPORT.md"
 
@@ -57,6 +58,9 @@ class TuningReport(BaseModel):
     after: EvalResults | None = None
     comparison: Comparison | None = None
     evaluation_usage: Usage = Field(default_factory=Usage, description="What the evaluations spent.")
+    gates: GateTally | None = Field(
+        default=None, description="The acceptance gate's verdicts (service.gate)."
+    )
 
 
 def train_outcomes(tuning: TuningStore) -> TrainOutcomes:
@@ -110,6 +114,7 @@ def build_report(tuning: TuningStore, evals: EvalsStore) -> TuningReport:
         after=after,
         comparison=comparison,
         evaluation_usage=spent,
+        gates=gate_tally(tuning),
     )
 
 
@@ -140,6 +145,7 @@ def render_report(report: TuningReport) -> str:
         lines.append(f"| unfinished | {report.train.unfinished} |")
     lines += [f"| **all** | {report.train.cases} |", ""]
     lines += _held_out_lines(report)
+    lines += gate_lines(report.gates)
     tuning, evaluation = report.train.usage, report.evaluation_usage
     lines += [
         "## Cost",

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from service.cli.render import STATE_STYLE, outcome_counts, waits_words
+from service.core.models.status import TuningStatus
 from service.watch.fmt import (
     KIND_STYLE,
     clock,
@@ -58,15 +59,23 @@ def footer(keys: str, alert: str | None, unreadable: int) -> Text:
     return line(*notes)
 
 
-SPARE_COLUMNS = ("version", "cost $", "tokens")
+SPARE_COLUMNS = ("gates", "version", "cost $", "tokens")
 """The tunings table's columns left out, in this order, while its rows are wider than the screen
 (the head line still carries the fleet's tokens and cost)."""
+
+
+def gates_cell(tuning: TuningStatus) -> str:
+    """The tuning's acceptance gates in a few characters: under gate, passed, rejected (empty: no gate)."""
+    gates = tuning.gates
+    if gates is None:
+        return ""
+    return f"{gates.under} on, {gates.passed} ok, {gates.rejected} no"
 
 
 def tunings_table(snapshot: WatchSnapshot, max_rows: int, width: int | None = None) -> Table:
     """One row per tuning (at most `max_rows`): progress, outcomes (the words of `status`), tokens, cost,
     version and lock; within `width` cells, leaving out SPARE_COLUMNS as needed."""
-    headers = ["tuning", "version", "waiting", "running", *STATE_STYLE, "tokens", "cost $", "lock"]
+    headers = ["tuning", "version", "waiting", "running", *STATE_STYLE, "tokens", "cost $", "lock", "gates"]
     locks = {lock.tuning: lock for lock in snapshot.locks}
     rows: list[list[str | Text]] = []
     for t in snapshot.status.tunings[:max_rows]:
@@ -82,6 +91,7 @@ def tunings_table(snapshot: WatchSnapshot, max_rows: int, width: int | None = No
                 f"{t.tokens:,}",
                 f"{t.cost_usd:.4f}",
                 lock_cell(locks.get(t.name)),
+                gates_cell(t),
             ]
         )
     shown = list(range(len(headers)))

@@ -26,7 +26,7 @@ FRONT_ENDS = (
     "service.evals.render",
 )
 """The front ends: what people and the daemon use (CLI, HTTP API and dashboard, watch, metrics)."""
-CORE = ("service.core", "service.goals", "service.evals")
+CORE = ("service.core", "service.goals", "service.evals", "service.gate")
 """The core: what workers and front ends share (service.goals and service.evals minus their front-end
 modules above)."""
 

@@ -66,6 +66,11 @@ class EarlierTry(BaseModel):
     verdict: str
     rubric: dict[str, float]
     summary: str
+    rejected: str | None = Field(
+        default=None,
+        description="The apply after this try was rejected by the acceptance gate: its edit and the cases it "
+        "broke.",
+    )
 
 
 class AnalyzeRequest(StepRequest):

@@ -41,7 +41,7 @@ RULE_PREFIX = "- rule: "
 ADD_RULE_LEAD = "add rule "
 INJECTED_FAULT = "demo: injected infrastructure fault"
 MEMORY_FILE = "memory.md"
-RULES_FILE = "rules.md"
+RULES_DIR = "rules"
 OUTAGE_EXIT = 75
 
 
@@ -176,9 +176,12 @@ class DemoRunner(_DemoStep):
     def _attempt(self, request: RunRequest, knobs: DemoKnobs, rng: random.Random, log: _StepLog) -> RunOutput:
         present, skills = self._version_view(request.version, request.system_dir)
         missing = [rule for rule in knobs.rules if rule not in present]
+        clashing = [rule for rule in knobs.forbids if rule in present]
         has_memory = (request.memory_dir / MEMORY_FILE).is_file()
         log.say(f"loaded skills: {', '.join(skills) or '(none)'}")
-        if missing:
+        if clashing:
+            answer = "broken by: " + ", ".join(clashing)
+        elif missing:
             answer = "missing: " + ", ".join(missing)
         elif request.phase == "mem" and not (knobs.memory_helps and has_memory):
             answer = "memory did not help"
@@ -210,10 +213,14 @@ class DemoAnalyzer(_DemoStep):
         none = "(none)\n"
         scores = "".join(f"- {item}: {score:.1f}\n" for item, score in feedback.rubric.items()) or none
         changes = "".join(f"- ({imp.target}) {imp.lead}\n" for imp in feedback.improvements) or none
+        rejected = "".join(
+            f"- {e.phase} try {e.attempt}: {e.rejected}\n" for e in request.earlier if e.rejected
+        )
         report = (
             f"# Analysis of {request.case.id}, {request.phase} try {request.attempt}\n\n"
             f"Verdict: **{feedback.verdict}**\n\n{feedback.summary}\n\n"
             f"## Scores\n\n{scores}\n## Improvements\n\n{changes}"
+            + (f"\n## Edits the gate rejected\n\n{rejected}" if rejected else "")
         )
         return AnalyzeOutcome(
             exit=StepExit(exit_code=0, duration_ms=_elapsed_ms(started)),
@@ -305,12 +312,12 @@ class DemoApplier(_DemoStep):
         added = wanted[:rules_per_apply]
         if not added:
             return []
-        rules_file = worktree / RULES_FILE
-        text = rules_file.read_text(encoding="utf-8") if rules_file.exists() else "# Rules\n\n"
-        text = text if text.endswith("\n") else text + "\n"
-        rules_file.write_text(text + "".join(f"{RULE_PREFIX}{slug}\n" for slug in added), encoding="utf-8")
+        # One file per rule: two applies made at once on one version edit no file in common, so that the
+        # acceptance gate can re-apply one on top of the other (service.gate.repo.rebase).
+        (worktree / RULES_DIR).mkdir(exist_ok=True)
         (worktree / "skills").mkdir(exist_ok=True)
         for slug in added:
+            (worktree / RULES_DIR / f"{slug}.md").write_text(f"{RULE_PREFIX}{slug}\n", encoding="utf-8")
             (worktree / "skills" / f"{slug}.md").write_text(
                 f"# Skill: {slug}\n\nApply rule {slug}.\n", encoding="utf-8"
             )

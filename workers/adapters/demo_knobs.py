@@ -32,6 +32,11 @@ class DemoKnobs(BaseModel):
         description="Rules the system's prose must hold for a run to pass; each apply adds the missing ones.",
     )
     rules_per_apply: int = Field(default=1, ge=1, description="How many missing rules one apply adds.")
+    forbids: list[Slug] = Field(
+        default_factory=list,
+        description="Rules the system's prose must not hold for a run to pass: an apply that adds one for "
+        "another case breaks this one.",
+    )
     flawed: bool = Field(default=False, description="The case itself is wrong: findings target the dataset.")
     structural: bool = Field(default=False, description="Fixing the prose needs a structural change.")
     memory_helps: bool = Field(default=True, description="A run that starts from memory passes.")

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from service.core.files import read_model
 from service.core.models.case import Case
 from service.core.models.events import EventKind
-from service.core.models.records import Feedback, Note, Phase, RunRecord, Verdict, new_seal
+from service.core.models.records import ApplyRecord, Feedback, Note, Phase, RunRecord, Verdict, new_seal
 from service.core.system import tree_digest
 from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
@@ -77,8 +77,17 @@ def earlier_tries(cr: CaseRun, phase: Phase, attempt: int) -> list[EarlierTry]:
         feedback = read_model(paths.feedback, Feedback)
         if feedback is not None:
             graded = feedback.model_dump(include={"verdict", "rubric", "summary"})
-            earlier.append(EarlierTry(phase=p, attempt=n, **graded))
+            earlier.append(EarlierTry(phase=p, attempt=n, rejected=_rejected(paths.apply), **graded))
     return earlier
+
+
+def _rejected(apply_file: Path) -> str | None:
+    """What the analyzer is told of an apply the acceptance gate rejected: its edit and what it broke."""
+    applied = read_model(apply_file, ApplyRecord)
+    if applied is None or applied.gate is None or not applied.rejected:
+        return None
+    broke = f"; it broke {', '.join(applied.gate.broken)}" if applied.gate.broken else ""
+    return f"the edit ({applied.output.summary or 'no summary'}) was rejected: {applied.gate.why}{broke}"
 
 
 async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) -> Feedback:

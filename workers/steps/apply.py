@@ -21,6 +21,7 @@ from service.core.files import read_model
 from service.core.models.events import EventKind
 from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
 from service.core.validation import describe_validation
+from service.gate.repo import parent_of, read_ref, set_ref
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, LockLost, ProviderDown
@@ -43,25 +44,46 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
             return recorded
         if recorded is not None:
             cr.log.warning("apply_unsealed_ignored", file=str(paths.apply), feedback_seal=feedback.seal)
-        cr.check_budget()
-        await cr.controls.wait_key_accepted(cr.tuning.name)
-        cr.at("apply", phase, attempt, waiting="lock")
-        await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
-        try:
-            async with cr.tuning.lock.held(cr.job_id) as hold:
-                cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
-                record = await _apply_holding(cr, phase, attempt, feedback, hold)
-        except LockLost as exc:
-            await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
+        record = await apply_under_lock(cr, phase, attempt, feedback)
+        if record is None:
             continue
         await cr.write(paths.apply, record)
-        await _finished(cr, phase, attempt, record)
+        await announce_finished(cr, phase, attempt, record)
         return record
 
 
-async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord) -> None:
+async def apply_under_lock(
+    cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback, candidate_ref: str | None = None
+) -> ApplyRecord | None:
+    """Run the applier under the improvements lock; None when the lock was lost (try again). With
+    `candidate_ref` (a gated apply, workers.gate) the edits become a candidate commit kept under that
+    ref, not the current version: its `version` is the candidate."""
+    cr.check_budget()
+    await cr.controls.wait_key_accepted(cr.tuning.name)
+    cr.at("apply", phase, attempt, waiting="lock")
+    await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
+    try:
+        async with cr.tuning.lock.held(cr.job_id) as hold:
+            cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
+            return await _apply_holding(cr, phase, attempt, feedback, hold, candidate_ref)
+    except LockLost as exc:
+        await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
+        return None
+
+
+def apply_outcome(record: ApplyRecord) -> str:
+    """How an apply ended, as its `step_finished` event says: structural, published, rejected (by the
+    gate) or unchanged."""
+    if record.output.structural:
+        return "structural"
+    if record.rejected:
+        return "rejected"
+    return "published" if record.version else "unchanged"
+
+
+async def announce_finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord) -> None:
     output = record.output
-    outcome = "structural" if output.structural else "published" if record.version else "unchanged"
+    outcome = apply_outcome(record)
     await cr.step_event(
         EventKind.STEP_FINISHED,
         (phase, attempt, "apply"),
@@ -69,25 +91,45 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord
         duration_ms=record.duration_ms,
         detail=f"structural: {output.structural}"
         if output.structural
+        else f"rejected: {record.gate.why}"
+        if record.gate is not None and record.rejected
         else (record.version or "no change")[:12],
-        data={"outcome": outcome, "version": record.version, "fence": record.fence},
+        data={
+            "outcome": outcome,
+            "version": record.version,
+            "fence": record.fence,
+            **({"gate": record.gate.model_dump()} if record.gate is not None else {}),
+        },
     )
 
 
+async def _made_before(cr: CaseRun, tag: str, current: str, candidate_ref: str | None) -> str | None:
+    """The commit an earlier owner of this apply made: published (found among the current version's
+    ancestors by its trailer), or, for a gated apply, kept as its candidate."""
+    published = await cr.tuning.repo.find_published(tag, current)
+    if published is not None or candidate_ref is None:
+        return published
+    made = await read_ref(cr.tuning.repo, candidate_ref)
+    if made is not None and tag in await cr.tuning.repo.message(made):
+        return made
+    return None
+
+
 async def _apply_holding(
-    cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback, hold: LockHold
+    cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback, hold: LockHold, candidate_ref: str | None
 ) -> ApplyRecord:
     paths = cr.store.attempt(phase, attempt)
     tag = attempt_tag(cr, phase, attempt)
     current = await cr.tuning.current_version()
     # Only an apply that started before (its folder is there) can have published already.
     started_before = any(paths.root.glob("apply-*"))
-    published = await cr.tuning.repo.find_published(tag, current) if started_before else None
+    published = await _made_before(cr, tag, current, candidate_ref) if started_before else None
     if published is not None:
-        output = await _output_of(cr, published)
+        output = await output_of(cr, published)
         await cr.emit(EventKind.APPLY_RECOVERED, phase=phase, attempt=attempt, detail=published[:12])
+        base = current if candidate_ref is None else await parent_of(cr.tuning.repo, published)
         return ApplyRecord(
-            base_version=current,
+            base_version=base,
             version=published,
             output=output,
             fence=hold.token,
@@ -114,9 +156,9 @@ async def _apply_holding(
         if outcome.output is None and outcome.exit.spent is not None:  # paid for, and nothing to keep
             why = f"apply produced nothing: {outcome.exit.error or 'no output'}"
             await cr.record_spend(phase, attempt, "apply", outcome.exit.spent, why)
-        output = _read_output(outcome)
+        output = read_output(outcome)
         try:  # until published, the applier's usage is in no record: an apply that ends here counts it
-            version = await _publish(cr, phase, attempt, output, tree, current, hold)
+            version = await _publish(cr, phase, attempt, output, tree, current, hold, candidate_ref)
         except asyncio.CancelledError:  # stopped, or its lock lost (the watchdog cancels): no await
             cr.note_spend(phase, attempt, "apply", output.usage, "apply stopped before it was published")
             raise
@@ -124,7 +166,7 @@ async def _apply_holding(
             why = "apply abandoned: lock lost" if isinstance(exc, LockLost) else f"apply failed: {exc}"
             await cr.record_spend(phase, attempt, "apply", output.usage, why)
             raise
-        if version is not None:
+        if version is not None and candidate_ref is None:
             await cr.tuning.repo.update_main(version, base=current)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
@@ -141,10 +183,17 @@ async def _apply_holding(
 
 
 async def _publish(
-    cr: CaseRun, phase: Phase, attempt: int, output: ApplyOutput, tree: Path, current: str, hold: LockHold
+    cr: CaseRun,
+    phase: Phase,
+    attempt: int,
+    output: ApplyOutput,
+    tree: Path,
+    current: str,
+    hold: LockHold,
+    candidate_ref: str | None,
 ) -> str | None:
-    """Commit the applier's edits on top of `current` and make the commit current (fenced); the new
-    version, if any."""
+    """Commit the applier's edits on top of `current` and make the commit current (fenced), or keep it
+    under `candidate_ref` for its gate; the new version, if any."""
     if output.structural is not None:
         return None
     message = (
@@ -155,12 +204,14 @@ async def _publish(
         version = await cr.tuning.repo.commit_folder(tree, current, message)
     except SystemRepoError as exc:
         raise JobFault(f"the apply's edits could not be committed: {exc}") from exc
-    if version is not None:
+    if version is not None and candidate_ref is not None:
+        await set_ref(cr.tuning.repo, candidate_ref, version)
+    elif version is not None:
         await hold.publish(version)
     return version
 
 
-def _read_output(outcome: ApplyOutcome) -> ApplyOutput:
+def read_output(outcome: ApplyOutcome) -> ApplyOutput:
     if outcome.exit.infra is not None:  # the provider is down: not this case's fault, no try spent
         raise ProviderDown(f"the applier's {outcome.exit.infra}")
     if outcome.exit.key_refused is not None:
@@ -174,7 +225,7 @@ def _read_output(outcome: ApplyOutcome) -> ApplyOutput:
         raise JobFault(describe_validation(exc, outcome.source)) from exc
 
 
-async def _output_of(cr: CaseRun, version: str) -> ApplyOutput:
+async def output_of(cr: CaseRun, version: str) -> ApplyOutput:
     message = await cr.tuning.repo.message(version)
     for line in message.splitlines():
         if line.startswith(f"{OUTPUT_TRAILER}: "):

@@ -75,6 +75,11 @@ class EventKind(StrEnum):
     EVAL_ITEM_SET_ASIDE = "eval_item_set_aside"
     EVAL_ITEM_REQUEUED = "eval_item_requeued"
     EVAL_ITEM_ENDED = "eval_item_ended"
+    # an apply's acceptance gate (service.gate: counters in service.gate.counters)
+    GATE_STARTED = "gate_started"
+    GATE_PASSED = "gate_passed"
+    GATE_REJECTED = "gate_rejected"
+    CANDIDATE_REBASED = "candidate_rebased"
 
 
 CASE_ENDS: dict[State, EventKind] = {

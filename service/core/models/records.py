@@ -250,6 +250,23 @@ class ApplyOutput(BaseModel):
     usage: Usage = Field(default_factory=Usage)
 
 
+GateVerdict = Literal["passed", "rejected"]
+
+
+class GateSummary(BaseModel):
+    """What `apply.json` keeps of the acceptance gate that judged the apply (its evidence: `gate.json`,
+    service.gate.models)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: GateVerdict
+    candidate: str = Field(description="The candidate judged (for a rebased publish: the one first made).")
+    eval: str | None = None
+    broken: list[str] = Field(default_factory=list)
+    rebased: bool = Field(default=False, description="Published on top of a newer current version.")
+    why: str = ""
+
+
 class ApplyRecord(BaseModel):
     """`apply.json`: the result of applying one analysis's prose improvements."""
 
@@ -262,6 +279,13 @@ class ApplyRecord(BaseModel):
     duration_ms: int = Field(default=0, ge=0)
     feedback_seal: str | None = Field(default=None, description="The seal of the feedback applied.")
     seal: str | None = Field(default=None, description="Drawn by the fleet when it wrote this record.")
+    gate: GateSummary | None = Field(
+        default=None, description="The acceptance gate's verdict, when the tuning has a gate."
+    )
+
+    @property
+    def rejected(self) -> bool:
+        return self.gate is not None and self.gate.verdict == "rejected"
 
 
 class Spend(BaseModel):

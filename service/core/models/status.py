@@ -11,19 +11,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, StepName
 from service.core.models.redis_value import RedisValue
+from service.gate.counters import GateCounts
 
-WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock"]
+WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock", "gate"]
 WAIT_WORDS: dict[str, str] = {
     "resume": "waiting for resume",
     "hold": "waiting for the hold",
     "sandbox": "waiting for the sandbox",
     "apply": "waiting for an apply",
     "lock": "waiting for the lock",
+    "gate": "waiting for its gate",
 }
 """What a case held by a worker may wait for before its next step, in the words status shows:
 `resume` of the paused fleet, the release of its tuning's hold, the sandbox breaker to close (before
 a run), the applies pending to end (before a run, `wait_for_apply`), the improvements lock (before
-an apply)."""
+an apply), the acceptance gate's evaluation of its candidate (service.gate)."""
 
 
 class MirrorState(BaseModel):
@@ -146,6 +148,9 @@ class TuningStatus(BaseModel):
     )
     held: Hold | None = Field(default=None, description="Set while no run of the tuning starts.")
     lock: TuningLock = Field(default_factory=TuningLock, description="The improvements lock.")
+    gates: GateCounts | None = Field(
+        default=None, description="The acceptance gate's candidates and verdicts, when it has gated an apply."
+    )
 
 
 class WorkerPresence(RedisValue):

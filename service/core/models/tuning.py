@@ -12,6 +12,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from service.core.models.case import Slug
 from service.core.models.holdout import HoldoutConfig
 from service.core.models.redis_value import RedisValue
+from service.gate.config import GateConfig
 
 PLACEHOLDERS: dict[str, frozenset[str]] = {
     "runner": frozenset(
@@ -314,6 +315,11 @@ class TuningConfig(BaseModel):
     holdout: HoldoutConfig | None = Field(
         default=None, description="Cases never tuned on, evaluated before and after (docs/evaluation.md)."
     )
+    gate: GateConfig | None = Field(
+        default=None,
+        description='An acceptance gate on every apply (docs/architecture.md, "The acceptance gate"); '
+        "none: every apply is published as it is made.",
+    )
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> TuningConfig:
@@ -338,4 +344,6 @@ class TuningConfig(BaseModel):
                         else (f"unknown placeholder {{{unknown[0]}}}")
                     )
                     raise ValueError(f"{role}.argv[{index}]: {what}; known: {known}")
+        if self.gate is not None and self.gate.needs_folder() and self.gate.folder is None:
+            raise ValueError(f"gate.folder: gate cases {self.gate.cases!r} need a folder of regression cases")
         return self

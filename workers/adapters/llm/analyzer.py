@@ -29,6 +29,7 @@ def _earlier(request: AnalyzeRequest) -> str:
         return "(none: this is the case's first try)"
     return "\n".join(
         f"- {e.phase} try {e.attempt}: {e.verdict}, scores {json.dumps(e.rubric)}: {e.summary}"
+        + (f"\n  Its apply was REJECTED by the gate (not published): {e.rejected}" if e.rejected else "")
         for e in request.earlier
     )
 

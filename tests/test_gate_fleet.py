@@ -1,0 +1,157 @@
+"""The acceptance gate on a real fleet (real Redis, real worker processes, the demo agents): an edit that
+breaks cases that passed is never published and its case ends `difficult: gated`, while the same tuning
+without a gate publishes it; two applies gated at once are both published, one re-based."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from service.core import keys
+from service.core.files import read_model
+from service.core.models.records import ApplyRecord
+from service.gate.models import GateRecord
+from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
+
+ADAPTER = demo_adapter(run_ms=150, analyze_ms=20, apply_ms=20)
+KEEPERS = [case("keep-1", forbids=["risky"]), case("keep-2", forbids=["risky"])]
+FIXER = case("fixer", rules=["risky"])
+
+
+def kinds(fleet: Fleet, kind: str) -> list[dict[str, Any]]:
+    return [e for e in fleet.events() if e["kind"] == kind]
+
+
+async def current_tree(fleet: Fleet, tuning_root: Path) -> set[str]:
+    """The files of the tuning's current version (Redis's pointer), as git lists them."""
+    async with fleet.client() as client:
+        version = (await client.redis.get(keys.version("t1"))).decode()
+    repo = fleet.settings.store / "tunings" / "t1" / "system.git"
+    out = subprocess.run(
+        ["git", f"--git-dir={repo}", "ls-tree", "-r", "--name-only", version],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return set(out.split())
+
+
+async def run_in_two_waves(
+    fleet: Fleet, root: Path, first: list[dict[str, Any]], then: list[dict[str, Any]], **config: Any
+) -> None:
+    """Start the tuning with `first`, wait until they ended, then submit `then` and wait for them."""
+    tuning = write_tuning(root, first, adapter=ADAPTER, **config)
+    await fleet.start_tuning(tuning)
+    await fleet.wait_finished(len(first), timeout_s=60)
+    for body in then:
+        (root / "cases" / f"{body['id']}.yaml").write_text(yaml.safe_dump(body))
+    await fleet.start_tuning(tuning)
+    await fleet.wait_finished(len(first) + len(then), timeout_s=90)
+
+
+async def test_the_gate_stops_an_edit_that_breaks_two_passed_cases(fleet: Fleet, tmp_path: Path) -> None:
+    """keep-1 and keep-2 pass and complete; then fixer's every apply adds a rule that breaks both: each
+    candidate is evaluated on them on the fleet, rejected and kept under a ref with its gate.json, the
+    analyzer is told, the rule never reaches the current version, and fixer ends `difficult: gated`."""
+    fleet.start_worker(concurrency=3)
+    fleet.start_worker(concurrency=3)
+    root = tmp_path / "t"
+    await run_in_two_waves(fleet, root, KEEPERS, [FIXER], gate={"cases": "passed", "sample": 10})
+    rows = fleet.results()
+    assert rows["keep-1"].state == rows["keep-2"].state == "completed"
+    assert rows["fixer"].state == "difficult"
+    assert rows["fixer"].reason == "gated: keep-1, keep-2"
+    assert "rules/risky.md" not in await current_tree(fleet, root)
+    fixer = fleet.settings.store / "tunings" / "t1" / "cases" / "fixer" / "r1" / "nomem"
+    for attempt in (1, 2):
+        applied = read_model(fixer / str(attempt) / "apply.json", ApplyRecord)
+        assert applied is not None and applied.rejected and applied.version is None
+        gate = read_model(fixer / str(attempt) / "gate.json", GateRecord)
+        assert gate is not None and gate.verdict == "rejected" and gate.broken == ["keep-1", "keep-2"]
+        assert {(i.case, i.verdict) for i in gate.items} == {("keep-1", "fail"), ("keep-2", "fail")}
+        assert gate.ref == f"refs/tunefleet/rejected/fixer/r1/nomem-{attempt}"
+        repo = fleet.settings.store / "tunings" / "t1" / "system.git"
+        kept = subprocess.run(
+            ["git", f"--git-dir={repo}", "rev-parse", gate.ref], check=True, capture_output=True, text=True
+        )
+        assert kept.stdout.strip() == gate.candidate
+    told = (fixer / "2" / "analysis.md").read_text()
+    assert "Edits the gate rejected" in told and "keep-1, keep-2" in told
+    assert len(kinds(fleet, "gate_started")) == len(kinds(fleet, "gate_rejected")) == 2
+    ended = [e for e in kinds(fleet, "eval_item_ended") if e["data"]["eval"].startswith("gate-")]
+    assert len(ended) == 4 and {e["data"]["outcome"] for e in ended} == {"fail"}
+    async with fleet.client() as client:
+        raw = await client.redis.hgetall(keys.stats("t1"))  # type: ignore[misc]
+        shown = next(t for t in (await client.status()).tunings if t.name == "t1").gates
+    assert shown is not None and (shown.under, shown.passed, shown.rejected) == (0, 0, 2)
+    assert shown.tokens > 0 and "2 rejected" in shown.line()
+    stats = {k.decode(): int(v) for k, v in raw.items()}
+    assert stats["gates:rejected"] == 2 and stats["gates:under"] == 0 and stats["gates:tokens"] > 0
+    ledger = [json.loads(line) for line in (fixer.parent / "spent.jsonl").read_text().splitlines()]
+    assert [s["why"].split(" ")[0] for s in ledger] == ["gate", "gate"]
+
+
+async def test_without_a_gate_the_same_edit_is_published(fleet: Fleet, tmp_path: Path) -> None:
+    """The same tuning with no gate: fixer's apply is published at once (it completes), and the rule that
+    breaks keep-1 and keep-2 is in the current version: the gate is what stopped it above."""
+    fleet.start_worker(concurrency=3)
+    root = tmp_path / "t"
+    await run_in_two_waves(fleet, root, KEEPERS, [FIXER])
+    rows = fleet.results()
+    assert rows["fixer"].state == "completed"
+    assert "rules/risky.md" in await current_tree(fleet, root)
+    assert kinds(fleet, "gate_started") == []
+
+
+async def test_two_applies_gated_at_once_are_both_published_one_rebased(fleet: Fleet, tmp_path: Path) -> None:
+    """Two cases apply on the same version while their gates run; the first verdict publishes, the other
+    candidate is re-applied on top (no file in common: its verdict stands) and published too: the final
+    version holds both edits, and each apply's record says how it went."""
+    fleet.start_worker(concurrency=4)
+    fleet.start_worker(concurrency=4)
+    root = tmp_path / "t"
+    passers = [case("p-1"), case("p-2"), case("p-3")]
+    both = [case("needs-a", rules=["rule-a"]), case("needs-b", rules=["rule-b"])]
+    await run_in_two_waves(fleet, root, passers, both, gate={"cases": "passed", "sample": 10})
+    rows = fleet.results()
+    assert all(row.state == "completed" for row in rows.values()), rows
+    files = await current_tree(fleet, root)
+    assert {"rules/rule-a.md", "rules/rule-b.md"} <= files
+    records = [
+        read_model(fleet.settings.store / "tunings/t1/cases" / c["id"] / "r1/nomem/1/apply.json", ApplyRecord)
+        for c in both
+    ]
+    assert all(r is not None and r.gate is not None and r.gate.verdict == "passed" for r in records)
+    assert sorted(bool(r and r.gate and r.gate.rebased) for r in records) == [False, True]
+    assert len(kinds(fleet, "candidate_rebased")) == 1
+    assert kinds(fleet, "candidate_rebased")[0]["data"]["rerun"] is False
+    assert len(kinds(fleet, "gate_passed")) == 2
+
+
+async def test_a_regression_folder_is_judged_against_the_base_versions_grades(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """With `cases: folder`, each regression case is graded on the candidate and on its base version: a
+    case that passes on the base and fails on the candidate is broken (the candidate is rejected), one
+    that fails on both is not; the base's evaluation is shared by the gates on that base."""
+    fleet.start_worker(concurrency=4)
+    root = tmp_path / "t"
+    regress = root / "regress"
+    regress.mkdir(parents=True)
+    for body in (case("r-ok"), case("r-clash", forbids=["risky"]), case("r-never", rules=["never-added"])):
+        (regress / f"{body['id']}.yaml").write_text(yaml.safe_dump(body))
+    tuning = write_tuning(root, [FIXER], adapter=ADAPTER, gate={"cases": "folder", "folder": "regress"})
+    await fleet.start_tuning(tuning)
+    rows = await fleet.wait_finished(1, timeout_s=90)
+    assert rows["fixer"].state == "difficult" and rows["fixer"].reason == "gated: r-clash"
+    attempts = fleet.settings.store / "tunings" / "t1" / "cases" / "fixer" / "r1" / "nomem"
+    gate = read_model(attempts / "1" / "gate.json", GateRecord)
+    assert gate is not None and gate.verdict == "rejected" and gate.broken == ["r-clash"]
+    judged = {i.case: (i.baseline, i.verdict) for i in gate.items}
+    assert judged == {"r-ok": ("pass", "pass"), "r-clash": ("pass", "fail"), "r-never": ("fail", "fail")}
+    bases = {e["data"]["eval"] for e in kinds(fleet, "eval_created") if e["data"]["purpose"] == "gate-base"}
+    assert len(bases) == 1  # both gates judged candidates made on the same base

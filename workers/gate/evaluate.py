@@ -1,0 +1,166 @@
+"""A candidate's gate: an evaluation of the candidate version on the gate's cases, run as eval items on
+the fleet (workers.evals) while the applying case waits, its slot lent to them; then the rule's verdict.
+
+Regression cases (a fixed folder) are also graded on the candidate's base version, in an evaluation
+shared by every gate on that base: their baseline. Cases that passed need none (they passed).
+The gate's evaluations are named after what they judge, so that a worker that takes the case over finds
+the one its predecessor launched and waits for it instead of paying for another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import UTC, datetime
+
+from service.core.files import append_line
+from service.core.models.case import Case
+from service.core.models.events import EventKind
+from service.core.models.records import Phase, Spend, Usage
+from service.evals.fleet import Evals
+from service.evals.models import EvalCaseRef, EvalSpec, ItemResult, Purpose
+from service.gate.cases import choose
+from service.gate.config import GateConfig
+from service.gate.models import Candidate, GateItem, GateRecord
+from service.gate.rule import judge
+from workers.case import CaseRun
+from workers.spend import LEDGER_FILE, ledger
+
+POLL_S = 0.2
+"""How often a case waiting for its gate looks at the gate's items' outcomes."""
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:20]
+
+
+def _spec(
+    cr: CaseRun, eval_id: str, purpose: Purpose, version: str, cases: list[Case], repeats: int
+) -> EvalSpec:
+    return EvalSpec(
+        id=eval_id,
+        tuning=cr.tuning.name,
+        purpose=purpose,
+        version_asked=version,
+        version=version,
+        source="gate",
+        cases=[EvalCaseRef(id=case.id, rev=case.rev) for case in cases],
+        repeats=repeats,
+        created_at=datetime.now(UTC),
+    )
+
+
+async def _outcomes(evals: Evals, spec: EvalSpec) -> dict[tuple[str, int], ItemResult]:
+    """Every item's outcome, once each item has one (the case's lease heartbeats meanwhile)."""
+    found = evals.folder.eval(spec.id)
+    wanted = [(case.id, k) for case, k in spec.items()]
+    while True:
+        outcomes = found.scan().outcomes
+        if all(item in outcomes for item in wanted):
+            return outcomes
+        await asyncio.sleep(POLL_S)
+
+
+def _verdict(outcome: ItemResult | None) -> str | None:
+    return outcome.verdict if outcome is not None and outcome.state == "graded" else None
+
+
+async def gate_candidate(cr: CaseRun, phase: Phase, attempt: int, candidate: Candidate) -> GateRecord:
+    """Evaluate the candidate on the gate's cases and judge it (gate.json's content)."""
+    config = cr.tuning.config.gate
+    assert config is not None
+    # a walk of the tuning's case folders: off the event loop, which runs the worker's other jobs
+    chosen = await asyncio.to_thread(choose, config, cr.tuning.store, cr.tuning.held_out, cr.case.id)
+    if not chosen.all:
+        return GateRecord(
+            candidate=candidate.version,
+            base=candidate.base,
+            eval=None,
+            verdict="passed",
+            why="no case to gate on",
+            at=datetime.now(UTC),
+        )
+    key = f"{cr.tuning.name}/{cr.case.id}/{cr.case.rev}/{phase}/{attempt}/{candidate.version}"
+    spec = _spec(cr, f"gate-{_digest(key)}", "gate", candidate.version, chosen.all, config.repeats)
+    base_spec = None
+    if chosen.regression:
+        refs = ",".join(f"{c.id}@{c.rev}" for c in chosen.regression)
+        base_id = f"gate-base-{_digest(cr.tuning.name, candidate.base, refs, str(config.repeats))}"
+        base_spec = _spec(cr, base_id, "gate-base", candidate.base, chosen.regression, config.repeats)
+    evals = Evals(cr.runtime.redis, cr.runtime.store, cr.settings)
+    fresh = not evals.folder.eval(spec.id).exists()
+    await cr.lease.check()
+    spec = await evals.launch(spec, chosen.all)
+    if base_spec is not None:
+        base_spec = await evals.launch(base_spec, chosen.regression)
+    if fresh:
+        await cr.emit(
+            EventKind.GATE_STARTED,
+            step="apply",
+            phase=phase,
+            attempt=attempt,
+            detail=f"{spec.total} items on candidate {candidate.version[:12]}",
+            data={"gate_eval": spec.id, "candidate": candidate.version, "items": spec.total},
+        )
+    cr.at("apply", phase, attempt, waiting="gate")
+    with cr.runtime.lend_slot(cr.job_id):
+        outcomes = await _outcomes(evals, spec)
+        base = await _outcomes(evals, base_spec) if base_spec is not None else {}
+    return _record(cr, phase, attempt, config, candidate, spec, outcomes, base, chosen.regression)
+
+
+def _record(
+    cr: CaseRun,
+    phase: Phase,
+    attempt: int,
+    config: GateConfig,
+    candidate: Candidate,
+    spec: EvalSpec,
+    outcomes: dict[tuple[str, int], ItemResult],
+    base: dict[tuple[str, int], ItemResult],
+    regression: list[Case],
+) -> GateRecord:
+    regression_ids = {case.id for case in regression}
+    items = []
+    usage = Usage()
+    for case, k in spec.items():
+        outcome = outcomes.get((case.id, k))
+        if outcome is not None:
+            usage += outcome.usage
+        baseline = _verdict(base.get((case.id, k))) if case.id in regression_ids else "pass"
+        items.append(
+            GateItem(
+                case=case.id,
+                repeat=k,
+                baseline=baseline,
+                verdict=_verdict(outcome),
+                reason=outcome.reason if outcome is not None else None,
+            )
+        )
+    judgement = judge(config, items)
+    _charge_case(cr, phase, attempt, spec.id, usage)
+    return GateRecord(
+        candidate=candidate.version,
+        base=candidate.base,
+        eval=spec.id,
+        verdict=judgement.verdict,
+        why=judgement.why,
+        items=items,
+        broken=judgement.broken,
+        baseline_rate=judgement.baseline_rate,
+        candidate_rate=judgement.candidate_rate,
+        usage=usage,
+        at=datetime.now(UTC),
+    )
+
+
+def _charge_case(cr: CaseRun, phase: Phase, attempt: int, eval_id: str, usage: Usage) -> None:
+    """The gate's spend into the case's ledger (its budget counts it), once per gate: the tuning's totals
+    counted it already, through the items' own events."""
+    why = f"gate {eval_id}"
+    if usage.tokens == 0 and usage.cost_usd == 0:
+        return
+    if any(spend.why == why for spend in ledger(cr.store.root)):
+        return
+    spend = Spend(at=datetime.now(UTC), phase=phase, attempt=attempt, step="apply", usage=usage, why=why)
+    append_line(cr.store.root / LEDGER_FILE, spend.model_dump_json())

@@ -1,0 +1,139 @@
+"""Publishing a candidate that passed its gate, under the improvements lock, fenced as every publish.
+
+If the current version is still the candidate's base, the candidate itself becomes current. If it moved
+on (other applies were published while the gate ran), the candidate's edits are re-applied on top of it
+(service.gate.repo.rebase), and then (docs/architecture.md, "The acceptance gate"):
+
+- a conflict: the candidate is rejected;
+- the re-applied edits change nothing: they are in the current version already;
+- the candidate and the versions published since its base changed no file in common: the verdict
+  stands, and the re-based commit is published;
+- they changed a file in common: the re-based commit is a new candidate, and its gate runs again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from service.core.models.events import EventKind
+from service.core.models.records import ApplyRecord, GateSummary, Phase, new_seal
+from service.gate.models import Candidate, GateRecord
+from service.gate.repo import commit_tree, rebase, set_ref, tree_of
+from workers.case import CaseRun
+from workers.errors import LockLost
+from workers.lock import LockHold
+from workers.steps.apply import attempt_tag
+
+REBASED_TRAILER = "Tunefleet-Rebased-From"
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """The candidate's edits do not re-apply on the current version."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A re-based candidate whose gate must run again."""
+
+    candidate: Candidate
+
+
+def applied(
+    candidate: Candidate, version: str | None, gate: GateRecord, *, rebased: bool, why: str
+) -> ApplyRecord:
+    summary = GateSummary(
+        verdict="passed",
+        candidate=candidate.made_from or candidate.version,
+        eval=gate.eval,
+        rebased=rebased,
+        why=why,
+    )
+    return ApplyRecord(
+        base_version=candidate.base,
+        version=version,
+        output=candidate.output,
+        fence=candidate.fence,
+        duration_ms=candidate.duration_ms,
+        feedback_seal=candidate.feedback_seal,
+        seal=new_seal(),
+        gate=summary,
+    )
+
+
+async def publish_candidate(
+    cr: CaseRun, phase: Phase, attempt: int, candidate: Candidate, gate: GateRecord, candidate_ref: str
+) -> ApplyRecord | Rerun | Conflict | None:
+    """Publish (or re-base) the candidate under the lock; None when the lock was lost (try again)."""
+    cr.at("apply", phase, attempt, waiting="lock")
+    await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
+    try:
+        async with cr.tuning.lock.held(cr.job_id) as hold:
+            cr.at("apply", phase, attempt, fence=hold.token)
+            return await _publish_holding(cr, phase, attempt, candidate, gate, candidate_ref, hold)
+    except LockLost as exc:
+        await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
+        return None
+
+
+async def _publish_holding(
+    cr: CaseRun,
+    phase: Phase,
+    attempt: int,
+    candidate: Candidate,
+    gate: GateRecord,
+    candidate_ref: str,
+    hold: LockHold,
+) -> ApplyRecord | Rerun | Conflict:
+    repo = cr.tuning.repo
+    current = await cr.tuning.current_version()
+    published = await repo.find_published(attempt_tag(cr, phase, attempt), current)
+    if published is not None:  # an earlier owner published it and died before recording it
+        await cr.emit(EventKind.APPLY_RECOVERED, phase=phase, attempt=attempt, detail=published[:12])
+        return applied(candidate, published, gate, rebased=published != candidate.version, why=gate.why)
+    if current == candidate.base:
+        await hold.publish(candidate.version)
+        await repo.update_main(candidate.version, base=current)
+        return applied(
+            candidate, candidate.version, gate, rebased=candidate.made_from is not None, why=gate.why
+        )
+    rebased = await rebase(repo, candidate.version, candidate.base, current)
+    if rebased.tree is None:
+        return Conflict(rebased.conflict)
+    if rebased.tree == await tree_of(repo, current):
+        return applied(
+            candidate, None, gate, rebased=True, why="its edits are in the current version already"
+        )
+    message = f"{(await repo.message(candidate.version)).rstrip()}\n{REBASED_TRAILER}: {candidate.version}\n"
+    version = await commit_tree(repo, rebased.tree, current, message)
+    await cr.emit(
+        EventKind.CANDIDATE_REBASED,
+        step="apply",
+        phase=phase,
+        attempt=attempt,
+        detail=f"{candidate.version[:12]} re-applied on {current[:12]} as {version[:12]}"
+        + (f"; its gate runs again (both changed {', '.join(rebased.overlap)})" if rebased.overlap else ""),
+        data={
+            "candidate": candidate.version,
+            "onto": current,
+            "version": version,
+            "rerun": bool(rebased.overlap),
+        },
+    )
+    if rebased.overlap:
+        await set_ref(repo, candidate_ref, version)
+        again = candidate.model_copy(
+            update={
+                "version": version,
+                "base": current,
+                "made_from": candidate.made_from or candidate.version,
+                "at": datetime.now(UTC),
+            }
+        )
+        return Rerun(again)
+    await hold.publish(version)
+    await repo.update_main(version, base=current)
+    return applied(candidate, version, gate, rebased=True, why=f"{gate.why}; re-based on {current[:12]}")
