@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.models.records import ApplyOutput, GateVerdict, Usage
+from service.core.models.records import ApplyOutput, ApplyRecord, GateSummary, GateVerdict, Usage, new_seal
 
 
 class Candidate(BaseModel):
@@ -34,6 +34,19 @@ class Candidate(BaseModel):
     duration_ms: int = Field(default=0, ge=0, description="The applier's time.")
     feedback_seal: str | None = Field(default=None, description="The seal of the feedback applied.")
     at: datetime
+
+    def record(self, version: str | None, gate: GateSummary) -> ApplyRecord:
+        """The apply's record once its gate has spoken: `version` published (None: rejected)."""
+        return ApplyRecord(
+            base_version=self.base,
+            version=version,
+            output=self.output,
+            fence=self.fence,
+            duration_ms=self.duration_ms,
+            feedback_seal=self.feedback_seal,
+            seal=new_seal(),
+            gate=gate,
+        )
 
 
 class GateItem(BaseModel):

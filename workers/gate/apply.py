@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from service.core.files import read_model
 from service.core.models.events import EventKind
-from service.core.models.records import ApplyRecord, Feedback, GateSummary, Phase, new_seal
+from service.core.models.records import ApplyRecord, Feedback, GateSummary, Phase
 from service.gate.models import Candidate, GateRecord
 from service.gate.repo import CANDIDATES, REJECTED, ref_name, set_ref
 from workers.case import CaseRun
@@ -103,23 +103,15 @@ async def _keep_rejected(cr: CaseRun, phase: Phase, attempt: int, gate: GateReco
 
 
 def _rejected(candidate: Candidate, gate: GateRecord) -> ApplyRecord:
-    return ApplyRecord(
-        base_version=candidate.base,
-        version=None,
-        output=candidate.output,
-        fence=candidate.fence,
-        duration_ms=candidate.duration_ms,
-        feedback_seal=candidate.feedback_seal,
-        seal=new_seal(),
-        gate=GateSummary(
-            verdict="rejected",
-            candidate=candidate.made_from or candidate.version,
-            eval=gate.eval,
-            broken=gate.broken,
-            rebased=candidate.made_from is not None,
-            why=gate.why,
-        ),
+    summary = GateSummary(
+        verdict="rejected",
+        candidate=candidate.made_from or candidate.version,
+        eval=gate.eval,
+        broken=gate.broken,
+        rebased=candidate.made_from is not None,
+        why=gate.why,
     )
+    return candidate.record(None, summary)
 
 
 async def _announce(cr: CaseRun, phase: Phase, attempt: int, gate: GateRecord, *, judged: bool) -> None:

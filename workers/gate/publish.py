@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from service.core.models.events import EventKind
-from service.core.models.records import ApplyRecord, GateSummary, Phase, new_seal
+from service.core.models.records import ApplyRecord, GateSummary, Phase
 from service.gate.models import Candidate, GateRecord
 from service.gate.repo import commit_tree, rebase, set_ref, tree_of
 from workers.case import CaseRun
@@ -52,16 +52,7 @@ def applied(
         rebased=rebased,
         why=why,
     )
-    return ApplyRecord(
-        base_version=candidate.base,
-        version=version,
-        output=candidate.output,
-        fence=candidate.fence,
-        duration_ms=candidate.duration_ms,
-        feedback_seal=candidate.feedback_seal,
-        seal=new_seal(),
-        gate=summary,
-    )
+    return candidate.record(version, summary)
 
 
 async def publish_candidate(
