@@ -13,9 +13,9 @@ import yaml
 
 from service.core import keys
 from service.core.files import read_model
-from service.core.models.records import ApplyRecord
-from service.gate.models import GateRecord
-from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
+from service.core.models.records import ApplyRecord, Spend
+from service.gate.models import Candidate, GateRecord
+from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
 
 ADAPTER = demo_adapter(run_ms=150, analyze_ms=20, apply_ms=20)
 KEEPERS = [case("keep-1", forbids=["risky"]), case("keep-2", forbids=["risky"])]
@@ -155,3 +155,56 @@ async def test_a_regression_folder_is_judged_against_the_base_versions_grades(
     assert judged == {"r-ok": ("pass", "pass"), "r-clash": ("pass", "fail"), "r-never": ("fail", "fail")}
     bases = {e["data"]["eval"] for e in kinds(fleet, "eval_created") if e["data"]["purpose"] == "gate-base"}
     assert len(bases) == 1  # both gates judged candidates made on the same base
+
+
+async def test_a_case_cancelled_under_gate_ends_its_gate_and_counts_its_applier(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """fixer is cancelled while its candidate is under gate (the fleet paused, so no gate item runs): the
+    case ends `cancelled`, every item of its gate ends `cancelled` and leaves the queue, the gate is no
+    longer counted as under way, and what the applier spent is in the case's ledger and the tuning's
+    totals although no apply record was written."""
+    slow_apply = demo_adapter(run_ms=150, analyze_ms=20, apply_ms=1500)
+    fleet.start_worker(concurrency=3)
+    root = tmp_path / "t"
+    tuning = write_tuning(root, KEEPERS, adapter=slow_apply, gate={"cases": "passed", "sample": 10})
+    await fleet.start_tuning(tuning)
+    await fleet.wait_finished(2, timeout_s=60)
+    (root / "cases" / "fixer.yaml").write_text(yaml.safe_dump(FIXER))
+    await fleet.start_tuning(tuning)
+
+    def fixer_applies() -> bool:
+        return any(
+            e.get("case") == "fixer" and e.get("step") == "apply" for e in kinds(fleet, "step_started")
+        )
+
+    await wait_until(fixer_applies, 60, "fixer's apply to start")
+    async with fleet.client() as client:
+        await client.pause()  # before the candidate's gate launches: its items start no run
+        await wait_until(lambda: len(kinds(fleet, "gate_started")) == 1, 30, "the gate to start")
+        assert await client.cancel("t1", "fixer") == ["case:t1:fixer:1"]
+        await wait_until(lambda: fleet.results()["fixer"].state == "cancelled", 30, "fixer to end cancelled")
+        await wait_until(lambda: len(kinds(fleet, "gate_abandoned")) == 1, 10, "the gate to be abandoned")
+        status = await client.status()
+        await client.resume()
+    gate_eval = kinds(fleet, "gate_started")[0]["data"]["gate_eval"]
+
+    def gate_items_ended() -> list[dict[str, Any]]:
+        return [e for e in kinds(fleet, "eval_item_ended") if e["data"]["eval"] == gate_eval]
+
+    await wait_until(lambda: len(gate_items_ended()) == 2, 30, "the gate's items to end")
+    assert {e["data"]["outcome"] for e in gate_items_ended()} == {"cancelled"}
+    assert not [e for e in kinds(fleet, "step_started") if e.get("data", {}).get("eval") == gate_eval]
+    shown = next(t for t in status.tunings if t.name == "t1").gates
+    assert shown is not None and shown.under == 0
+    candidate = read_model(
+        fleet.settings.store / "tunings/t1/cases/fixer/r1/nomem/1/candidate.json", Candidate
+    )
+    assert candidate is not None and candidate.output.usage.tokens > 0
+    ledger = fleet.settings.store / "tunings/t1/cases/fixer/r1/spent.jsonl"
+    applier = [Spend.model_validate_json(line) for line in ledger.read_text().splitlines()]
+    assert [s.usage.tokens for s in applier if s.step == "apply"] == [candidate.output.usage.tokens]
+    recorded = [
+        e for e in kinds(fleet, "spend_recorded") if e.get("case") == "fixer" and e["step"] == "apply"
+    ]
+    assert [e["tokens"] for e in recorded] == [candidate.output.usage.tokens]

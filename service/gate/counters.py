@@ -7,6 +7,7 @@ trip that reads the tuning's:
     gates:passed       gates whose verdict accepted the candidate
     gates:rejected     candidates rejected: by their gate's verdict, or by a conflict when re-based
     gates:rebased      candidates re-applied on a newer current version
+    gates:abandoned    gates left without a verdict: their case was cancelled while they ran
     gates:tokens, gates:cost_usd_micros    what the gates' items spent (already in the tuning's
                        `tokens` and cost: each item's own events count there)
 
@@ -20,7 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.core.models.events import Event, EventKind
 
 GATE_KINDS = frozenset(
-    {EventKind.GATE_STARTED, EventKind.GATE_PASSED, EventKind.GATE_REJECTED, EventKind.CANDIDATE_REBASED}
+    {
+        EventKind.GATE_STARTED,
+        EventKind.GATE_PASSED,
+        EventKind.GATE_REJECTED,
+        EventKind.CANDIDATE_REBASED,
+        EventKind.GATE_ABANDONED,
+    }
 )
 COST_SCALE = 1_000_000
 PREFIX = "gates:"
@@ -33,6 +40,8 @@ def gate_counter_moves(event: Event) -> dict[str, int]:
         return {"gates:started": 1, "gates:under": 1}
     if event.kind is EventKind.CANDIDATE_REBASED:
         return {"gates:rebased": 1}
+    if event.kind is EventKind.GATE_ABANDONED:
+        return {"gates:abandoned": 1, "gates:under": -1}
     moves = {"gates:passed" if event.kind is EventKind.GATE_PASSED else "gates:rejected": 1}
     if data.get("judged"):  # a verdict on a gate that started (not a rebase's conflict)
         moves["gates:under"] = -1

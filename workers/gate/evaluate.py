@@ -13,6 +13,10 @@ import asyncio
 import hashlib
 from datetime import UTC, datetime
 
+import structlog
+from redis.exceptions import RedisError
+
+from service.core.errors import TunefleetError
 from service.core.files import append_line
 from service.core.models.case import Case
 from service.core.models.events import EventKind
@@ -25,6 +29,8 @@ from service.gate.models import Candidate, GateItem, GateRecord
 from service.gate.rule import judge
 from workers.case import CaseRun
 from workers.spend import LEDGER_FILE, ledger
+
+log = structlog.get_logger()
 
 POLL_S = 0.2
 """How often a case waiting for its gate looks at the gate's items' outcomes."""
@@ -103,10 +109,37 @@ async def gate_candidate(cr: CaseRun, phase: Phase, attempt: int, candidate: Can
             data={"gate_eval": spec.id, "candidate": candidate.version, "items": spec.total},
         )
     cr.at("apply", phase, attempt, waiting="gate")
-    with cr.runtime.lend_slot(cr.job_id):
-        outcomes = await _outcomes(evals, spec)
-        base = await _outcomes(evals, base_spec) if base_spec is not None else {}
+    try:
+        with cr.runtime.lend_slot(cr.job_id):
+            outcomes = await _outcomes(evals, spec)
+            base = await _outcomes(evals, base_spec) if base_spec is not None else {}
+    except asyncio.CancelledError:
+        if cr.job_id in cr.controls.cancelling:  # the user's cancel (not a stopping worker's hand-back)
+            await asyncio.shield(_abandon(cr, phase, attempt, candidate, evals, spec.id))
+        raise
     return _record(cr, phase, attempt, config, candidate, spec, outcomes, base, chosen.regression)
+
+
+async def _abandon(
+    cr: CaseRun, phase: Phase, attempt: int, candidate: Candidate, evals: Evals, eval_id: str
+) -> None:
+    """The case was cancelled while its gate ran: the gate's unfinished items are cancelled (it judges for
+    no one now; the base version's evaluation, shared with other gates, runs on), and the applier's
+    usage, which no record holds until the apply's is written, goes into the case's ledger and, with
+    the envelope's settling, into the tuning's totals."""
+    cr.unfinished_spend(candidate.output.usage, {"phase": phase, "attempt": attempt, "step": "apply"})
+    try:
+        await evals.cancel(eval_id)
+        await cr.emit(
+            EventKind.GATE_ABANDONED,
+            step="apply",
+            phase=phase,
+            attempt=attempt,
+            detail="the case was cancelled while its candidate was under gate",
+            data={"gate_eval": eval_id, "candidate": candidate.version},
+        )
+    except (RedisError, OSError, TunefleetError) as exc:
+        log.warning("gate_abandon_failed", eval=eval_id, error=str(exc))
 
 
 def _record(

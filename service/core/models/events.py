@@ -80,6 +80,7 @@ class EventKind(StrEnum):
     GATE_PASSED = "gate_passed"
     GATE_REJECTED = "gate_rejected"
     CANDIDATE_REBASED = "candidate_rebased"
+    GATE_ABANDONED = "gate_abandoned"
 
 
 CASE_ENDS: dict[State, EventKind] = {
