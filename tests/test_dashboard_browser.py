@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import shutil
 from collections.abc import AsyncIterator
@@ -200,3 +201,26 @@ async def test_the_dashboard_shows_waits_and_the_lock_holder(
         await expect(page.locator('#tunings tr[data-tuning="t1"] td.completed')).to_have_text(
             "2", timeout=WAIT_MS
         )
+
+
+async def test_the_dashboard_shows_a_tunings_gates(
+    fleet: Fleet, settings: FleetSettings, tmp_path: Path
+) -> None:
+    """With the gate on, keep-1 and keep-2 pass, then fixer's every apply breaks them: the tuning's row
+    shows its gates (none under gate, none passed, both of fixer's candidates rejected)."""
+    from playwright.async_api import expect
+
+    keepers = [case("keep-1", forbids=["risky"]), case("keep-2", forbids=["risky"])]
+    gate = {"cases": "passed", "sample": 10}
+    root = tmp_path / "tuning"
+    tuning = write_tuning(root, keepers, adapter=demo_adapter(run_ms=100), gate=gate)
+    fleet.start_worker(concurrency=3)
+    await fleet.start_tuning(tuning)
+    await fleet.wait_finished(2, timeout_s=60)
+    (root / "cases" / "fixer.yaml").write_text(json.dumps(case("fixer", rules=["risky"])))
+    await fleet.start_tuning(tuning)
+    await fleet.wait_finished(3, timeout_s=90)
+    cell = '#tunings tr[data-tuning="t1"] td.gates'
+    async with TunefleetClient(settings) as client, served(client, settings) as url, browser_page() as page:
+        await page.goto(url)
+        await expect(page.locator(cell)).to_contain_text("0 under gate · 0 passed · 2 rejected")
