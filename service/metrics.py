@@ -199,7 +199,9 @@ class FleetMetrics:
         )
         lock_wait = "Time an apply waited for the improvements lock."
         self.lock_wait = self._waits("improvements_lock_wait_seconds", lock_wait)
-        self.apply_wait = self._waits("run_apply_wait_seconds", "Time a run start waited for pending applies.")
+        self.apply_wait = self._waits(
+            "run_apply_wait_seconds", "Time a run start waited for pending applies."
+        )
         self.events = Counter(
             f"{NAMESPACE}_events", "Events seen on the stream, by kind.", ["kind"], registry=self.registry
         )
