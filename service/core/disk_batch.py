@@ -62,8 +62,6 @@ class DiskBatch:
     def _flush(self, batch: list[_Write]) -> dict[int, OSError | None]:
         """Land the writes, several in parallel (run in a thread of its own); by write (its `id`), the
         error if it failed. Writes to one path land one after the other, in their order."""
-        if len(batch) == 1:
-            return {id(batch[0]): _land(batch[0])}
         by_path: dict[Path, list[_Write]] = {}
         for write in batch:
             by_path.setdefault(write.path, []).append(write)
@@ -95,7 +93,10 @@ class DiskBatch:
             while self._queued:
                 batch, self._queued = self._queued, []
                 self.flushes += 1
-                landing = asyncio.ensure_future(asyncio.to_thread(self._flush, batch))
+                if len(batch) == 1:  # straight to a flush thread (one thread hop, not two)
+                    landing = asyncio.get_running_loop().run_in_executor(self._threads, _land_in_order, batch)
+                else:
+                    landing = asyncio.ensure_future(asyncio.to_thread(self._flush, batch))
                 try:
                     errors = await asyncio.shield(landing)
                 except asyncio.CancelledError:  # the loop is closing: the threads end the batch anyway
