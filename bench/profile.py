@@ -2,6 +2,7 @@
 
 BENCH_PROFILE=cpu python -m bench overhead   # var/bench/profiles/<bench>-<pid>.txt: collapsed stacks (CPU)
 BENCH_PROFILE=wall python -m bench overhead  # the same with idle samples, per thread (where the time goes)
+BENCH_PROFILE=threads python -m bench overhead  # CPU samples, per thread (the event loop apart)
 BENCH_PROFILE=perf python -m bench overhead  # <bench>-<pid>.perf.data: `perf record -g`, kernel time included
                                              # (read it with `perf report -i FILE --no-children --sort sym`)
 BENCH_PROFILE=cprofile python -m bench llm   # <bench>-<pid>.prof: cProfile of the worker's main thread, timed
@@ -55,12 +56,12 @@ class Profiler:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-        elif mode in ("cpu", "wall") and Path(spy).exists():
+        elif mode in ("cpu", "wall", "threads") and Path(spy).exists():
             PROFILES.mkdir(parents=True, exist_ok=True)
+            per_thread = {"wall": ["--idle", "--threads"], "threads": ["--threads"]}.get(mode, [])
+            argv = [spy, "record", "-p", str(self._pid), "-r", str(self._rate), "-f", "raw", "--nonblocking"]
             self._proc = subprocess.Popen(
-                [spy, "record", "-p", str(self._pid), "-r", str(self._rate), "-f", "raw", "--nonblocking"]
-                + (["--idle", "--threads"] if mode == "wall" else [])
-                + ["-o", str(self.path)],
+                [*argv, *per_thread, "-o", str(self.path)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

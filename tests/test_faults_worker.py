@@ -112,7 +112,14 @@ async def test_a_paused_worker_cannot_write_over_the_new_owner(
         if e["kind"] == "case_started" and e["worker"].endswith(f":{owner.pid}")
     ]
     assert run is not None and int(run.work.split("-")[1]) == owner_tokens[-1]
-    assert not redis_server.exists(keys.arq_job(job_id)) and redis_server.zcard(fleet.settings.queue) == 0
+    # the owner finishes its job once its result is written (the finish follows the result's event)
+    await wait_until(
+        lambda: (
+            not redis_server.exists(keys.arq_job(job_id)) and redis_server.zcard(fleet.settings.queue) == 0
+        ),
+        30,
+        "the owner's finish",
+    )
     assert not redis_server.exists(keys.arq_in_progress(job_id))
 
 

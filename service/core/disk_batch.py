@@ -4,12 +4,14 @@
 A worker's cases end their steps in bursts, and each writes a record that must be on disk before the
 case goes on. Flushing each one (`fsync`) on the event loop held the loop for the disk's latency,
 once per record: on a busy disk, a hundred records cost a hundred flushes one after the other
-(0.15 s to 0.4 s measured here), while the other cases waited. `DiskBatch` writes each record to a
-temp file beside its path at once (no flush), flushes the records of a burst off the event loop, in
-parallel (`FLUSH_THREADS` at a time: 8 to 21 ms for a hundred here, 15 to 48 ms eight at a time),
-and only then gives each its name. So the guarantee is `files.write_atomic`'s: when a write returns,
-the file is whole and durable under its name; a crash before leaves the old file. Writes that
-arrive while a flush is under way go in the next one. (`syncfs`, one flush of the whole filesystem,
+(0.15 s to 0.4 s measured here), while the other cases waited. `DiskBatch` hands the records of a
+burst to threads (`FLUSH_THREADS` at a time: 8 to 21 ms for a hundred here, 15 to 48 ms eight at a
+time), each of which writes one record to a temp file beside its path, flushes it and only then gives
+it its name: the event loop makes no file at all (creating a file costs more than writing it on this
+disk: a scan of the inodes freed in the last 30 s, see docs/benchmarks.md), so the other cases' steps
+go on meanwhile. So the guarantee is `files.write_atomic`'s: when a write returns, the file is whole
+and durable under its name; a crash before leaves the old file. Writes that arrive while a flush is
+under way go in the next one. (`syncfs`, one flush of the whole filesystem,
 was as fast on a quiet disk but also flushes what other processes wrote: up to 0.1 s per burst on
 this shared machine.)
 """
@@ -17,22 +19,34 @@ this shared machine.)
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.core.files import fsync_file, temp_beside
+from service.core.files import write_atomic
 
 FLUSH_THREADS = 32
 
 
 @dataclass(frozen=True)
 class _Write:
-    tmp: str
     path: Path
+    data: bytes
     done: asyncio.Future[None]
+
+
+def _land(write: _Write) -> OSError | None:
+    """Write one record whole and durably under its name (in a flush thread); the error, if it failed
+    (no temp file is left then)."""
+    try:
+        write_atomic(write.path, write.data)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _land_in_order(writes: list[_Write]) -> dict[int, OSError | None]:
+    return {id(write): _land(write) for write in writes}
 
 
 class DiskBatch:
@@ -45,17 +59,21 @@ class DiskBatch:
         self.flushes = 0
         """Flushes made so far (each of one batch of writes)."""
 
-    def _flush(self, temps: list[str]) -> None:
-        """Make the temp files durable, several in parallel (run in a thread of its own)."""
-        if len(temps) == 1:
-            fsync_file(temps[0])
-        else:
-            list(self._threads.map(fsync_file, temps))
+    def _flush(self, batch: list[_Write]) -> dict[int, OSError | None]:
+        """Land the writes, several in parallel (run in a thread of its own); by write (its `id`), the
+        error if it failed. Writes to one path land one after the other, in their order."""
+        by_path: dict[Path, list[_Write]] = {}
+        for write in batch:
+            by_path.setdefault(write.path, []).append(write)
+        errors: dict[int, OSError | None] = {}
+        for landed in self._threads.map(_land_in_order, by_path.values()):
+            errors.update(landed)
+        return errors
 
     async def write(self, path: Path, data: bytes) -> None:
         """Write `data` to `path` atomically and durably. The write lands even if the caller is cancelled
         meanwhile (as a synchronous write would have): the cancellation goes on once it has."""
-        write = _Write(temp_beside(path, data), path, asyncio.get_running_loop().create_future())
+        write = _Write(path, data, asyncio.get_running_loop().create_future())
         self._queued.append(write)
         if self._flushing is None:
             self._flushing = asyncio.create_task(self._flush_queued())
@@ -75,33 +93,24 @@ class DiskBatch:
             while self._queued:
                 batch, self._queued = self._queued, []
                 self.flushes += 1
+                if len(batch) == 1:  # straight to a flush thread (one thread hop, not two)
+                    landing = asyncio.get_running_loop().run_in_executor(self._threads, _land_in_order, batch)
+                else:
+                    landing = asyncio.ensure_future(asyncio.to_thread(self._flush, batch))
                 try:
-                    await asyncio.shield(asyncio.to_thread(self._flush, [w.tmp for w in batch]))
-                except asyncio.CancelledError:
-                    _fail(batch, None)
+                    errors = await asyncio.shield(landing)
+                except asyncio.CancelledError:  # the loop is closing: the threads end the batch anyway
+                    for write in batch:
+                        if not write.done.done():
+                            write.done.cancel()
                     raise
-                except OSError as exc:
-                    _fail(batch, exc)
-                    continue
                 for write in batch:
-                    try:
-                        os.replace(write.tmp, write.path)
-                    except OSError as exc:
-                        _fail([write], exc)
-                    else:
+                    error = errors[id(write)]
+                    if write.done.done():
+                        continue
+                    if error is None:
                         write.done.set_result(None)
+                    else:
+                        write.done.set_exception(error)
         finally:
             self._flushing = None
-
-
-def _fail(writes: list[_Write], exc: OSError | None) -> None:
-    """Drop the temp files of writes that did not land; their callers get `exc` (None: cancelled)."""
-    for write in writes:
-        with contextlib.suppress(OSError):
-            os.unlink(write.tmp)
-        if write.done.done():
-            continue
-        if exc is None:
-            write.done.cancel()
-        else:
-            write.done.set_exception(exc)

@@ -1,5 +1,6 @@
-"""Emitting events: one line in the tuning's `events.jsonl`, one entry in the Redis stream, and the
-live counters the event moves, in one round trip (one script call). Every event goes through
+"""Emitting events: one line in the tuning's `events.jsonl` (the lines of one loop turn in one write),
+one entry in the Redis stream, and the live counters the event moves, in one round trip (one script
+call, sent with the process's other calls of the turn). Every event goes through
 `EventSink`, which refuses a kind that is not in the contract (`service.core.models.events.EventKind`)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from redis.asyncio import Redis
 from service.core import keys
 from service.core.batch import RedisBatch
 from service.core.errors import UnknownEventKindError
+from service.core.line_batch import LineBatch
 from service.core.models.events import CASE_ENDS, Event, EventKind
 from service.core.store import Store, TuningStore
 from service.evals.counters import eval_counter_moves
@@ -109,6 +111,7 @@ class EventSink:
         self._events_max = events_max
         self._worker = worker
         self._emit = redis.register_script(EMIT)
+        self._lines = LineBatch()
         self._tunings: dict[str, TuningStore] = {}
 
     def _tuning(self, name: str) -> TuningStore:
@@ -134,8 +137,8 @@ class EventSink:
             at=datetime.now(UTC), kind=kind, tuning=tuning or "", worker=self._worker, data=data, **fields
         )
         line = event.model_dump_json(exclude_defaults=True)
-        if tuning:
-            self._tuning(tuning).append_events([line])
+        if tuning:  # with the other lines of this loop turn (service.core.line_batch)
+            await self._lines.append(self._tuning(tuning).events_file, line)
         tuning = tuning or keys.GOALS_SCOPE
         action, job_id, state = "", "", ""
         if running is not None:

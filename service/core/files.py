@@ -54,14 +54,6 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
 
 
-def temp_beside(path: Path, data: bytes) -> str:
-    """The first half of `write_atomic(path, data)`, without its flush: `data` in a new temp file beside
-    `path` (its folder made when missing); the temp file's name (`os.replace` it onto `path` once it is
-    flushed: service.core.disk_batch)."""
-    fd, tmp = _create_temp(path)
-    return _fill_temp(fd, tmp, data)
-
-
 def write_temp(folder: Path, name: str, data: bytes) -> str:
     """The first half of an atomic write, without its fsync: `data` in a new temp file `.<name>...tmp`
     in `folder`, which must exist; the temp file's name. `publish_temps` ends several such writes at once."""
