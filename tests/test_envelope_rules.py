@@ -29,7 +29,11 @@ PASS = {"verdict": "pass", "done": True, "rubric": {"correct": 1.0, "brief": 1.0
 REVIEW = {"decision": "complete", "complete": True, "summary": "done", "rationale": "T1 is done"}
 TODO = "- [ ] T1: do the one task\n"
 
-pytestmark = pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+EVERY_KIND = pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+STARTS_AGAIN = [k for k in KINDS if k.name != "eval_item"]
+"""The kinds whose job starts a step after another: an eval item has one run, after which nothing of it
+starts, so a hold on its tuning's budget holds the items that start after the spend instead
+(tests/test_eval_fleet.py, the tuning's budget)."""
 
 
 def llm(server: FakeOpenAI) -> dict[str, Any]:
@@ -85,6 +89,7 @@ async def wait_held(fleet: Fleet) -> Hold:
     return held
 
 
+@EVERY_KIND
 async def test_a_refused_key_holds_the_tuning_until_resume(fleet: Fleet, tmp_path: Path, kind: Kind) -> None:
     """A 401 fails nothing: the job's tuning is held (kind auth, the key not in the reason), the job is
     handed back and its provider asked nothing more until `resume`; then the job completes."""
@@ -113,6 +118,7 @@ async def test_a_refused_key_holds_the_tuning_until_resume(fleet: Fleet, tmp_pat
     assert kind.marks(fleet) == [] and tries(fleet, kind) == 1
 
 
+@EVERY_KIND
 async def test_a_provider_outage_hands_the_job_back_without_spending_a_try(
     fleet: Fleet, tmp_path: Path, kind: Kind
 ) -> None:
@@ -137,6 +143,7 @@ async def test_a_provider_outage_hands_the_job_back_without_spending_a_try(
     assert kind.marks(fleet) == [] and tries(fleet, kind) == 1
 
 
+@EVERY_KIND
 async def test_a_job_at_its_budget_ends_before_its_next_step(
     fleet: Fleet, tmp_path: Path, kind: Kind
 ) -> None:
@@ -162,16 +169,12 @@ def _unfinished(kind: Kind) -> dict[str, Any]:
     return {"complete_at": 9} if kind.name == "goal" else {"rules": ["c1-a"]}
 
 
+@pytest.mark.parametrize("kind", STARTS_AGAIN, ids=[k.name for k in STARTS_AGAIN])
 async def test_a_tuning_at_its_budget_holds_the_job_until_resumed(
     fleet: Fleet, tmp_path: Path, kind: Kind
 ) -> None:
     """A job whose tuning spent its budget (`tuning_max_tokens`, counted from the job's own events) waits at
     its next start, held; `tunefleet resume TUNING` releases it and it completes."""
-    if kind.name == "eval_item":
-        pytest.skip(
-            "an eval item has one run, after which nothing of it starts: its tuning's budget holds the "
-            "items that start after the spend (tests/test_eval_fleet.py, the tuning's budget)"
-        )
     await kind.start(fleet, tmp_path, tokens=1000, config={"budget": {"tuning_max_tokens": 1500}})
     fleet.start_worker()
     held = await wait_held(fleet)
@@ -183,6 +186,7 @@ async def test_a_tuning_at_its_budget_holds_the_job_until_resumed(
     assert done.state == "completed", done.reason
 
 
+@EVERY_KIND
 async def test_a_paused_fleet_holds_the_job_until_resume(fleet: Fleet, tmp_path: Path, kind: Kind) -> None:
     """With the fleet paused, a job taken by a worker starts no agent and says it waits; `resume` lets it
     go on to completion."""
@@ -199,6 +203,7 @@ async def test_a_paused_fleet_holds_the_job_until_resume(fleet: Fleet, tmp_path:
     assert done.state == "completed", done.reason
 
 
+@EVERY_KIND
 async def test_an_open_breaker_holds_the_job_and_marks_nothing(
     fleet: Fleet, tmp_path: Path, kind: Kind
 ) -> None:
@@ -217,6 +222,7 @@ async def test_an_open_breaker_holds_the_job_and_marks_nothing(
     assert kind.marks(fleet) == [] and tries(fleet, kind) == 1
 
 
+@EVERY_KIND
 async def test_sigterm_hands_the_job_back_and_another_worker_ends_it(
     fleet: Fleet, tmp_path: Path, kind: Kind
 ) -> None:
@@ -234,6 +240,7 @@ async def test_sigterm_hands_the_job_back_and_another_worker_ends_it(
     assert events(fleet, "lease_lost") == [] and kind.marks(fleet) == []
 
 
+@EVERY_KIND
 async def test_a_job_that_keeps_killing_its_worker_ends_failed_as_poison(
     fleet: Fleet, tmp_path: Path, kind: Kind
 ) -> None:
@@ -254,6 +261,7 @@ async def test_a_job_that_keeps_killing_its_worker_ends_failed_as_poison(
     assert done.reason == f"poison: the {kind.name} lost its lease 2 times"
 
 
+@EVERY_KIND
 @pytest.mark.parametrize("way", ["cancel", "outage"])
 async def test_what_a_step_cut_short_was_billed_is_in_the_jobs_totals(
     fleet: Fleet, tmp_path: Path, kind: Kind, way: str
