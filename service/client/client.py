@@ -233,10 +233,10 @@ class TunefleetClient:
         """Validate every case file at `path` first; refuse the bad ones by name and enqueue the rest
         (`rerun_failed`: see submit_many)."""
         self.tuning_store(tuning)
-        report = SubmitReport()
         # Parsing thousands of YAML files takes seconds: off the event loop, so that what shares the loop
         # (the daemon's lease renewal, its API) keeps its beat while a big folder is read.
-        cases = await asyncio.to_thread(read_case_files, path, self.settings.case_max_bytes, report.refused)
+        cases, refused = await asyncio.to_thread(read_case_files, path, self.settings.case_max_bytes)
+        report = SubmitReport(refused=refused)
         held = held_out_ids(self.tuning_store(tuning))
         report.held_out = [f"{case.id}@{case.rev}" for case in cases if case.id in held]
         cases = [case for case in cases if case.id not in held]

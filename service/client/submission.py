@@ -90,11 +90,12 @@ async def write_cases(
     return [result for result, _ in begun]
 
 
-def read_case_files(path: Path, limit_bytes: int, refused: list[Refusal]) -> list[Case]:
-    """Every case file at `path` that loads; the others (too big, or not a valid case) go to `refused`."""
+def read_case_files(path: Path, limit_bytes: int) -> tuple[list[Case], list[Refusal]]:
+    """The case files at `path` that load, and the refusal of each other one (too big, not a valid case)."""
     from service.core.cases import case_files, load_case  # YAML: only when submitting files
 
     cases: list[Case] = []
+    refused: list[Refusal] = []
     for file in case_files(path):
         size = file.stat().st_size
         if size > limit_bytes:
@@ -105,4 +106,4 @@ def read_case_files(path: Path, limit_bytes: int, refused: list[Refusal]) -> lis
             cases.append(load_case(file))
         except CaseFileError as exc:
             refused.append(Refusal(file=str(file), error=str(exc)))
-    return cases
+    return cases, refused
