@@ -77,6 +77,14 @@ async def ran(fleet: Fleet, app: Starlette, tmp_path: Path) -> Fleet:
     fleet.start_worker(concurrency=3)
     fleet.start_worker(concurrency=3)
     await fleet.wait_finished(len(CASES))
+    async with fleet.client() as client:  # one worker may end every case before the other announces itself
+
+        async def announced() -> int:
+            return len((await client.status()).workers)
+
+        async with asyncio.timeout(30):  # the second worker's presence, within its first heartbeats
+            while await announced() < 2:
+                await asyncio.sleep(0.05)
     finishes = sum(e["kind"] == "step_finished" for e in fleet.events())
     registry = metrics_of(app).registry
     await wait_until(
