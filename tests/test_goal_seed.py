@@ -70,7 +70,8 @@ async def test_a_cancel_of_a_running_goal_is_durable_before_its_worker_acts(
 ) -> None:
     """With its worker frozen mid-step, a cancel is in GOAL_STATE.json when `cancel` returns; Redis
     emptied, the daemon restarted and the frozen worker killed, the next worker ends the goal
-    `cancelled` instead of working on (the step would otherwise run into the iteration timeout)."""
+    `cancelled` instead of working on (the step would otherwise run into the iteration timeout), naming
+    the step the goal was at."""
     tuning = write_tuning(tmp_path / "t", [])
     daemon = fleet.start_daemon(tuning)
     await wait_until(lambda: redis_server.exists("tf:epoch"), 30, "the daemon")
@@ -89,6 +90,7 @@ async def test_a_cancel_of_a_running_goal_is_durable_before_its_worker_acts(
     fleet.start_worker()
     state = await wait_goal_ended(fleet, timeout_s=60)
     assert state.completion is not None and state.status == "cancelled", state.completion
+    assert state.completion.reason == "cancelled by the user during the work step"  # not "before it started"
     assert state.cancel is None and not _started(fleet, "review")
 
 

@@ -135,7 +135,7 @@ async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
     settings = run.settings
     try:
         if grant.cancelled or run.cancel_requested:
-            return await kind.end(run, "cancelled", "cancelled before it started")
+            return await _cancelled_at_claim(kind, run)
         if grant.lost >= settings.max_lease_losses:
             return await kind.end(run, "failed", f"poison: the {kind.noun} lost its lease {grant.lost} times")
         async with watched(run.lease.heartbeat()):
@@ -181,6 +181,14 @@ async def _cancelled(kind: JobKind[J, R], run: R) -> JobResult:
     return await kind.end(
         run, "cancelled", f"cancelled by the user{f' during the {step} step' if step else ''}"
     )
+
+
+async def _cancelled_at_claim(kind: JobKind[J, R], run: R) -> JobResult:
+    """A job its claim finds cancelled: before it started, or (handed back mid-step by a holder the
+    cancel reached too late) during the step it was at."""
+    if run.step_under_way is not None:
+        return await _cancelled(kind, run)
+    return await kind.end(run, "cancelled", "cancelled before it started")
 
 
 async def _let_go(run: JobRun) -> None:

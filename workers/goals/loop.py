@@ -27,10 +27,9 @@ from service.core.models.records import Usage
 from service.core.models.status import Hold, WaitCause
 from workers.errors import OverBudget
 from workers.goals import steps
-from workers.goals.run import GoalRun
+from workers.goals.run import STEP_OF, GoalRun
 from workers.goals.work import work
 
-STEP_OF: dict[str, GoalStep] = {"planning": "plan", "working": "work", "reviewing": "review"}
 STEPS: dict[GoalStep, Callable[[GoalRun, IterationState], Awaitable[None]]] = {
     "plan": steps.plan,
     "work": work,

@@ -22,6 +22,9 @@ from workers.lease import CaseLease
 from workers.runtime import WorkerRuntime
 from workers.tuning import TuningRuntime
 
+STEP_OF: dict[str, GoalStep] = {"planning": "plan", "working": "work", "reviewing": "review"}
+"""The step an iteration in this status is at (or, after a hand-back, was at)."""
+
 
 class GoalRun(JobRun):
     """One goal being pursued by this worker under one lease."""
@@ -68,7 +71,12 @@ class GoalRun(JobRun):
 
     @property
     def step_under_way(self) -> str | None:
-        return self.step
+        """The step running now; before this holder starts one, the step the goal's current iteration
+        was at under the previous holder (None for a goal that never began a step)."""
+        if self.step is not None:
+            return self.step
+        current = self.state.current()
+        return STEP_OF.get(current.status) if current is not None else None
 
     def agent_for(self, step: GoalStep) -> GoalAgent:
         return self.worker_agent if step == "work" else self.planner
