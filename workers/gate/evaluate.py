@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from datetime import UTC, datetime
 
 import structlog
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from service.core import keys
 from service.core.errors import TunefleetError
 from service.core.files import append_line
 from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.records import Phase, Spend, Usage
+from service.evals.counters import OUTCOMES
 from service.evals.fleet import Evals
 from service.evals.models import EvalCaseRef, EvalSpec, ItemResult, Purpose
 from service.gate.cases import choose
@@ -33,7 +37,9 @@ from workers.spend import LEDGER_FILE, ledger
 log = structlog.get_logger()
 
 POLL_S = 0.2
-"""How often a case waiting for its gate looks at the gate's items' outcomes."""
+"""How often a case waiting for its gate looks at the gate's ended-item counters."""
+RESCAN_S = 5.0
+"""The longest a waiting gate goes without walking its items' folders, whatever the counters say."""
 
 
 def _digest(*parts: str) -> str:
@@ -56,14 +62,26 @@ def _spec(
     )
 
 
-async def _outcomes(evals: Evals, spec: EvalSpec) -> dict[tuple[str, int], ItemResult]:
-    """Every item's outcome, once each item has one (the case's lease heartbeats meanwhile)."""
+async def _outcomes(redis: Redis, evals: Evals, spec: EvalSpec) -> dict[tuple[str, int], ItemResult]:
+    """Every item's outcome, once each item has one (the case's lease heartbeats meanwhile).
+
+    A poll is one HMGET of the evaluation's ended-item counters; the items' folders are walked (off the
+    event loop) only when those moved, or RESCAN_S after the last walk should the counters have missed
+    an end (Redis lost and restored, say): a gate waiting on many items costs its worker no disk walk
+    per poll."""
     found = evals.folder.eval(spec.id)
     wanted = [(case.id, k) for case, k in spec.items()]
+    fields = [f"eval:{spec.id}:{outcome}" for outcome in OUTCOMES]
+    seen: int | None = None
+    walked_s = float("-inf")
     while True:
-        outcomes = found.scan().outcomes
-        if all(item in outcomes for item in wanted):
-            return outcomes
+        counts = await redis.hmget(keys.stats(spec.tuning), fields)  # type: ignore[misc]
+        ended = sum(int(count or 0) for count in counts)
+        if ended != seen or time.monotonic() - walked_s >= RESCAN_S:
+            seen, walked_s = ended, time.monotonic()
+            outcomes = (await asyncio.to_thread(found.scan)).outcomes
+            if all(item in outcomes for item in wanted):
+                return outcomes
         await asyncio.sleep(POLL_S)
 
 
@@ -111,8 +129,8 @@ async def gate_candidate(cr: CaseRun, phase: Phase, attempt: int, candidate: Can
     cr.at("apply", phase, attempt, waiting="gate")
     try:
         with cr.runtime.lend_slot(cr.job_id):
-            outcomes = await _outcomes(evals, spec)
-            base = await _outcomes(evals, base_spec) if base_spec is not None else {}
+            outcomes = await _outcomes(cr.runtime.redis, evals, spec)
+            base = await _outcomes(cr.runtime.redis, evals, base_spec) if base_spec is not None else {}
     except asyncio.CancelledError:
         if cr.job_id in cr.controls.cancelling:  # the user's cancel (not a stopping worker's hand-back)
             await asyncio.shield(_abandon(cr, phase, attempt, candidate, evals, spec.id))
