@@ -91,7 +91,8 @@ async def test_sigterm_mid_step_hands_the_goal_back_and_another_worker_finishes_
     worker runs that step again (only that one) and completes the goal."""
     first = fleet.start_worker()
     await start_goal(fleet, write_goal(tmp_path / "goals", demo={"step_ms": 1500}))
-    await wait_until(lambda: _started(fleet, 1, "work"), 30, "the work step to start")
+    # the agent's own start (its step folder), not the step's event, which is written just before it
+    await wait_until(lambda: agent_starts(fleet).get((1, "work")) == 1, 30, "the work agent to start")
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=fleet.settings.stop_grace_s + 10) == 0
     fleet.start_worker()
