@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -36,11 +35,8 @@ from workers.adapters.base import (
     RunRequest,
 )
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
-from workers.adapters.llm.analyzer import LlmAnalyzer
-from workers.adapters.llm.applier import LlmApplier
+from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner, Providers
 from workers.adapters.llm.limits import PERMIT_LEASE_S, ProviderLimits
-from workers.adapters.llm.provider import Providers
-from workers.adapters.llm.runner import LlmRunner
 from workers.adapters.process import AgentHost
 
 KEY_ENV = "FAKE_OPENAI_KEY"
@@ -832,20 +828,3 @@ async def test_a_case_budget_stops_llm_steps_before_they_start(fleet: Fleet, tmp
     assert row.state == "difficult" and (row.reason or "").startswith("budget: spent 1100 tokens")
     assert [r.schema_name for r in server.requests] == ["feedback"]  # no apply was asked for
     assert row.tokens == 1100
-
-
-def test_a_worker_without_llm_roles_never_loads_the_sdk() -> None:
-    """The worker's modules load without the openai SDK (half a second of every worker's start); building
-    a `kind: llm` role through the factory is what loads it."""
-    probe = (
-        "import sys, workers.main\n"
-        "from service.core.models.tuning import LlmAdapter\n"
-        "from workers.adapters.factory import build_analyzer\n"
-        "from workers.adapters.process import AgentHost\n"
-        "before = 'openai' in sys.modules\n"
-        "build_analyzer(LlmAdapter(kind='llm', base_url='http://127.0.0.1:9/v1', model='m'), AgentHost())\n"
-        "print(before, 'openai' in sys.modules)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True"]

@@ -14,8 +14,7 @@ from tests.support.fleet import Fleet, write_tuning
 from tests.support.redis_server import RedisServer
 from tests.test_llm_adapters import analyze_request
 from tests.test_llm_grading import GOOD
-from workers.adapters.llm.analyzer import LlmAnalyzer
-from workers.adapters.llm.provider import Providers
+from workers.adapters.llm import LlmAnalyzer, Providers
 
 LLAMA_REFUSAL = (
     "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "

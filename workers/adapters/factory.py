@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from service.core.errors import ConfigError
 from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
@@ -19,11 +19,10 @@ from workers.adapters.demo import DemoAnalyzer, DemoApplier, DemoRunner
 from workers.adapters.goal_base import GoalAgent
 from workers.adapters.goal_command import CommandGoalAgent
 from workers.adapters.goal_demo import DemoGoalAgent
+from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner, Providers
+from workers.adapters.llm.goal import LlmGoalAgent
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
-
-if TYPE_CHECKING:
-    from workers.adapters.llm.provider import Providers
 
 AdapterConfig = DemoAdapter | CommandAdapter | LlmAdapter
 GoalRole = Literal["runner", "analyzer"]
@@ -57,43 +56,15 @@ class NoSandboxProber:
         return None
 
 
-# The `kind: llm` adapters are imported when one is built: they bring the openai SDK, which a worker
-# whose roles are all demo or command agents never loads (workers/adapters/llm/__init__.py).
-
-
-def _llm_runner(config: LlmAdapter, llm: Providers | None) -> Runner:
-    from workers.adapters.llm.runner import LlmRunner
-
-    return LlmRunner(config, llm)
-
-
-def _llm_analyzer(config: LlmAdapter, llm: Providers | None) -> Analyzer:
-    from workers.adapters.llm.analyzer import LlmAnalyzer
-
-    return LlmAnalyzer(config, llm)
-
-
-def _llm_applier(config: LlmAdapter, llm: Providers | None) -> Applier:
-    from workers.adapters.llm.applier import LlmApplier
-
-    return LlmApplier(config, llm)
-
-
-def _llm_goal_agent(config: LlmAdapter, llm: Providers | None) -> GoalAgent:
-    from workers.adapters.llm.goal import LlmGoalAgent
-
-    return LlmGoalAgent(config, llm)
-
-
-RUNNER = RoleAdapters[Runner](DemoRunner, CommandRunner, _llm_runner)
-ANALYZER = RoleAdapters[Analyzer](DemoAnalyzer, CommandAnalyzer, _llm_analyzer)
-APPLIER = RoleAdapters[Applier](DemoApplier, CommandApplier, _llm_applier)
+RUNNER = RoleAdapters[Runner](DemoRunner, CommandRunner, LlmRunner)
+ANALYZER = RoleAdapters[Analyzer](DemoAnalyzer, CommandAnalyzer, LlmAnalyzer)
+APPLIER = RoleAdapters[Applier](DemoApplier, CommandApplier, LlmApplier)
 GOAL_ROLES: dict[GoalRole, RoleAdapters[GoalAgent]] = {
     "runner": RoleAdapters[GoalAgent](
-        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "runner"), _llm_goal_agent
+        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "runner"), LlmGoalAgent
     ),
     "analyzer": RoleAdapters[GoalAgent](
-        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "analyzer"), _llm_goal_agent
+        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "analyzer"), LlmGoalAgent
     ),
 }
 """The goal roles: the runner's agent works a TODO; the analyzer's plans and reviews."""

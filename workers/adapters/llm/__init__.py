@@ -14,7 +14,11 @@
     edits      EditPlan: the edits an applier answers, made all or none inside the worktree
     applier    LlmApplier: EditPlan JSON, one repair round
     runner     LlmRunner: a single-prompt agent, its plain-text answer
-
-Nothing is imported here: the `openai` SDK (about half a second at import) is loaded when a worker first
-makes a provider or builds a `kind: llm` role (workers.adapters.factory), never by a worker that has none.
 """
+
+from workers.adapters.llm.analyzer import LlmAnalyzer
+from workers.adapters.llm.applier import LlmApplier
+from workers.adapters.llm.provider import Providers
+from workers.adapters.llm.runner import LlmRunner
+
+__all__ = ["LlmAnalyzer", "LlmApplier", "LlmRunner", "Providers"]

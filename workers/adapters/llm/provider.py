@@ -19,8 +19,8 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING
 
+import openai
 import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -30,13 +30,9 @@ from service.core.errors import ConfigError
 from service.core.lua import NOW
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.llm.errors import MissingApiKey
+from workers.adapters.llm.formats import FormatMemory
 from workers.adapters.llm.limits import ProviderLimits
-
-if TYPE_CHECKING:
-    import openai
-
-    from workers.adapters.llm.formats import FormatMemory
-    from workers.adapters.llm.tokens import Estimator
+from workers.adapters.llm.tokens import Estimator
 
 log = structlog.get_logger()
 
@@ -74,14 +70,10 @@ class Provider:
     """One provider as this worker sees it (see the module's docstring)."""
 
     def __init__(self, base_url: str, model: str, redis: Redis | None) -> None:
-        # the SDK with them: only once a worker has a provider (see the package's docstring)
-        from workers.adapters.llm.formats import FormatMemory
-        from workers.adapters.llm.tokens import Estimator
-
         self.id = keys.llm_provider(base_url, model)
         self.base_url = base_url
-        self.formats: FormatMemory = FormatMemory(self.id, redis)
-        self.estimator: Estimator = Estimator(base_url, model)
+        self.formats = FormatMemory(self.id, redis)
+        self.estimator = Estimator(base_url, model)
         self.max_tokens_param = "max_tokens"
         """How `max_output_tokens` is sent: `max_tokens`, which every server knows, until the server
         refuses it (OpenAI's reasoning models): then `max_completion_tokens`, for the worker's life."""
@@ -109,8 +101,6 @@ class Provider:
         if held is None or held[1] != key:
             if held is not None:
                 log.info("llm_client_key_changed", provider=self.id, variable=name)
-            import openai  # loaded with the first provider's first client, not at the worker's start
-
             sdk = openai.AsyncOpenAI(
                 api_key=key, base_url=self.base_url, timeout=config.timeout_s, max_retries=0
             )
