@@ -274,9 +274,9 @@ async def test_the_lease_is_renewed_while_a_long_start_registers(
 ) -> None:
     """A start that registers more cases than fit in one `daemon_lease_s` keeps the lease all along: from
     its first registration to the last case queued, `tf:daemon` names this daemon at every look."""
-    count = 2500
+    count = 5000
     tuning = write_tuning(tmp_path / "big", [case(f"c{i:04d}") for i in range(count)], name="big")
-    lease_s = 0.5
+    lease_s = 1.0
     env = cli_env(settings, TUNEFLEET_API_PORT="0", TUNEFLEET_DAEMON_LEASE_S=str(lease_s))
     daemon = start_daemon(env, tuning)
     holders: list[int | None] = []
