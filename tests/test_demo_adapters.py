@@ -13,7 +13,8 @@ from service.core.models.records import ApplyOutput, Feedback, Phase, RunRecord
 from service.core.models.tuning import CommandAdapter, DemoAdapter, StepLatency
 from workers.adapters.base import AnalyzeRequest, ApplyRequest, RunOutcome, RunRequest
 from workers.adapters.command import CommandRunner
-from workers.adapters.demo import INJECTED_FAULT, DemoAnalyzer, DemoApplier, DemoRunner
+from workers.adapters.demo import INJECTED_FAULT, DemoRunner
+from workers.adapters.demo_meta import DemoAnalyzer, DemoApplier
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber

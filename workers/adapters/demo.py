@@ -1,7 +1,7 @@
-"""The built-in demo runner, analyzer and applier: in-process and seeded, so the loop, the tests and
-the demo run for real without a model. They hand back the same JSON a command agent writes (the
-steps validate it against the same schema), write the run's memory and a log, and edit a real
-worktree, but make no input or output files: nothing reads them.
+"""The built-in demo agents' common part and the demo runner: in-process and seeded, so the loop, the
+tests and the demo run for real without a model. They hand back the same JSON a command agent writes
+(the steps validate it against the same schema), write the run's memory and a log, and (the applier,
+workers.adapters.demo_meta) edit a real worktree, but make no input or output files: nothing reads them.
 
 The system's prose holds a rule when one of its files has a line `- rule: <slug>`; a skill is a
 file `skills/<name>.md`. A case's demo knobs (workers.adapters.demo_knobs) say which rules it needs
@@ -20,19 +20,9 @@ from pathlib import Path
 import structlog
 
 from service.core.files import append_line
-from service.core.models.case import SLUG_RE
-from service.core.models.records import ApplyOutput, Feedback, Improvement, RunOutput, Usage
+from service.core.models.records import RunOutput, Usage
 from service.core.models.tuning import DemoAdapter
-from workers.adapters.base import (
-    AnalyzeOutcome,
-    AnalyzeRequest,
-    ApplyOutcome,
-    ApplyRequest,
-    RunOutcome,
-    RunRequest,
-    StepExit,
-    StepRequest,
-)
+from workers.adapters.base import RunOutcome, RunRequest, StepRequest
 from workers.adapters.demo_knobs import DemoKnobs, read_knobs
 
 log = structlog.get_logger()
@@ -62,11 +52,11 @@ def system_skills(system_dir: Path) -> list[str]:
     return sorted(path.stem for path in (system_dir / "skills").glob("*.md") if path.is_file())
 
 
-def _elapsed_ms(started: float) -> int:
+def elapsed_ms(started: float) -> int:
     return max(0, int((time.monotonic() - started) * 1000))
 
 
-class _StepLog:
+class StepLog:
     """A step's log lines, as an agent's output would be, appended to its log file in one write."""
 
     def __init__(self, log_file: Path, step: str) -> None:
@@ -83,7 +73,7 @@ class _StepLog:
             self._lines.clear()
 
 
-class _DemoStep:
+class DemoStep:
     VIEWS_KEPT = 64
 
     def __init__(self, config: DemoAdapter) -> None:
@@ -122,7 +112,7 @@ def knobs_of(request: StepRequest) -> DemoKnobs:
     return read_knobs(DemoKnobs, request.demo, f"case {request.case_id}")
 
 
-def _maybe_kill_worker(request: RunRequest, knobs: DemoKnobs, log: _StepLog) -> None:
+def _maybe_kill_worker(request: RunRequest, knobs: DemoKnobs, log: StepLog) -> None:
     """The `kills_worker` fault: the run takes its whole worker process down (SIGKILL), as a poison case
     does. Marker files in the case's folder (the attempt folder's grandparent, `r<rev>/`) count how
     often it already did, across processes, attempts and runs set aside: the knob is per case."""
@@ -137,17 +127,17 @@ def _maybe_kill_worker(request: RunRequest, knobs: DemoKnobs, log: _StepLog) -> 
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class DemoRunner(_DemoStep):
+class DemoRunner(DemoStep):
     """Passes when the prose holds all the case's rules (and, in phase mem, memory helps)."""
 
     async def run(self, request: RunRequest) -> RunOutcome:
-        log = _StepLog(request.log_file, "run")
+        log = StepLog(request.log_file, "run")
         try:
             return await self._run(request, log)
         finally:
             log.flush()
 
-    async def _run(self, request: RunRequest, log: _StepLog) -> RunOutcome:
+    async def _run(self, request: RunRequest, log: StepLog) -> RunOutcome:
         started = time.monotonic()
         outage = self._config.outage_file
         if outage is not None and outage.exists():
@@ -164,16 +154,16 @@ class DemoRunner(_DemoStep):
         if request.run_index <= kills:
             log.say("Killed")
             return RunOutcome(
-                exit_code=137, duration_ms=_elapsed_ms(started), void="killed for memory (exit 137)"
+                exit_code=137, duration_ms=elapsed_ms(started), void="killed for memory (exit 137)"
             )
         if request.run_index <= kills + knobs.voids.get(key, 0) or random_void:
             log.say("error: the tool server went away")
             output = RunOutput(error=INJECTED_FAULT, usage=self._usage(knobs))
         else:
             output = self._attempt(request, knobs, rng, log)
-        return RunOutcome(exit_code=0, duration_ms=_elapsed_ms(started), output=output)
+        return RunOutcome(exit_code=0, duration_ms=elapsed_ms(started), output=output)
 
-    def _attempt(self, request: RunRequest, knobs: DemoKnobs, rng: random.Random, log: _StepLog) -> RunOutput:
+    def _attempt(self, request: RunRequest, knobs: DemoKnobs, rng: random.Random, log: StepLog) -> RunOutput:
         present, skills = self._version_view(request.version, request.system_dir)
         missing = [rule for rule in knobs.rules if rule not in present]
         clashing = [rule for rule in knobs.forbids if rule in present]
@@ -198,127 +188,3 @@ class DemoRunner(_DemoStep):
         return RunOutput(
             answer=answer, turns=rng.randint(2, 9), skills_loaded=skills, usage=self._usage(knobs)
         )
-
-
-class DemoAnalyzer(_DemoStep):
-    """Grades a demo run: void for injected faults, dataset findings for a flawed case, else prose."""
-
-    trusted = True
-
-    async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
-        started = time.monotonic()
-        knobs = knobs_of(request)
-        await self._pause(knobs, self._config.latency.analyze_ms, self._rng(request, "analyze"))
-        feedback = self._grade(request, knobs)
-        none = "(none)\n"
-        scores = "".join(f"- {item}: {score:.1f}\n" for item, score in feedback.rubric.items()) or none
-        changes = "".join(f"- ({imp.target}) {imp.lead}\n" for imp in feedback.improvements) or none
-        rejected = "".join(
-            f"- {e.phase} try {e.attempt}: {e.rejected}\n" for e in request.earlier if e.rejected
-        )
-        report = (
-            f"# Analysis of {request.case.id}, {request.phase} try {request.attempt}\n\n"
-            f"Verdict: **{feedback.verdict}**\n\n{feedback.summary}\n\n"
-            f"## Scores\n\n{scores}\n## Improvements\n\n{changes}"
-            + (f"\n## Edits the gate rejected\n\n{rejected}" if rejected else "")
-        )
-        return AnalyzeOutcome(
-            exit=StepExit(exit_code=0, duration_ms=_elapsed_ms(started)),
-            feedback=feedback.model_dump_json(indent=2).encode(),
-            analysis=report.encode(),
-            source="the demo analyzer's feedback",
-        )
-
-    def _grade(self, request: AnalyzeRequest, knobs: DemoKnobs) -> Feedback:
-        run, ids = request.run, request.case.rubric_ids
-        usage = self._usage(knobs)
-        error = run.output.error or ""
-        if run.void or error.startswith("demo: injected"):
-            infra = run.void or error
-            return Feedback(verdict="void", done=False, infra=infra, summary=f"void: {infra}", usage=usage)
-        failing = {item: (0.0 if index == 0 else 1.0) for index, item in enumerate(ids)}
-        if knobs.flawed:
-            change = f"Rubric item {ids[0]} contradicts the input\nNo answer can satisfy both; fix the case."
-            finding = Improvement(target="dataset", change=change)
-            return Feedback(
-                verdict="fail",
-                done=False,
-                rubric=failing,
-                improvements=[finding],
-                summary="The case cannot be passed as written.",
-                usage=usage,
-            )
-        if run.output.answer == "pass":
-            rubric = dict.fromkeys(ids, 1.0)
-            return Feedback(
-                verdict="pass", done=True, rubric=rubric, summary="Every item is met.", usage=usage
-            )
-        if knobs.structural:
-            change = "Split the instructions into a planning part and an execution part\nThe rules conflict."
-            improvements = [Improvement(target="prose", change=change)]
-            summary = "The instructions need restructuring."
-        else:
-            present, _ = self._version_view(run.version, request.system_dir)
-            improvements = [
-                Improvement(target="prose", change=f"{ADD_RULE_LEAD}{rule}\nThe prose never states `{rule}`.")
-                for rule in knobs.rules
-                if rule not in present
-            ]
-            summary = f"The run answered: {run.output.answer or '(nothing)'}"
-        return Feedback(
-            verdict="fail",
-            done=False,
-            rubric=failing,
-            improvements=improvements,
-            summary=summary,
-            usage=usage,
-        )
-
-
-class DemoApplier(_DemoStep):
-    """Adds the rules that `add rule <slug>` improvements ask for, a few per apply, each with a skill."""
-
-    async def apply(self, request: ApplyRequest) -> ApplyOutcome:
-        started = time.monotonic()
-        knobs = knobs_of(request)
-        await self._pause(knobs, self._config.latency.apply_ms, self._rng(request, "apply"))
-        if knobs.structural:
-            output = ApplyOutput(
-                structural="the instructions need a new section hierarchy (planning before execution)",
-                usage=self._usage(knobs),
-            )
-        else:
-            added = self._add_rules(request, knobs.rules_per_apply)
-            summary = f"added rules: {', '.join(added)}" if added else "nothing to add"
-            output = ApplyOutput(skills=added, summary=summary, usage=self._usage(knobs))
-        log = _StepLog(request.log_file, "apply")
-        log.say(output.structural or output.summary)
-        log.flush()
-        return ApplyOutcome(
-            exit=StepExit(exit_code=0, duration_ms=_elapsed_ms(started)),
-            output=output.model_dump_json(indent=2).encode(),
-            source="the demo applier's output",
-        )
-
-    def _add_rules(self, request: ApplyRequest, rules_per_apply: int) -> list[str]:
-        worktree = request.worktree_dir
-        present = system_rules(worktree)
-        wanted: list[str] = []
-        for improvement in request.feedback.prose():
-            slug = improvement.lead.removeprefix(ADD_RULE_LEAD).strip()
-            is_add = improvement.lead.startswith(ADD_RULE_LEAD) and SLUG_RE.match(slug) is not None
-            if is_add and slug not in present and slug not in wanted:
-                wanted.append(slug)
-        added = wanted[:rules_per_apply]
-        if not added:
-            return []
-        # One file per rule: two applies made at once on one version edit no file in common, so that the
-        # acceptance gate can re-apply one on top of the other (service.gate.repo.rebase).
-        (worktree / RULES_DIR).mkdir(exist_ok=True)
-        (worktree / "skills").mkdir(exist_ok=True)
-        for slug in added:
-            (worktree / RULES_DIR / f"{slug}.md").write_text(f"{RULE_PREFIX}{slug}\n", encoding="utf-8")
-            (worktree / "skills" / f"{slug}.md").write_text(
-                f"# Skill: {slug}\n\nApply rule {slug}.\n", encoding="utf-8"
-            )
-        return added

@@ -15,7 +15,8 @@ from service.core.errors import ConfigError
 from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner
-from workers.adapters.demo import DemoAnalyzer, DemoApplier, DemoRunner
+from workers.adapters.demo import DemoRunner
+from workers.adapters.demo_meta import DemoAnalyzer, DemoApplier
 from workers.adapters.goal_base import GoalAgent
 from workers.adapters.goal_command import CommandGoalAgent
 from workers.adapters.goal_demo import DemoGoalAgent
