@@ -68,8 +68,9 @@ class FleetWorker:
         self._finisher = Finisher(runtime.batch, settings.queue, runtime.name, KEEP_RESULT_S * 1000)
         self.tasks: dict[str, asyncio.Task[None]] = {}
         """Job id -> the task that runs it from its claim to its finish."""
-        self._slots: set[str] = set()
-        """The jobs that hold a slot: claimed, and their function not ended yet (a finish holds none)."""
+        self.slots = runtime.slots
+        """Held by each job from its claim until its function ends (a finish holds none); lent by a job
+        while it waits on the fleet (workers.slots)."""
         self.job_tasks: dict[str, asyncio.Task[Any]] = {}
         """Job id -> the job function's task: cancelling it stops the job (its function says how)."""
         self.allow_pick_jobs = True
@@ -82,7 +83,7 @@ class FleetWorker:
         """Set on the first SIGTERM/SIGINT: lets the running jobs hand themselves back, then stops."""
         self._stopped = asyncio.Event()
         runtime.outage.on_answer(self._wake.set)
-        runtime.on_slot_lent = self._wake.set
+        self.slots.on_free = self._wake.set
 
     async def run(self) -> None:
         """Poll and run jobs until stopped by a signal (or, with `burst`, until the queue is empty)."""
@@ -108,7 +109,7 @@ class FleetWorker:
         outage is logged once (workers.outage) and the polls back off until it ends."""
         self._wake.clear()
         self.polled_at_s = time.monotonic()
-        free = self.max_jobs - len(self._slots - self.runtime.lent_slots)
+        free = self.slots.free()
         if not self.allow_pick_jobs or free <= 0:
             return
         try:
@@ -127,7 +128,7 @@ class FleetWorker:
                 self.runtime.suspects[job.job_id] = job.level
             task = asyncio.create_task(self._run(job))
             self.tasks[job.job_id] = task
-            self._slots.add(job.job_id)
+            self.slots.hold(job.job_id)
             task.add_done_callback(functools.partial(self._ran, job.job_id))
 
     async def _pause(self) -> None:
@@ -147,12 +148,11 @@ class FleetWorker:
 
     def _free(self, job_id: str) -> None:
         """The job's slot is free (its function ended): the poll may fill it at once."""
-        self._slots.discard(job_id)
-        self._wake.set()
+        self.slots.release(job_id)
 
     def _ran(self, job_id: str, task: asyncio.Task[None]) -> None:
         self.tasks.pop(job_id, None)
-        self._slots.discard(job_id)
+        self.slots.release(job_id)
         self.runtime.suspects.pop(job_id, None)
         self._wake.set()
         if not task.cancelled() and task.exception() is not None:

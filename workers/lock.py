@@ -9,6 +9,7 @@ A pending-apply set lets run starts wait for applies under way (`wait_for_apply`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator
@@ -134,6 +135,26 @@ class ImprovementsLock:
         self.lease_ms = int(lease_s * 1000)
         self._poll_s = poll_s
         self._outage = outage or RedisOutage(backoff_max_s=lease_s / 3)
+        self._wakers: set[asyncio.Future[None]] = set()
+        """The waits of this process's jobs (for the lock, for the pending applies to end), woken early
+        when one of its own applies releases the lock or ends: another process's are seen at a poll."""
+
+    def _changed(self) -> None:
+        for waker in self._wakers:
+            if not waker.done():
+                waker.set_result(None)
+        self._wakers.clear()
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep `seconds`, or less if an apply of this process releases the lock or ends meanwhile."""
+        waker = asyncio.get_running_loop().create_future()
+        self._wakers.add(waker)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await waker
+        finally:
+            self._wakers.discard(waker)
 
     async def try_acquire(self, member: str = "") -> LockHold | None:
         """The lock for `member` (the applying job's id, kept beside the lock for status), if it is free."""
@@ -161,8 +182,10 @@ class ImprovementsLock:
                         yield hold
                 finally:
                     await asyncio.shield(self.release(hold))
+                    self._changed()
         finally:
             await asyncio.shield(self._mark_pending(member, 0))
+            self._changed()
 
     async def _keep_pending(self, member: str) -> None:
         interval_s = self.lease_ms / 3000
@@ -179,7 +202,7 @@ class ImprovementsLock:
             if hold is not None:
                 hold.wait_ms = int((time.monotonic() - began) * 1000)
                 return hold
-            await asyncio.sleep(self._poll_s * (0.5 + random.random()))
+            await self._nap(self._poll_s * (0.5 + random.random()))
 
     async def _mark_pending(self, member: str, ttl_ms: int) -> None:
         await self._mark([keys.lock_pending(self.tuning)], [member, ttl_ms])
@@ -197,6 +220,6 @@ class ImprovementsLock:
         began = loop.time()
         waiting = await self.pending()
         while waiting and loop.time() - began < max_wait_s:
-            await asyncio.sleep(poll_s)
+            await self._nap(min(poll_s, max_wait_s - (loop.time() - began)))
             waiting = await self.pending(waiting)
         return loop.time() - began

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import structlog
 from arq import Retry
@@ -23,6 +21,7 @@ from workers.breaker import Breaker, BreakerGate
 from workers.control import Controls
 from workers.lease import CaseLease, Grant
 from workers.outage import RedisOutage
+from workers.slots import Slots
 from workers.tuning import TuningRuntime
 
 log = structlog.get_logger()
@@ -57,11 +56,8 @@ class WorkerRuntime:
         self.suspects: dict[str, str] = {}
         """Job id -> suspicion level ('group' or 'isolate', workers.lease) of the suspects this process
         claimed and that have not cleared yet: the claim takes no suspect that would not fit beside them."""
-        self.lent_slots: set[str] = set()
-        """Jobs that lent their slot to others while they wait for them (an apply waiting for its gate's
-        items, workers.gate): the scheduler claims as if those slots were free."""
-        self.on_slot_lent: Callable[[], None] = lambda: None
-        """Wakes the scheduler's poll (set by workers.fleet_worker)."""
+        self.slots = Slots(settings.concurrency)
+        """The process's job slots, held by its jobs and lent while they wait on the fleet (workers.slots)."""
 
     def tuning(self, name: str) -> TuningRuntime:
         current = self._tunings.get(name)
@@ -104,18 +100,6 @@ class WorkerRuntime:
             self.suspects.pop(job_id, None)
         self.leases[job_id] = lease.token
         return lease, grant
-
-    @contextmanager
-    def lend_slot(self, job_id: str) -> Iterator[None]:
-        """While in this block the job's slot counts as free: jobs it waits for may run in it. Once the
-        block ends the job has its slot back; the worker may run one job over its `concurrency` until
-        another ends."""
-        self.lent_slots.add(job_id)
-        self.on_slot_lent()
-        try:
-            yield
-        finally:
-            self.lent_slots.discard(job_id)
 
     def _cleared(self, job_id: str) -> None:
         self.suspects.pop(job_id, None)

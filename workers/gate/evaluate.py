@@ -128,7 +128,7 @@ async def gate_candidate(cr: CaseRun, phase: Phase, attempt: int, candidate: Can
         )
     cr.at("apply", phase, attempt, waiting="gate")
     try:
-        with cr.runtime.lend_slot(cr.job_id):
+        with cr.runtime.slots.lent(cr.job_id):
             outcomes = await _outcomes(cr.runtime.redis, evals, spec)
             base = await _outcomes(cr.runtime.redis, evals, base_spec) if base_spec is not None else {}
     except asyncio.CancelledError:

@@ -1,0 +1,78 @@
+"""The waits on the improvements lock end when an apply of the same process ends, not at their next poll:
+with polls far apart (30 s here), the waits below would each take a whole poll without the wake."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from service.core.settings import FleetSettings
+from workers.lock import ImprovementsLock
+
+POLL_S = 30.0
+
+
+async def test_a_lock_waiter_gets_the_lock_as_soon_as_the_process_s_holder_releases_it(
+    settings: FleetSettings,
+) -> None:
+    """A second apply waiting for the lock is granted it when the first one of its process leaves the
+    lock, although its poll would only come 15 to 45 s later."""
+    redis = Redis.from_url(settings.redis_url)
+    lock = ImprovementsLock(redis, "t1", lease_s=60.0, poll_s=POLL_S)
+    first_holds = asyncio.Event()
+    let_go = asyncio.Event()
+
+    async def first() -> None:
+        async with lock.held("job-1"):
+            first_holds.set()
+            await let_go.wait()
+
+    async def second() -> int:
+        await first_holds.wait()
+        async with lock.held("job-2") as hold:
+            return hold.wait_ms
+
+    try:
+        first_task = asyncio.create_task(first())
+        second_task = asyncio.create_task(second())
+        await first_holds.wait()
+        while not lock._wakers:  # the second found the lock taken and sleeps until its next try
+            await asyncio.sleep(0.01)
+        let_go.set()
+        async with asyncio.timeout(POLL_S / 3):
+            await first_task
+            waited_ms = await second_task
+        assert waited_ms < POLL_S * 1000 / 3
+    finally:
+        await redis.aclose()
+
+
+async def test_a_run_start_waiting_for_the_applies_goes_on_as_soon_as_they_end(
+    settings: FleetSettings,
+) -> None:
+    """`wait_idle` (a run start under `wait_for_apply`) returns when the pending apply of its process
+    ends, not at its next poll."""
+    redis = Redis.from_url(settings.redis_url)
+    lock = ImprovementsLock(redis, "t1", lease_s=60.0)
+    holds = asyncio.Event()
+    let_go = asyncio.Event()
+
+    async def apply() -> None:
+        async with lock.held("job-1"):
+            holds.set()
+            await let_go.wait()
+
+    try:
+        task = asyncio.create_task(apply())
+        await holds.wait()
+        waiting = asyncio.create_task(lock.wait_idle(max_wait_s=10 * POLL_S, poll_s=POLL_S))
+        while not lock._wakers:  # the run start has read the pending applies and sleeps
+            await asyncio.sleep(0.01)
+        let_go.set()
+        async with asyncio.timeout(POLL_S / 3):
+            await task
+            waited_s = await waiting
+        assert waited_s < POLL_S / 3
+    finally:
+        await redis.aclose()

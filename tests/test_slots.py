@@ -1,0 +1,33 @@
+"""A worker's slot accounting (workers.slots): what the scheduler may claim into, and lending."""
+
+from __future__ import annotations
+
+from workers.slots import Slots
+
+
+def test_held_slots_are_not_free_until_their_job_ends() -> None:
+    """Each claimed job takes a slot until its function ends; a release wakes the scheduler."""
+    woken: list[int] = []
+    slots = Slots(2, on_free=lambda: woken.append(1))
+    slots.hold("a")
+    slots.hold("b")
+    assert slots.free() == 0
+    slots.release("a")
+    assert (slots.free(), len(woken)) == (1, 1)
+
+
+def test_a_lent_slot_counts_as_free_and_comes_back_at_the_block_s_end() -> None:
+    """While a job lends its slot the scheduler may claim into it (and is woken); afterwards the worker
+    may be one over its size until a job ends, and claims nothing meanwhile."""
+    woken: list[int] = []
+    slots = Slots(1, on_free=lambda: woken.append(1))
+    slots.hold("gating")
+    with slots.lent("gating"):
+        assert (slots.free(), len(woken)) == (1, 1)
+        slots.hold("gate-item")
+        assert slots.free() == 0
+    assert slots.free() == 0
+    slots.release("gate-item")
+    assert slots.free() == 0
+    slots.release("gating")
+    assert slots.free() == 1

@@ -1,0 +1,50 @@
+"""A worker's job slots (its `concurrency`): each job it runs holds one from its claim until its function
+ends. A job that waits on jobs the fleet runs for it (an apply waiting for its gate's items,
+workers.gate) lends its slot meanwhile, so that the scheduler claims those jobs into it.
+
+A lent slot is the job's again at once when its wait ends, even if that puts the worker one job over its
+`concurrency` until another job ends: what such a job does next (publish or reject its candidate) starts
+no agent. A run start that waits for the pending applies (`wait_for_apply`) does not lend its slot: it
+would take it back to start an agent, so it would have to wait for a slot then, behind jobs the worker
+claimed meanwhile and that other workers could have run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+class Slots:
+    """The slots of one worker process, by the jobs that hold or lend them."""
+
+    def __init__(self, size: int, on_free: Callable[[], None] = lambda: None) -> None:
+        self.size = size
+        self.on_free = on_free
+        """Called when a slot becomes free for a claim (set by the scheduler to wake its poll)."""
+        self._held: set[str] = set()
+        self._lent: set[str] = set()
+
+    def free(self) -> int:
+        """Slots the scheduler may claim jobs into now (lent ones count as free)."""
+        return max(0, self.size - len(self._held - self._lent))
+
+    def hold(self, job_id: str) -> None:
+        """A claimed job takes a slot."""
+        self._held.add(job_id)
+
+    def release(self, job_id: str) -> None:
+        """The job's function ended: its slot is free."""
+        self._held.discard(job_id)
+        self._lent.discard(job_id)
+        self.on_free()
+
+    @contextmanager
+    def lent(self, job_id: str) -> Iterator[None]:
+        """While in this block the job's slot counts as free; it is the job's again at the block's end."""
+        self._lent.add(job_id)
+        self.on_free()
+        try:
+            yield
+        finally:
+            self._lent.discard(job_id)
