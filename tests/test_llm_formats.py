@@ -4,6 +4,7 @@ the tests' OpenAI-compatible server scripted as servers really answer (llama-cpp
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,22 @@ async def test_a_server_refusing_every_response_format_gets_the_schema_in_the_pr
         None,
     ]
     assert '"verdict"' in server.requests[3].text
+
+
+async def test_calls_that_waited_for_the_negotiation_then_go_side_by_side(tmp_path: Path) -> None:
+    """Four analyses started at once on a provider whose format is not known yet: the first negotiates
+    it alone, and the three that waited for it then call at the same time, not one after the other."""
+    async with Providers() as providers:
+        with FakeOpenAI(responder=lambda body: Reply(GOOD, delay_s=0.3)) as server:
+            config = LlmAdapter(base_url=server.base_url, model="m", api_key_env=None)
+            analyzer = LlmAnalyzer(config, providers)
+            outcomes = await asyncio.gather(
+                *(analyzer.analyze(analyze_request(tmp_path / str(n))) for n in range(4))
+            )
+            most_at_once = server.max_in_flight
+    assert all(outcome.exit.error is None for outcome in outcomes)
+    assert [r.format_type for r in server.requests] == ["json_schema"] * 4
+    assert most_at_once == 3
 
 
 async def test_one_worker_reuses_its_client_across_steps(fleet: Fleet, tmp_path: Path) -> None:

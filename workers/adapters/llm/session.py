@@ -104,19 +104,21 @@ class Session:
         worker at a time; the first answered is learned."""
         memory = self.provider.formats
         async with memory.negotiating:
-            if memory.known is not None and LADDER.index(memory.known) >= LADDER.index(floor):
-                return await self.ask(messages)  # learned while this one waited
-            recalled = await memory.recall()
-            fmt = max(floor, recalled, key=LADDER.index)
-            while True:
-                try:
-                    answer = await self._call(messages, fmt)
-                except FormatRefused as exc:
-                    self.say(f"the server refused {fmt} ({exc.status_code}): trying {after(fmt)}")
-                    fmt = after(fmt)
-                    continue
-                await memory.learn(fmt)
-                return answer
+            if memory.known is None or LADDER.index(memory.known) < LADDER.index(floor):
+                recalled = await memory.recall()
+                fmt = max(floor, recalled, key=LADDER.index)
+                while True:
+                    try:
+                        answer = await self._call(messages, fmt)
+                    except FormatRefused as exc:
+                        self.say(f"the server refused {fmt} ({exc.status_code}): trying {after(fmt)}")
+                        fmt = after(fmt)
+                        continue
+                    await memory.learn(fmt)
+                    return answer
+        # Learned while this one waited: asked outside the negotiation, so that the calls that waited for
+        # it go on side by side, not one after the other.
+        return await self.ask(messages)
 
     async def _call(self, messages: list[Message], fmt: Format | None) -> str:
         self.calls += 1
