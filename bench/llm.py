@@ -15,30 +15,27 @@ is the hand-off of a permit).
 
 Times are the server's: from the first request's arrival to the last one's answer. The fleet's
 added time per call is C / rate - C / baseline rate: how much longer each of the C lanes is busy
-per call than with the SDK alone. The baseline runs in a process of its own (`python -m bench.llm
-baseline ...`), with the fleet's recorded requests (the same prompts and schemas), one client for
-all its calls (as an SDK user would), which is what the fleet does too (one client per worker and
-provider); the notes add a client per call. Then the LLM step alone against the SDK's call, one call
+per call than in a cost-free loop of the same cases (bench/llm_baseline.py `cases`, a process of its
+own, one `openai.AsyncOpenAI` client, the fleet's recorded requests): the same slots taking the same
+cases in order, each case's calls one after the other, one apply at a time under a lock, run starts
+waiting for the pending applies, C permits; so what remains is the fleet's own time, not the order
+its cases impose (a case's calls wait for each other; an apply holds the tuning's runs back). The
+notes add the same requests replayed C at a time in no order (the server's throughput with no call
+waiting for another), and with a new client per call. Then the LLM step alone against the SDK's call, one call
 at a time in one process (bench/llm_step.py); the last row runs against a real server
 (bench/llm_server.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 from datetime import datetime
-from pathlib import Path
 from statistics import mean
 from typing import Any
-
-import openai
 
 from bench import llm_server, llm_step
 from bench.common import ROOT, Env, Figure, cpu_seconds, median, run_async, steps_of, wait_for
@@ -194,14 +191,28 @@ def fleet_round(
     }
 
 
-def baseline(env: Env, server: FakeOpenAI, bodies: list[dict[str, Any]], mode: str) -> tuple[float, float]:
-    """The same calls through the SDK in a process of its own; (the server's wall seconds, the
-    process's CPU seconds over its calls)."""
-    path = env.root / "bodies.json"
-    path.write_text(json.dumps(bodies))
+def calls_by_case(requests: list[Recorded], prefix: str) -> list[list[dict[str, Any]]]:
+    """The fleet's requests by case (each case's in the order sent; the cases in the order submitted)."""
+    case_id = re.compile(rf"\b({re.escape(prefix)}\d{{3}})\b")
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for request in requests:
+        found = case_id.search(request.text)
+        if found is None:
+            raise RuntimeError(f"a request names no case of {prefix}: {request.text[:200]!r}")
+        grouped.setdefault(found.group(1), []).append(request.body)
+    return [grouped[key] for key in sorted(grouped)]
+
+
+def baseline(env: Env, server: FakeOpenAI, calls: list[Any], mode: str, *flags: str) -> tuple[float, float]:
+    """The calls through the SDK in a process of its own (bench/llm_baseline.py, `mode` and `flags`);
+    (the server's wall seconds, the process's CPU seconds over its calls)."""
+    path = env.root / "calls.json"
+    path.write_text(json.dumps(calls))
+    expected = sum(len(c) for c in calls) if mode == "cases" else len(calls)
     first = len(server.requests)
+    argv = [sys.executable, "-m", "bench.llm_baseline", mode, server.base_url]
     done = subprocess.run(
-        [sys.executable, "-m", "bench.llm", "baseline", server.base_url, str(CONCURRENCY), str(path), mode],
+        [*argv, "--concurrency", str(CONCURRENCY), *flags, str(path)],
         check=True,
         capture_output=True,
         cwd=ROOT,
@@ -209,8 +220,8 @@ def baseline(env: Env, server: FakeOpenAI, bodies: list[dict[str, Any]], mode: s
         timeout=60,
     )
     requests = server.requests[first:]
-    if len(requests) != len(bodies):
-        raise RuntimeError(f"the baseline made {len(requests)} calls, not {len(bodies)}")
+    if len(requests) != expected:
+        raise RuntimeError(f"the baseline made {len(requests)} calls, not {expected}")
     return server_wall(requests), float(json.loads(done.stdout)["cpu_s"])
 
 
@@ -233,26 +244,35 @@ def run() -> list[Figure]:
         rounds = {"c": fleet_round(env, server, "c", CONCURRENCY)}
         check(rounds["c"], "c", env)
         bodies = [r.body for r in rounds["c"]["requests"]]
-        shared = [baseline(env, server, bodies, "shared")]
+        by_case = calls_by_case(rounds["c"]["requests"], "c")
+        lanes = {key: ["--slots", str(slots)] for key, slots in (("c", CONCURRENCY), ("n", CASES))}
+        loops = {key: [baseline(env, server, by_case, "cases", *lanes[key])] for key in lanes}
+        shared = [baseline(env, server, bodies, "replay")]
         loop_only = fleet_round(env, server, "d", CONCURRENCY, llm=False)
         rounds["n"] = fleet_round(env, server, "n", CASES)
         check(rounds["n"], "n", env)
         free = fleet_round(env, server, "w", CONCURRENCY, TUNEFLEET_WAIT_FOR_APPLY="false")
         check(free, "w", env)
-        shared.append(baseline(env, server, bodies, "shared"))
-        per_call, per_call_cpu = baseline(env, server, bodies, "per-call")
+        free_loop, _ = baseline(env, server, by_case, "cases", *lanes["c"], "--no-wait-for-apply")
+        for key in lanes:
+            loops[key].append(baseline(env, server, by_case, "cases", *lanes[key]))
+        shared.append(baseline(env, server, bodies, "replay"))
+        per_call, per_call_cpu = baseline(env, server, bodies, "replay-per-call")
         max_in_flight = server.max_in_flight
     base_wall = sum(w for w, _ in shared) / len(shared)
     base_cpu_ms = 1000 * sum(c for _, c in shared) / len(shared) / len(bodies)
-    base_rate = len(bodies) / base_wall
-    base_lane_ms = 1000 * CONCURRENCY / base_rate
+    replay_rate = len(bodies) / base_wall
+    replay_lane_ms = 1000 * CONCURRENCY / replay_rate
     per_call_lane_ms = 1000 * CONCURRENCY * per_call / len(bodies)
-    label = f"`openai.AsyncOpenAI` directly, {CONCURRENCY} calls at once, one client"
+    label = f"a cost-free loop of the same cases, {CONCURRENCY} permits, `openai.AsyncOpenAI`"
     for key, slots in (("c", CONCURRENCY), ("n", CASES)):
         got = rounds[key]
         calls = len(got["requests"])
         rate = calls / got["wall"]
         lane_ms = 1000 * CONCURRENCY / rate
+        loop_wall = sum(w for w, _ in loops[key]) / len(loops[key])
+        base_rate = len(bodies) / loop_wall
+        base_lane_ms = 1000 * CONCURRENCY / base_rate
         added = lane_ms - base_lane_ms
         where = f"{slots} slots" + (" (= concurrency)" if slots == CONCURRENCY else " (a slot per case)")
         analyze = median(got["analyze_ms"])
@@ -270,8 +290,10 @@ def run() -> list[Figure]:
                 base_rate,
                 label,
                 note=(
-                    f"{common}; server wall {got['wall']:.2f} s against {base_wall:.2f} s "
-                    f"(baseline runs: {', '.join(f'{w:.2f}' for w, _ in shared)} s); ideal "
+                    f"{common}; server wall {got['wall']:.2f} s against {loop_wall:.2f} s for the cost-free "
+                    f"loop (runs: {', '.join(f'{w:.2f}' for w, _ in loops[key])} s; bench/llm_baseline.py) "
+                    f"and {base_wall:.2f} s for the same requests replayed {CONCURRENCY} at a time in no "
+                    f"order, as if no call waited for another ({replay_rate:.1f} calls/s); ideal "
                     f"{CONCURRENCY / LATENCY_S:.0f} calls/s; most in flight at the server over the run: "
                     f"{max_in_flight}"
                 ),
@@ -286,9 +308,11 @@ def run() -> list[Figure]:
                 target="<= 10 ms",
                 met=added <= 10,
                 note=(
-                    f"{common}; {CONCURRENCY} / rate - {CONCURRENCY} / baseline rate: each of the "
-                    f"{CONCURRENCY} lanes is busy {lane_ms:.1f} ms per call "
-                    f"(baseline {base_lane_ms:.1f} ms; a new client per call: {per_call_lane_ms:.1f} ms); "
+                    f"{common}; {CONCURRENCY} / rate - {CONCURRENCY} / the cost-free loop's rate: each of "
+                    f"the {CONCURRENCY} lanes is busy {lane_ms:.1f} ms per call (the loop: "
+                    f"{base_lane_ms:.1f} ms; "
+                    f"the replay in no order: {replay_lane_ms:.1f} ms, so {lane_ms - replay_lane_ms:.1f} ms "
+                    f"added against it; a new client per call: {per_call_lane_ms:.1f} ms); "
                     f"median analyze step {analyze:.1f} ms, apply step {apply:.1f} ms "
                     f"(each holds one call of {1000 * LATENCY_S:.0f} ms), run step "
                     f"{median(got['run_ms']):.1f} ms, from a step's end to the case's next step's start "
@@ -300,18 +324,21 @@ def run() -> list[Figure]:
             )
         )
     free_lane_ms = 1000 * CONCURRENCY * free["wall"] / len(free["requests"])
+    free_base_ms = 1000 * CONCURRENCY * free_loop / len(bodies)
     figures.append(
         Figure(
             NAME,
             f"added wall per LLM call, {CONCURRENCY} slots, wait_for_apply off",
-            free_lane_ms - base_lane_ms,
+            free_lane_ms - free_base_ms,
             "ms",
             note=(
-                f"the {CONCURRENCY}-slot round again with TUNEFLEET_WAIT_FOR_APPLY=false: run starts no "
-                f"longer wait while an apply is pending (an apply holds one call); each lane busy "
-                f"{free_lane_ms:.1f} ms per call; median analyze step {median(free['analyze_ms']):.1f} ms, "
-                f"run step {median(free['run_ms']):.1f} ms, from a step's end to the next step's start "
-                f"{median(free['gaps_ms']):.1f} ms (mean {mean(free['gaps_ms']):.1f}); worker CPU "
+                f"the {CONCURRENCY}-slot round again with TUNEFLEET_WAIT_FOR_APPLY=false (run starts no "
+                f"longer wait while an apply is pending), against the cost-free loop without that wait "
+                f"({free_base_ms:.1f} ms per call and lane; the replay in no order: "
+                f"{replay_lane_ms:.1f} ms); each lane busy {free_lane_ms:.1f} ms per call; median analyze "
+                f"step {median(free['analyze_ms']):.1f} ms, run step {median(free['run_ms']):.1f} ms, from a "
+                f"step's end to the next step's start {median(free['gaps_ms']):.1f} ms (mean "
+                f"{mean(free['gaps_ms']):.1f}); worker CPU "
                 f"{1000 * free['cpu'] / len(free['requests']):.1f} ms per call"
             ),
         )
@@ -359,44 +386,3 @@ def run() -> list[Figure]:
     with Env(f"{NAME}-llama") as env:
         figures += llm_server.figures(env)
     return figures
-
-
-async def _baseline_calls(base_url: str, concurrency: int, bodies: list[dict[str, Any]], mode: str) -> None:
-    queue = list(reversed(bodies))
-    shared = openai.AsyncOpenAI(api_key="no-key", base_url=base_url, max_retries=0, timeout=30)
-
-    async def lane() -> None:
-        while queue:
-            body = queue.pop()
-            if mode == "shared":
-                await shared.chat.completions.create(**body)
-                continue
-            async with openai.AsyncOpenAI(
-                api_key="no-key", base_url=base_url, max_retries=0, timeout=30
-            ) as client:
-                await client.chat.completions.create(**body)
-
-    try:
-        await asyncio.gather(*(lane() for _ in range(concurrency)))
-    finally:
-        await shared.close()
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.llm")
-    parser.add_argument("what", choices=["baseline"])
-    parser.add_argument("base_url")
-    parser.add_argument("concurrency", type=int)
-    parser.add_argument("bodies", type=Path)
-    parser.add_argument("mode", choices=["shared", "per-call"])
-    args = parser.parse_args(argv)
-    bodies = json.loads(args.bodies.read_text())
-    began = time.monotonic()
-    cpu0 = time.process_time()
-    asyncio.run(_baseline_calls(args.base_url, args.concurrency, bodies, args.mode))
-    cpu_s = time.process_time() - cpu0
-    print(json.dumps({"calls": len(bodies), "seconds": time.monotonic() - began, "cpu_s": cpu_s}))
-
-
-if __name__ == "__main__":
-    main()
