@@ -103,14 +103,8 @@ def figures(env: Env) -> list[Figure]:
         first = len(server.requests)
         subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "bench.llm",
-                "baseline",
-                server.base_url,
-                str(CONCURRENCY),
-                str(path),
-                "shared",
+                *(sys.executable, "-m", "bench.llm_baseline", "replay", server.base_url),
+                *("--concurrency", str(CONCURRENCY), str(path)),
             ],
             check=True,
             capture_output=True,
@@ -119,6 +113,8 @@ def figures(env: Env) -> list[Figure]:
             timeout=1800,
         )
         sdk_calls = server.requests[first:]
+    if len(sdk_calls) != len(bodies):
+        raise RuntimeError(f"the SDK loop made {len(sdk_calls)} calls, not {len(bodies)}")
     fleet_share, fleet_s = busy_share(fleet_calls)
     sdk_share, sdk_s = busy_share(sdk_calls)
     formats = Counter(r.format_type for r in fleet_calls)
