@@ -27,6 +27,7 @@ from service.core.git import DEFAULT_GIT_TIMEOUT_S, GitResult, git, run_git
 
 MAIN_REF = "refs/heads/main"
 GITLINK_MODE = "160000"
+TREES_KEPT = 64
 
 
 def tree_digest(root: Path) -> str:
@@ -59,12 +60,16 @@ def _make_writable(root: Path) -> None:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
-def _links_leaving(folder: Path) -> list[str]:
-    """The symbolic links below `folder` (outside `.git` folders) that point out of it: a version holding
-    one could not be extracted into a snapshot."""
+def _walk(folder: Path) -> tuple[list[str], bool]:
+    """The symbolic links below `folder` (outside `.git` folders) that point out of it (a version holding
+    one could not be extracted into a snapshot), and whether a folder below it holds a `.git` (a nested
+    repository, which git would stage as a gitlink)."""
     root = folder.resolve()
     leaving = []
+    nested_git = False
     for dirpath, dirnames, filenames in os.walk(root):
+        if ".git" in dirnames or ".git" in filenames:
+            nested_git = nested_git or dirpath != str(root)
         dirnames[:] = [d for d in dirnames if d != ".git"]
         for name in [*dirnames, *filenames]:
             path = Path(dirpath) / name
@@ -73,7 +78,7 @@ def _links_leaving(folder: Path) -> list[str]:
             target = os.readlink(path)
             if os.path.isabs(target) or not os.path.normpath(path.parent / target).startswith(f"{root}/"):
                 leaving.append(f"{path.relative_to(root)} -> {target}")
-    return leaving
+    return leaving, nested_git
 
 
 def _index_home(folder: Path) -> Path:
@@ -92,6 +97,8 @@ class SystemRepo:
         self.git_timeout_s = git_timeout_s
         self._extracting: dict[str, asyncio.Task[Path]] = {}
         """Snapshots this process is extracting now: concurrent runs of one version share one."""
+        self._trees: dict[str, str] = {}
+        """Commit -> its tree, for the commits this process made or looked up (the latest TREES_KEPT)."""
 
     async def _git(self, *args: str) -> str:
         return (await git(f"--git-dir={self.repo}", *args, timeout_s=self.git_timeout_s)).decode().strip()
@@ -199,51 +206,57 @@ class SystemRepo:
         the folder (no snapshot could hold it), and any git failure (never read as "nothing changed")."""
         if not folder.is_dir():
             raise SystemRepoError(f"folder {folder} does not exist")
-        leaving = _links_leaving(folder)
+        leaving, nested_git = _walk(folder)
         if leaving:
             raise SystemRepoError(f"folder {folder}: symbolic link {leaving[0]} points outside the folder")
         with tempfile.TemporaryDirectory(prefix="tunefleet-index-", dir=_index_home(folder)) as scratch:
             index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
-            tree = await self._stage_folder(folder, base, index)
-            if tree is None:
-                return None
-            out = await git(
-                f"--git-dir={self.repo}",
-                "commit-tree",
-                tree,
-                "-p",
-                base,
-                stdin=message.encode(),
-                timeout_s=self.git_timeout_s,
-            )
-        return out.decode().strip()
+            tree = await self._stage_folder(folder, index, nested_git)
+        if tree == await self._tree_of(base):
+            return None
+        out = await git(
+            f"--git-dir={self.repo}",
+            "commit-tree",
+            tree,
+            "-p",
+            base,
+            stdin=message.encode(),
+            timeout_s=self.git_timeout_s,
+        )
+        version = out.decode().strip()
+        self._remember_tree(version, tree)
+        return version
 
-    async def _stage_folder(self, folder: Path, base: str, index: Mapping[str, str]) -> str | None:
-        """Fill the index `index` names with `folder` on top of `base`; the tree, None if unchanged."""
+    async def _stage_folder(self, folder: Path, index: Mapping[str, str], nested_git: bool) -> str:
+        """The tree of `folder`'s content, staged into the (new, empty) index `index` names. The folder
+        is the whole new version, so nothing of the base is read into the index first: a file the
+        applier removed is simply not staged. A gitlink can only come from a nested `.git`: only then
+        are the staged entries read to name it."""
         work = folder.resolve()
         repo = (f"--git-dir={self.repo}", f"--work-tree={work}", "-c", "core.fsmonitor=false")
         timeout_s = self.git_timeout_s
-        await git(*repo, "read-tree", base, env=index, timeout_s=timeout_s)
         await git(*repo, "add", "--all", "--force", ".", env=index, timeout_s=timeout_s, cwd=work)
-        staged = await git(*repo, "ls-files", "--stage", "-z", env=index, timeout_s=timeout_s)
-        entries = staged.decode(errors="replace").split("\0")
-        links = [e.split("\t", 1)[-1] for e in entries if e.startswith(f"{GITLINK_MODE} ")]
-        if links:
-            raise SystemRepoError(f"folder {folder} holds a git repository at {links[0]}: commit plain files")
-        changed = await run_git(
-            *repo,
-            "diff-index",
-            "--cached",
-            "--quiet",
-            base,
-            "--",
-            env=index,
-            timeout_s=timeout_s,
-            ok_exits=(0, 1),
-        )
-        if changed.exit == 0:
-            return None
+        if nested_git:
+            staged = await git(*repo, "ls-files", "--stage", "-z", env=index, timeout_s=timeout_s)
+            entries = staged.decode(errors="replace").split("\0")
+            links = [e.split("\t", 1)[-1] for e in entries if e.startswith(f"{GITLINK_MODE} ")]
+            if links:
+                raise SystemRepoError(
+                    f"folder {folder} holds a git repository at {links[0]}: commit plain files"
+                )
         return (await git(*repo, "write-tree", env=index, timeout_s=timeout_s)).decode().strip()
+
+    async def _tree_of(self, commit: str) -> str:
+        tree = self._trees.get(commit)
+        if tree is None:
+            tree = await self._git("rev-parse", "--verify", f"{commit}^{{tree}}")
+            self._remember_tree(commit, tree)
+        return tree
+
+    def _remember_tree(self, commit: str, tree: str) -> None:
+        if len(self._trees) >= TREES_KEPT:
+            self._trees.pop(next(iter(self._trees)))
+        self._trees[commit] = tree
 
     async def find_published(self, trailer: str, current: str) -> str | None:
         """The commit reachable from `current` whose message holds `trailer`, if any."""
