@@ -149,11 +149,17 @@ def gaps_ms(events: list[dict[str, Any]]) -> list[float]:
 
 
 def fleet_round(
-    env: Env, server: FakeOpenAI, name: str, slots: int, llm: bool = True, **worker_env: str
+    env: Env,
+    server: FakeOpenAI,
+    name: str,
+    slots: int,
+    demo_ms: tuple[int, int] | None = None,
+    **worker_env: str,
 ) -> dict[str, Any]:
     """One tuning of CASES cases on a fresh worker with `slots` slots; what the server and events saw.
-    `llm` False: the demo meta agent instead (the same steps, no call: the loop's own CPU)."""
-    meta = llm_adapter(server) if llm else demo_adapter(0, 0, 0)
+    `demo_ms` (analyze, apply): the demo meta agent instead, its steps taking that long (the same steps
+    as long as the calls' and the same cases in flight as long, no call: the loop's own CPU)."""
+    meta = llm_adapter(server) if demo_ms is None else demo_adapter(0, *demo_ms)
     tuning_file = write_tuning(
         env.root / name, [], name=name, adapter=demo_adapter(0, 0, 0), analyzer=meta, applier=meta
     )
@@ -248,7 +254,8 @@ def run() -> list[Figure]:
         lanes = {key: ["--slots", str(slots)] for key, slots in (("c", CONCURRENCY), ("n", CASES))}
         loops = {key: [baseline(env, server, by_case, "cases", *lanes[key])] for key in lanes}
         shared = [baseline(env, server, bodies, "replay")]
-        loop_only = fleet_round(env, server, "d", CONCURRENCY, llm=False)
+        as_long = (round(median(rounds["c"]["analyze_ms"])), round(median(rounds["c"]["apply_ms"])))
+        loop_only = fleet_round(env, server, "d", CONCURRENCY, demo_ms=as_long)
         rounds["n"] = fleet_round(env, server, "n", CASES)
         check(rounds["n"], "n", env)
         free = fleet_round(env, server, "w", CONCURRENCY, TUNEFLEET_WAIT_FOR_APPLY="false")
@@ -359,9 +366,11 @@ def run() -> list[Figure]:
             met=step_cpu_ms <= 2 * base_cpu_ms,
             note=(
                 f"the 4-slot round's worker CPU per call ({cpu['c']:.1f} ms) less that of the same tuning "
-                f"with the demo meta agent at zero latency ({loop_ms:.1f} ms per call: the same steps "
-                f"{dict(loop_only['steps'])} and states {dict(loop_only['states'])}, no call): what an LLM "
-                "call costs the worker (client, permit, prompt, validation, step files) beside the case loop"
+                f"with the demo meta agent, its analyses taking {as_long[0]} ms and its applies "
+                f"{as_long[1]} ms as the calls' steps did ({loop_ms:.1f} ms per call: the same steps "
+                f"{dict(loop_only['steps'])} and states {dict(loop_only['states'])}, as many cases in flight "
+                "as long, so the same leases and polls, no call): what an LLM call costs the worker (client, "
+                "permit, prompt, validation, step files) beside the case loop"
             ),
         )
     )
