@@ -4,6 +4,8 @@ with polls far apart (30 s here), the waits below would each take a whole poll w
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from redis.asyncio import Redis
 
@@ -11,6 +13,30 @@ from service.core.settings import FleetSettings
 from workers.lock import ImprovementsLock
 
 POLL_S = 30.0
+T = TypeVar("T")
+
+
+async def _waits_out_an_apply(lock: ImprovementsLock, wait: Awaitable[T]) -> T:
+    """Hold the lock as an apply ("job-1") would, start `wait` once it holds it, let go once `wait` has
+    found the apply under way and sleeps until its next poll; what `wait` returned (within a third of
+    a poll)."""
+    holds = asyncio.Event()
+    let_go = asyncio.Event()
+
+    async def apply() -> None:
+        async with lock.held("job-1"):
+            holds.set()
+            await let_go.wait()
+
+    applying = asyncio.create_task(apply())
+    await holds.wait()
+    waiting = asyncio.ensure_future(wait)
+    while not lock._wakers:  # the wait saw the apply and sleeps
+        await asyncio.sleep(0.01)
+    let_go.set()
+    async with asyncio.timeout(POLL_S / 3):
+        await applying
+        return await waiting
 
 
 async def test_a_lock_waiter_gets_the_lock_as_soon_as_the_process_s_holder_releases_it(
@@ -20,30 +46,13 @@ async def test_a_lock_waiter_gets_the_lock_as_soon_as_the_process_s_holder_relea
     lock, although its poll would only come 15 to 45 s later."""
     redis = Redis.from_url(settings.redis_url)
     lock = ImprovementsLock(redis, "t1", lease_s=60.0, poll_s=POLL_S)
-    first_holds = asyncio.Event()
-    let_go = asyncio.Event()
-
-    async def first() -> None:
-        async with lock.held("job-1"):
-            first_holds.set()
-            await let_go.wait()
 
     async def second() -> int:
-        await first_holds.wait()
         async with lock.held("job-2") as hold:
             return hold.wait_ms
 
     try:
-        first_task = asyncio.create_task(first())
-        second_task = asyncio.create_task(second())
-        await first_holds.wait()
-        while not lock._wakers:  # the second found the lock taken and sleeps until its next try
-            await asyncio.sleep(0.01)
-        let_go.set()
-        async with asyncio.timeout(POLL_S / 3):
-            await first_task
-            waited_ms = await second_task
-        assert waited_ms < POLL_S * 1000 / 3
+        assert await _waits_out_an_apply(lock, second()) < POLL_S * 1000 / 3
     finally:
         await redis.aclose()
 
@@ -55,24 +64,8 @@ async def test_a_run_start_waiting_for_the_applies_goes_on_as_soon_as_they_end(
     ends, not at its next poll."""
     redis = Redis.from_url(settings.redis_url)
     lock = ImprovementsLock(redis, "t1", lease_s=60.0)
-    holds = asyncio.Event()
-    let_go = asyncio.Event()
-
-    async def apply() -> None:
-        async with lock.held("job-1"):
-            holds.set()
-            await let_go.wait()
-
     try:
-        task = asyncio.create_task(apply())
-        await holds.wait()
-        waiting = asyncio.create_task(lock.wait_idle(max_wait_s=10 * POLL_S, poll_s=POLL_S))
-        while not lock._wakers:  # the run start has read the pending applies and sleeps
-            await asyncio.sleep(0.01)
-        let_go.set()
-        async with asyncio.timeout(POLL_S / 3):
-            await task
-            waited_s = await waiting
+        waited_s = await _waits_out_an_apply(lock, lock.wait_idle(max_wait_s=10 * POLL_S, poll_s=POLL_S))
         assert waited_s < POLL_S / 3
     finally:
         await redis.aclose()
