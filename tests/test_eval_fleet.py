@@ -3,6 +3,7 @@ the held-out split run end to end by the daemon, and the HTTP API over the resul
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -15,8 +16,10 @@ from typing import Any
 import httpx
 import yaml
 from pydantic import SecretStr
+from rich.console import Console
 
 from service.api.app import create_app
+from service.cli.demo import print_held_out
 from service.client.client import TunefleetClient
 from service.core.files import read_model
 from service.core.models.case import Case
@@ -238,6 +241,33 @@ async def test_the_api_creates_reads_and_compares_evaluations(fleet: Fleet, tmp_
             metrics = (await api.get("/metrics")).text
             assert 'tunefleet_eval_items_total{outcome="pass",tuning="t1"} 6.0' in metrics
             assert 'tunefleet_evals{status="finished"} 2.0' in metrics
+
+
+async def test_the_demo_demands_a_held_out_gain_only_of_a_tuning_whose_cases_declare_outcomes(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A tuning that changes nothing (every case passes at once) is measured before and after with the
+    same pass rate: the demo's verdict fails it when its cases declare their outcomes (the simulated
+    demo must improve) and passes it when they do not (a real model's demo shows both figures)."""
+    tuning_file = write_tuning(
+        tmp_path / "t",
+        [case(f"e{i}") for i in range(4)],
+        adapter=demo_adapter(run_ms=10, analyze_ms=10, apply_ms=10),
+        holdout={"fraction": 0.5, "seed": 1},
+    )
+    daemon = fleet.start_daemon(tuning_file)
+    store = fleet.settings.store / "tunings" / "t1"
+    fleet.start_worker(concurrency=4)
+    await wait_until(lambda: (store / REPORT_FILE).exists(), 120, "the report")
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(30)
+    shown = io.StringIO()
+    console = Console(file=shown, width=200)
+    async with fleet.client() as client:
+        assert print_held_out(console, client, "t1", must_improve=True) == 1
+        assert print_held_out(console, client, "t1", must_improve=False) == 0
+    text = shown.getvalue()
+    assert "before" in text and "after" in text and "did not do better" in text
 
 
 async def test_a_worker_refuses_to_run_a_held_out_case_queued_past_the_submission(
