@@ -212,14 +212,18 @@ class SystemRepo:
         with tempfile.TemporaryDirectory(prefix="tunefleet-index-", dir=_index_home(folder)) as scratch:
             index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
             tree = await self._stage_folder(folder, index, nested_git)
-        if tree == await self._tree_of(base):
+        if tree == await self.tree_of(base):
             return None
+        return await self.commit_tree(tree, base, message)
+
+    async def commit_tree(self, tree: str, parent: str, message: str) -> str:
+        """A new commit of `tree` on top of `parent`; its tree is remembered (`tree_of`)."""
         out = await git(
             f"--git-dir={self.repo}",
             "commit-tree",
             tree,
             "-p",
-            base,
+            parent,
             stdin=message.encode(),
             timeout_s=self.git_timeout_s,
         )
@@ -246,7 +250,8 @@ class SystemRepo:
                 )
         return (await git(*repo, "write-tree", env=index, timeout_s=timeout_s)).decode().strip()
 
-    async def _tree_of(self, commit: str) -> str:
+    async def tree_of(self, commit: str) -> str:
+        """The tree of `commit` (remembered for the latest TREES_KEPT commits: a commit never changes)."""
         tree = self._trees.get(commit)
         if tree is None:
             tree = await self._git("rev-parse", "--verify", f"{commit}^{{tree}}")

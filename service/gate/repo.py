@@ -48,10 +48,6 @@ async def parent_of(repo: SystemRepo, commit: str) -> str:
     return (await _git(repo, "rev-parse", "--verify", f"{commit}^1"))[1]
 
 
-async def tree_of(repo: SystemRepo, commit: str) -> str:
-    return (await _git(repo, "rev-parse", "--verify", f"{commit}^{{tree}}"))[1]
-
-
 async def changed_files(repo: SystemRepo, older: str, newer: str) -> set[str]:
     """The paths that differ between two versions."""
     out = (await _git(repo, "diff", "--name-only", "--no-renames", "-z", older, newer))[1]
@@ -85,16 +81,3 @@ async def rebase(repo: SystemRepo, candidate: str, base: str, onto: str) -> Reba
             f"the edits conflict with versions published since in {', '.join(lines[1:]) or '?'}",
         )
     return Rebased(lines[0], overlap)
-
-
-async def commit_tree(repo: SystemRepo, tree: str, parent: str, message: str) -> str:
-    done = await run_git(
-        f"--git-dir={repo.repo}",
-        "commit-tree",
-        tree,
-        "-p",
-        parent,
-        stdin=message.encode(),
-        timeout_s=repo.git_timeout_s,
-    )
-    return done.out.decode().strip()

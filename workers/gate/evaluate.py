@@ -20,10 +20,9 @@ from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.errors import TunefleetError
-from service.core.files import append_line
 from service.core.models.case import Case
 from service.core.models.events import EventKind
-from service.core.models.records import Phase, Spend, Usage
+from service.core.models.records import Phase, Usage
 from service.evals.counters import OUTCOMES
 from service.evals.fleet import Evals
 from service.evals.models import EvalCaseRef, EvalSpec, ItemResult, Purpose
@@ -32,7 +31,7 @@ from service.gate.config import GateConfig
 from service.gate.models import Candidate, GateItem, GateRecord
 from service.gate.rule import judge
 from workers.case import CaseRun
-from workers.spend import LEDGER_FILE, ledger
+from workers.spend import ledger
 
 log = structlog.get_logger()
 
@@ -209,9 +208,5 @@ def _charge_case(cr: CaseRun, phase: Phase, attempt: int, eval_id: str, usage: U
     """The gate's spend into the case's ledger (its budget counts it), once per gate: the tuning's totals
     counted it already, through the items' own events."""
     why = f"gate {eval_id}"
-    if usage.tokens == 0 and usage.cost_usd == 0:
-        return
-    if any(spend.why == why for spend in ledger(cr.store.root)):
-        return
-    spend = Spend(at=datetime.now(UTC), phase=phase, attempt=attempt, step="apply", usage=usage, why=why)
-    append_line(cr.store.root / LEDGER_FILE, spend.model_dump_json())
+    if not any(spend.why == why for spend in ledger(cr.store.root)):
+        cr.note_spend(phase, attempt, "apply", usage, why)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, GateSummary, Phase
 from service.gate.models import Candidate, GateRecord
-from service.gate.repo import commit_tree, rebase, set_ref, tree_of
+from service.gate.repo import rebase, set_ref
 from workers.case import CaseRun
 from workers.errors import LockLost
 from workers.lock import LockHold
@@ -94,12 +94,12 @@ async def _publish_holding(
     rebased = await rebase(repo, candidate.version, candidate.base, current)
     if rebased.tree is None:
         return Conflict(rebased.conflict)
-    if rebased.tree == await tree_of(repo, current):
+    if rebased.tree == await repo.tree_of(current):
         return applied(
             candidate, None, gate, rebased=True, why="its edits are in the current version already"
         )
     message = f"{(await repo.message(candidate.version)).rstrip()}\n{REBASED_TRAILER}: {candidate.version}\n"
-    version = await commit_tree(repo, rebased.tree, current, message)
+    version = await repo.commit_tree(rebased.tree, current, message)
     await cr.emit(
         EventKind.CANDIDATE_REBASED,
         step="apply",
