@@ -152,9 +152,8 @@ class FleetWorker:
 
     def _ran(self, job_id: str, task: asyncio.Task[None]) -> None:
         self.tasks.pop(job_id, None)
-        self.slots.release(job_id)
         self.runtime.suspects.pop(job_id, None)
-        self._wake.set()
+        self.slots.release(job_id)  # wakes the poll (its slot, its suspicion and, in burst, the exit check)
         if not task.cancelled() and task.exception() is not None:
             log.error("job_run_crashed", job_id=job_id, error=repr(task.exception()))
 
