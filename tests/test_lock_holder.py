@@ -30,7 +30,7 @@ async def test_the_holder_is_named_before_its_apply_notes_the_lock(settings: Fle
         assert t1.lock.fence == hold.token
         assert t1.lock.holder is not None
         assert (t1.lock.holder.case, t1.lock.holder.worker) == ("c1", "w1")
-        assert await lock.release(hold)
+        assert await lock.release(hold, job_id)
         assert not await redis.exists(keys.lock_holder("t1"))
         [t1] = (await fleet_status(redis, settings.queue)).tunings
         assert (t1.lock.fence, t1.lock.holder) == (None, None)

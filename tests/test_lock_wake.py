@@ -64,8 +64,15 @@ async def test_a_run_start_waiting_for_the_applies_goes_on_as_soon_as_they_end(
     ends, not at its next poll."""
     redis = Redis.from_url(settings.redis_url)
     lock = ImprovementsLock(redis, "t1", lease_s=60.0)
+
+    async def run_start() -> float:
+        pending = await lock.pending()
+        assert pending == [b"job-1"]
+        return await lock.wait_idle(pending, max_wait_s=10 * POLL_S, poll_s=POLL_S)
+
     try:
-        waited_s = await _waits_out_an_apply(lock, lock.wait_idle(max_wait_s=10 * POLL_S, poll_s=POLL_S))
+        waited_s = await _waits_out_an_apply(lock, run_start())
         assert waited_s < POLL_S / 3
+        assert await lock.pending() == []
     finally:
         await redis.aclose()

@@ -9,7 +9,6 @@ A pending-apply set lets run starts wait for applies under way (`wait_for_apply`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import AsyncIterator
@@ -45,8 +44,9 @@ return 1
 """
 
 RELEASE = """
--- KEYS: lock holder ; ARGV: token
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+-- KEYS: lock holder pending ; ARGV: token member (token '': the lock was never granted)
+redis.call('ZREM', KEYS[3], ARGV[2])
+if ARGV[1] == '' or redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 """
@@ -90,6 +90,8 @@ class LockHold:
         self.lost = False
         self.wait_ms = 0
         """How long the holder waited for the lock."""
+        self.published: tuple[str, str] | None = None
+        """(the version this hold made current, the version it replaced), once it did."""
         self._outage = outage
 
     async def renew(self) -> None:
@@ -100,12 +102,14 @@ class LockHold:
             self.lost = True
             raise LockLost(f"tuning {self.tuning}: improvements lock {self.token} lost")
 
-    async def publish(self, version: str) -> None:
-        """Make `version` current, only if this token still holds the lock; else LockLost."""
+    async def publish(self, version: str, base: str) -> None:
+        """Make `version` (made on `base`, the current version) current, only if this token still holds
+        the lock; else LockLost."""
         ok = await self._publish([keys.lock(self.tuning), keys.version(self.tuning)], [self.token, version])
         if not ok:
             self.lost = True
             raise LockLost(f"tuning {self.tuning}: publish of {version[:12]} refused, lock {self.token} lost")
+        self.published = (version, base)
 
     async def keep_alive(self) -> None:
         """Renew every third of the lease until cancelled; raises LockLost when refused."""
@@ -135,24 +139,25 @@ class ImprovementsLock:
         self.lease_ms = int(lease_s * 1000)
         self._poll_s = poll_s
         self._outage = outage or RedisOutage(backoff_max_s=lease_s / 3)
-        self._wakers: set[asyncio.Future[None]] = set()
+        self._wakers: set[asyncio.Future[bytes]] = set()
         """The waits of this process's jobs (for the lock, for the pending applies to end), woken early
-        when one of its own applies releases the lock or ends: another process's are seen at a poll."""
+        when one of its own applies ends (and releases the lock): another process's are seen at a poll."""
 
-    def _changed(self) -> None:
+    def _ended(self, member: str) -> None:
         for waker in self._wakers:
             if not waker.done():
-                waker.set_result(None)
+                waker.set_result(member.encode())
         self._wakers.clear()
 
-    async def _nap(self, seconds: float) -> None:
-        """Sleep `seconds`, or less if an apply of this process releases the lock or ends meanwhile."""
-        waker = asyncio.get_running_loop().create_future()
+    async def _nap(self, seconds: float) -> bytes | None:
+        """Sleep `seconds`, or less if an apply of this process ends meanwhile: its member, if one did."""
+        waker: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._wakers.add(waker)
         try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    await waker
+            async with asyncio.timeout(seconds):
+                return await waker
+        except TimeoutError:
+            return None
         finally:
             self._wakers.discard(waker)
 
@@ -164,28 +169,25 @@ class ImprovementsLock:
             return None
         return LockHold(self._redis, self.tuning, int(token), self.lease_ms, self._outage)
 
-    async def release(self, hold: LockHold) -> bool:
-        return bool(
-            await self._release([keys.lock(self.tuning), keys.lock_holder(self.tuning)], [hold.token])
-        )
+    async def release(self, hold: LockHold | None, member: str) -> bool:
+        """Take `member` off the pending applies and release its lock, if it holds it, in one step."""
+        release_keys = [keys.lock(self.tuning), keys.lock_holder(self.tuning), keys.lock_pending(self.tuning)]
+        return bool(await self._release(release_keys, ["" if hold is None else hold.token, member]))
 
     @asynccontextmanager
     async def held(self, member: str) -> AsyncIterator[LockHold]:
         """Wait for the lock (marked pending meanwhile), hold it with a renewing lease, release it.
         The pending mark is renewed like a lease, so a dead applier's mark lapses on its own."""
         await self._mark_pending(member, self.lease_ms)
+        hold: LockHold | None = None
         try:
             async with watched(self._keep_pending(member)):
                 hold = await self._wait(member)
-                try:
-                    async with watched(hold.keep_alive()):
-                        yield hold
-                finally:
-                    await asyncio.shield(self.release(hold))
-                    self._changed()
+                async with watched(hold.keep_alive()):
+                    yield hold
         finally:
-            await asyncio.shield(self._mark_pending(member, 0))
-            self._changed()
+            await asyncio.shield(self.release(hold, member))
+            self._ended(member)
 
     async def _keep_pending(self, member: str) -> None:
         interval_s = self.lease_ms / 3000
@@ -213,13 +215,17 @@ class ImprovementsLock:
             return []
         return list(await self._batch.script(self._pending, [keys.lock_pending(self.tuning)], among or []))
 
-    async def wait_idle(self, max_wait_s: float, poll_s: float) -> float:
-        """Wait (at most `max_wait_s`) until the applies pending now are done; the seconds waited.
-        Applies that queue up meanwhile are not waited for, so a busy fleet cannot starve run starts."""
+    async def wait_idle(self, waiting: list[bytes], max_wait_s: float, poll_s: float) -> float:
+        """Wait (at most `max_wait_s`) until the applies `waiting` (pending now) are done; the seconds
+        waited. Applies that queue up meanwhile are not waited for, so a busy fleet cannot starve run
+        starts. One of this process's that ends is known done without asking Redis."""
         loop = asyncio.get_running_loop()
         began = loop.time()
-        waiting = await self.pending()
         while waiting and loop.time() - began < max_wait_s:
-            await self._nap(min(poll_s, max_wait_s - (loop.time() - began)))
+            ended = await self._nap(min(poll_s, max_wait_s - (loop.time() - began)))
+            if ended is not None and ended in waiting:
+                waiting = [member for member in waiting if member != ended]
+                if not waiting:
+                    break
             waiting = await self.pending(waiting)
         return loop.time() - began

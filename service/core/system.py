@@ -81,6 +81,12 @@ def _walk(folder: Path) -> tuple[list[str], bool]:
     return leaving, nested_git
 
 
+def _quiet(task: asyncio.Future[Path]) -> None:
+    """Mark a background extraction's failure as seen (asyncio would log it as never retrieved)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _index_home(folder: Path) -> Path:
     """Where a temporary index for `folder` may live: the system's temporary folder, unless that is
     inside `folder`."""
@@ -153,12 +159,23 @@ class SystemRepo:
         target = self.snapshots / version
         if target.is_dir():
             return target
+        return await asyncio.shield(self._extraction(version, target))
+
+    def prefetch(self, version: str) -> None:
+        """Start extracting `version`'s snapshot now, for the runs about to ask for it (`snapshot` then
+        finds it extracted or under way). A failure is theirs to meet: their `snapshot` tries again."""
+        target = self.snapshots / version
+        if not target.is_dir():
+            self._extraction(version, target).add_done_callback(_quiet)
+
+    def _extraction(self, version: str, target: Path) -> asyncio.Task[Path]:
+        """The extraction of `version` under way in this process, started if there is none."""
         task = self._extracting.get(version)
         if task is None:
             task = asyncio.ensure_future(self._extract(version, target))
             self._extracting[version] = task
             task.add_done_callback(lambda _: self._extracting.pop(version, None))
-        return await asyncio.shield(task)
+        return task
 
     async def _extract(self, version: str, target: Path) -> Path:
         archive = await git(

@@ -60,7 +60,7 @@ async def hold(lock: ImprovementsLock) -> None:
         async with lock.held("holder") as held:
             print(f"holding {held.token}", flush=True)
             await read_line()
-            await held.publish("f" * 40)
+            await held.publish("f" * 40, base="e" * 40)
             print("published", flush=True)
     except LockLost as exc:
         print(f"refused: {exc}", flush=True)
@@ -78,7 +78,7 @@ async def edit(redis: Redis, lock: ImprovementsLock, settings: FleetSettings, te
             print(f"committed {version}", flush=True)
             await read_line()
             assert version is not None
-            await held.publish(version)
+            await held.publish(version, base=current)
             await repo.update_main(version)
             print("published", flush=True)
     except LockLost as exc:

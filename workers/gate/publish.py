@@ -23,7 +23,7 @@ from service.gate.repo import rebase, set_ref
 from workers.case import CaseRun
 from workers.errors import LockLost
 from workers.lock import LockHold
-from workers.steps.apply import attempt_tag
+from workers.steps.apply import attempt_tag, follow_main
 
 REBASED_TRAILER = "Tunefleet-Rebased-From"
 
@@ -64,10 +64,12 @@ async def publish_candidate(
     try:
         async with cr.tuning.lock.held(cr.job_id) as hold:
             cr.at("apply", phase, attempt, fence=hold.token)
-            return await _publish_holding(cr, phase, attempt, candidate, gate, candidate_ref, hold)
+            outcome = await _publish_holding(cr, phase, attempt, candidate, gate, candidate_ref, hold)
     except LockLost as exc:
         await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
         return None
+    await follow_main(cr, hold)
+    return outcome
 
 
 async def _publish_holding(
@@ -86,8 +88,8 @@ async def _publish_holding(
         await cr.emit(EventKind.APPLY_RECOVERED, phase=phase, attempt=attempt, detail=published[:12])
         return applied(candidate, published, gate, rebased=published != candidate.version, why=gate.why)
     if current == candidate.base:
-        await hold.publish(candidate.version)
-        await repo.update_main(candidate.version, base=current)
+        repo.prefetch(candidate.version)
+        await hold.publish(candidate.version, base=current)
         return applied(
             candidate, candidate.version, gate, rebased=candidate.made_from is not None, why=gate.why
         )
@@ -125,6 +127,6 @@ async def _publish_holding(
             }
         )
         return Rerun(again)
-    await hold.publish(version)
-    await repo.update_main(version, base=current)
+    repo.prefetch(version)
+    await hold.publish(version, base=current)
     return applied(candidate, version, gate, rebased=True, why=f"{gate.why}; re-based on {current[:12]}")

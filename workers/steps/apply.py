@@ -65,10 +65,21 @@ async def apply_under_lock(
     try:
         async with cr.tuning.lock.held(cr.job_id) as hold:
             cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
-            return await _apply_holding(cr, phase, attempt, feedback, hold, candidate_ref)
+            record = await _apply_holding(cr, phase, attempt, feedback, hold, candidate_ref)
     except LockLost as exc:
         await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
         return None
+    await follow_main(cr, hold)
+    return record
+
+
+async def follow_main(cr: CaseRun, hold: LockHold) -> None:
+    """Once the lock is let go (the runs that waited for the apply start meanwhile): move the system
+    repository's main to the version the hold published, if it did. Main is the repository's mirror of
+    the current version (for people, the daemon's push, and a fleet whose Redis was emptied); it only
+    ever moves forward (SystemRepo.update_main), so a late move changes nothing."""
+    if hold.published is not None:
+        await cr.tuning.repo.update_main(*hold.published)
 
 
 def apply_outcome(record: ApplyRecord) -> str:
@@ -166,8 +177,6 @@ async def _apply_holding(
             why = "apply abandoned: lock lost" if isinstance(exc, LockLost) else f"apply failed: {exc}"
             await cr.record_spend(phase, attempt, "apply", output.usage, why)
             raise
-        if version is not None and candidate_ref is None:
-            await cr.tuning.repo.update_main(version, base=current)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
     duration_ms = int((time.monotonic() - began) * 1000)
@@ -207,7 +216,8 @@ async def _publish(
     if version is not None and candidate_ref is not None:
         await set_ref(cr.tuning.repo, candidate_ref, version)
     elif version is not None:
-        await hold.publish(version)
+        cr.tuning.repo.prefetch(version)  # the runs waiting for this apply will run it
+        await hold.publish(version, base=current)
     return version
 
 

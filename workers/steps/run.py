@@ -55,7 +55,9 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
         return 0
     cr.at("run", phase, attempt, waiting="apply")
     await cr.emit(EventKind.RUN_WAITS_FOR_APPLY, phase=phase, attempt=attempt, data={"applies": len(pending)})
-    waited_s = await cr.tuning.lock.wait_idle(cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s)
+    waited_s = await cr.tuning.lock.wait_idle(
+        pending, cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s
+    )
     return int(waited_s * 1000)
 
 
