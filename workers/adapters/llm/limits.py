@@ -5,7 +5,8 @@
   grants it a permit (expired holders are dropped first), renews the permit every third of
   PERMIT_LEASE_S while the call runs, and releases it afterwards, also when cancelled (in a task of its
   own, so that the step does not wait for that round trip). The permit of a worker that died lapses
-  within PERMIT_LEASE_S.
+  within PERMIT_LEASE_S. A permit given back wakes the oldest call of the same process that waits
+  for one (which asks at once); another process's calls find it at their next poll.
 - Adaptive concurrency: a 429 halves the permits fleet-wide (`THROTTLE`, at most once per CUT_GAP_S,
   down to one), kept in the provider's field of `tf:llm-limits`; every RECOVER_S without a 429 gives
   one back (`ACQUIRE`), until the configured `concurrency` is reached and the field goes. `tunefleet status`
@@ -19,6 +20,7 @@ Every time is Redis's `TIME`, so the fleet's machines need no common clock.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 import uuid
@@ -139,12 +141,19 @@ class ProviderLimits:
     """The fleet-wide limits of one provider: `async with limits.call():` around each HTTP call, then
     `await limits.spend(tokens)` with its usage. A limit that is unset costs no Redis round trip."""
 
-    def __init__(self, redis: Redis, config: LlmAdapter, lease_s: float = PERMIT_LEASE_S) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        config: LlmAdapter,
+        lease_s: float = PERMIT_LEASE_S,
+        poll_s: tuple[float, float] = (POLL_MIN_S, POLL_MAX_S),
+    ) -> None:
         self.provider = keys.llm_provider(config.base_url, config.model)
         self.name = f"{config.model} at {config.base_url}"
         self.concurrency = config.concurrency
         self.tokens_per_minute = config.tokens_per_minute
         self.lease_ms = int(lease_s * 1000)
+        self.poll_min_s, self.poll_max_s = poll_s
         self._acquire = redis.register_script(ACQUIRE)
         self._renew = redis.register_script(RENEW)
         self._release = redis.register_script(RELEASE)
@@ -152,6 +161,10 @@ class ProviderLimits:
         self._wait_for_tokens = redis.register_script(WAIT_FOR_TOKENS)
         self._spend = redis.register_script(SPEND)
         self._releasing: set[asyncio.Task[None]] = set()
+        self._waiting: dict[asyncio.Future[None], int] = {}
+        """This process's calls waiting for a permit: the future that wakes each, and its ticket (its
+        arrival: the lowest is the oldest)."""
+        self._tickets = itertools.count()
 
     @asynccontextmanager
     async def call(self) -> AsyncIterator[None]:
@@ -216,12 +229,34 @@ class ProviderLimits:
             await asyncio.sleep(min(wait_ms / 1000, POLL_MAX_S) * (0.5 + random.random() / 2))
 
     async def _permit(self, holder: str, limit: int) -> None:
-        permits = keys.llm_permits(self.provider)
-        delay_s = POLL_MIN_S
+        """Wait for a permit: ask, and ask again when this process gives one back to this call (the
+        oldest waiting) or at the next poll of a jittered backoff."""
+        permits = [keys.llm_permits(self.provider), keys.llm_limits()]
         args: list[str | int] = [holder, limit, self.lease_ms, int(RECOVER_S * 1000), self.provider]
-        while not int(await self._acquire([permits, keys.llm_limits()], args)):
-            await asyncio.sleep(delay_s * (0.5 + random.random()))
-            delay_s = min(delay_s * 2, POLL_MAX_S)
+        ticket = next(self._tickets)
+        delay_s = self.poll_min_s
+        try:
+            while not int(await self._acquire(permits, args)):
+                turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._waiting[turn] = ticket
+                try:
+                    async with asyncio.timeout(delay_s * (0.5 + random.random())):
+                        await turn
+                except TimeoutError:
+                    delay_s = min(delay_s * 2, self.poll_max_s)
+                finally:
+                    self._waiting.pop(turn, None)
+        except BaseException:
+            self._wake_oldest()  # the turn this call may have been given goes on to the next
+            raise
+
+    def _wake_oldest(self) -> None:
+        """Give the oldest call of this process still waiting for a permit its turn to ask."""
+        waiting = [turn for turn in self._waiting if not turn.done()]
+        if waiting:
+            oldest = min(waiting, key=self._waiting.__getitem__)
+            del self._waiting[oldest]
+            oldest.set_result(None)
 
     async def _keep(self, holder: str) -> None:
         """Renew the permit every third of its lease until cancelled."""
@@ -242,6 +277,8 @@ class ProviderLimits:
             await self._release([keys.llm_permits(self.provider)], [holder])
         except RedisError as exc:  # the permit lapses by itself within its lease
             log.warning("llm_permit_release_failed", provider=self.provider, error=str(exc))
+            return
+        self._wake_oldest()
 
     def _log_wait(self, began: float) -> None:
         waited_s = time.monotonic() - began
