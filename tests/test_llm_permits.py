@@ -1,11 +1,14 @@
-"""The hand-off of a provider's fleet-wide permits (workers.adapters.llm.limits) inside one process: a
-permit given back goes at once to the oldest call of the process that waits for one. Polls are 30 s
-apart here, so without the hand-off every wait below would last a whole poll."""
+"""A provider's fleet-wide permits (workers.adapters.llm.permits) are handed on fairly and at once: a permit
+given back goes to the oldest call waiting anywhere in the fleet, which its process hears on the grants
+channel. Each "process" here is a ProviderLimits with a Redis connection of its own, against a real
+redis-server; polls are 30 s apart, so without the hand-off every wait below would last a whole poll."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 
+import pytest
 from redis.asyncio import Redis
 
 from service.core import keys
@@ -16,79 +19,145 @@ from workers.adapters.llm.limits import ProviderLimits
 POLL_S = 30.0
 BASE_URL = "http://127.0.0.1:9/v1"
 MODEL = "permits-model"
+PROVIDER = keys.llm_provider(BASE_URL, MODEL)
+
+Process = Callable[[], ProviderLimits]
 
 
-def limits_of(redis: Redis, concurrency: int) -> ProviderLimits:
-    config = LlmAdapter(kind="llm", base_url=BASE_URL, model=MODEL, api_key_env=None, concurrency=concurrency)
-    return ProviderLimits(redis, config, poll_s=(POLL_S, POLL_S))
+@pytest.fixture
+async def process(redis_server: RedisServer) -> AsyncIterator[Process]:
+    """Makes the limits of one provider (concurrency 1) as a new worker process would, each with a Redis
+    connection of its own; closes them all afterwards."""
+    made: list[tuple[Redis, ProviderLimits]] = []
+
+    def new() -> ProviderLimits:
+        redis = Redis.from_url(redis_server.url)
+        config = LlmAdapter(kind="llm", base_url=BASE_URL, model=MODEL, api_key_env=None, concurrency=1)
+        limits = ProviderLimits(redis, config, poll_s=(POLL_S, POLL_S))
+        made.append((redis, limits))
+        return limits
+
+    yield new
+    for redis, limits in made:
+        await limits.aclose()
+        await redis.aclose()
 
 
-async def queued(limits: ProviderLimits, calls: int) -> None:
-    """Until `calls` calls of `limits` wait for a permit."""
-    while len(limits._waiting) < calls:
+def waiting(redis_server: RedisServer) -> list[str]:
+    """The fleet's queue for the provider's permits, oldest first."""
+    with redis_server.client() as redis:
+        return [member.decode() for member in redis.zrange(keys.llm_waiters(PROVIDER), 0, -1)]
+
+
+def permits_held(redis_server: RedisServer) -> int:
+    return redis_server.zcard(keys.llm_permits(PROVIDER))
+
+
+async def queued(redis_server: RedisServer, calls: int) -> None:
+    """Until `calls` calls wait in the fleet's queue."""
+    while len(waiting(redis_server)) < calls:
         await asyncio.sleep(0.005)
 
 
-async def test_a_permit_given_back_goes_to_the_oldest_waiting_call_at_once(redis_server: RedisServer) -> None:
-    """With one permit held, three calls that queue behind it get it one after the other, in the order
-    they came, each as soon as the call before gives it back (well within a poll); none is left over."""
-    redis = Redis.from_url(redis_server.url)
-    limits = limits_of(redis, concurrency=1)
-    order: list[str] = []
+class Calls:
+    """Calls of the provider, each noting its name in `order` once it holds its permit."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    async def call(self, limits: ProviderLimits, name: str, let_go: asyncio.Event | None = None) -> None:
+        async with limits.call():
+            self.order.append(name)
+            if let_go is not None:
+                await let_go.wait()
+
+    def start(
+        self, limits: ProviderLimits, name: str, let_go: asyncio.Event | None = None
+    ) -> asyncio.Task[None]:
+        return asyncio.create_task(self.call(limits, name, let_go))
+
+    async def holding(self, limits: ProviderLimits, name: str, let_go: asyncio.Event) -> asyncio.Task[None]:
+        """A call started and holding the permit."""
+        task = self.start(limits, name, let_go)
+        while name not in self.order:
+            await asyncio.sleep(0.005)
+        return task
+
+
+async def test_a_permit_given_back_goes_to_the_oldest_call_waiting_in_the_fleet_at_once(
+    process: Process, redis_server: RedisServer
+) -> None:
+    """Calls of two processes that queue behind the one permit get it in the order they came, each as
+    soon as the call before gives it back, whichever process gives it and whichever waits; nothing is
+    left in Redis afterwards."""
+    first, second = process(), process()
+    calls = Calls()
     let_go = asyncio.Event()
-
-    async def holder() -> None:
-        async with limits.call():
-            await let_go.wait()
-
-    async def call(name: str) -> None:
-        async with limits.call():
-            order.append(name)
-
-    try:
-        async with asyncio.timeout(POLL_S / 3):
-            holding = asyncio.create_task(holder())
-            while not await redis.zcard(keys.llm_permits(limits.provider)):
-                await asyncio.sleep(0.005)
-            calls = []
-            for n, name in enumerate(["a", "b", "c"], start=1):
-                calls.append(asyncio.create_task(call(name)))
-                await queued(limits, n)
-            let_go.set()
-            await asyncio.gather(holding, *calls)
-            await limits.aclose()
-        assert order == ["a", "b", "c"]
-        assert await redis.zcard(keys.llm_permits(limits.provider)) == 0
-    finally:
-        await redis.aclose()
+    async with asyncio.timeout(POLL_S / 3):
+        holder = await calls.holding(first, "holder", let_go)
+        waiters = []
+        for n, (limits, name) in enumerate([(second, "a"), (first, "b"), (second, "c")], start=1):
+            waiters.append(calls.start(limits, name))
+            await queued(redis_server, n)
+        let_go.set()
+        await asyncio.gather(holder, *waiters)
+        await first.aclose()
+        await second.aclose()
+    assert calls.order == ["holder", "a", "b", "c"]
+    assert waiting(redis_server) == [] and permits_held(redis_server) == 0
 
 
-async def test_a_cancelled_waiter_passes_its_turn_on(redis_server: RedisServer) -> None:
-    """A waiting call cancelled after it was given its turn, before it could ask, hands the turn to the
-    next waiting call, which gets the permit at once. (The permit is held and given back by another
-    process, which wakes nobody here; the turn is given as this process's own give-back would.)"""
-    redis = Redis.from_url(redis_server.url)
-    limits = limits_of(redis, concurrency=1)
-    other_process = limits_of(redis, concurrency=1)
-    got: list[str] = []
+async def test_a_call_cancelled_while_it_waits_leaves_the_queue(
+    process: Process, redis_server: RedisServer
+) -> None:
+    """A waiting call that is cancelled (its step stopped) leaves the fleet's queue at once, and the permit
+    given back later goes to the call behind it."""
+    first, second = process(), process()
+    calls = Calls()
+    let_go = asyncio.Event()
+    async with asyncio.timeout(POLL_S / 3):
+        holder = await calls.holding(first, "holder", let_go)
+        gone = calls.start(second, "gone")
+        await queued(redis_server, 1)
+        behind = calls.start(first, "behind")
+        await queued(redis_server, 2)
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        while len(waiting(redis_server)) != 1:
+            await asyncio.sleep(0.005)
+        let_go.set()
+        await asyncio.gather(holder, behind)
+        await first.aclose()
+        await second.aclose()
+    assert calls.order == ["holder", "behind"]
+    assert waiting(redis_server) == [] and permits_held(redis_server) == 0
 
-    async def call(name: str) -> None:
-        async with limits.call():
-            got.append(name)
 
-    try:
-        async with asyncio.timeout(POLL_S / 3):
-            async with other_process.call():
-                first = asyncio.create_task(call("first"))
-                await queued(limits, 1)
-                second = asyncio.create_task(call("second"))
-                await queued(limits, 2)
-            await other_process.aclose()  # the permit is free; nobody here was woken
-            limits._wake_oldest()  # the first's turn ...
-            first.cancel()  # ... and the first cancelled before it could ask
-            await asyncio.gather(first, return_exceptions=True)
-            await second
-            await limits.aclose()
-        assert got == ["second"]
-    finally:
-        await redis.aclose()
+async def test_a_waiter_whose_worker_died_is_passed_over(process: Process, redis_server: RedisServer) -> None:
+    """A call at the head of the queue that stops asking (its worker died) is dropped once its wait lapses,
+    when the permit is given back: the permit goes to the live call behind it."""
+    limits = process()
+    calls = Calls()
+    let_go = asyncio.Event()
+    async with asyncio.timeout(POLL_S / 3):
+        holder = await calls.holding(limits, "holder", let_go)
+        lapses_ms = redis_ms(redis_server) + 300
+        with redis_server.client() as redis:
+            redis.zadd(keys.llm_waiters(PROVIDER), {"dead": lapses_ms - 60_000})
+            redis.zadd(keys.llm_waiting(PROVIDER), {"dead": lapses_ms})
+        live = calls.start(limits, "live")
+        await queued(redis_server, 2)
+        assert waiting(redis_server)[0] == "dead"
+        while redis_ms(redis_server) <= lapses_ms:  # the dead call's wait lapses (by Redis's clock)
+            await asyncio.sleep(0.01)
+        let_go.set()
+        await asyncio.gather(holder, live)
+        await limits.aclose()
+    assert calls.order == ["holder", "live"]
+    assert waiting(redis_server) == [] and permits_held(redis_server) == 0
+
+
+def redis_ms(redis_server: RedisServer) -> int:
+    with redis_server.client() as redis:
+        seconds, micros = redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000

@@ -3,6 +3,7 @@ nothing the others do (the submitter cannot claim, the monitor cannot write)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,11 @@ import httpx
 import pytest
 import redis
 import yaml
+from redis.asyncio import Redis as AsyncRedis
 
 from service.client.client import TunefleetClient
 from service.core import keys
+from service.core.models.tuning import LlmAdapter
 from service.core.settings import FleetSettings
 from service.metrics import fleet_snapshot
 from service.watch.snapshot import take_snapshot
@@ -25,6 +28,7 @@ from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from tests.support.keda import COUNT_QUEUE
 from tests.support.redis_server import free_port
 from tests.support.tools import needs_tool
+from workers.adapters.llm.limits import ProviderLimits
 from workers.claim import CLAIM, claim_arguments
 
 pytestmark = needs_tool("sha256sum")
@@ -194,3 +198,35 @@ async def test_the_scaler_counts_queued_and_running_cases_and_nothing_else(
     finally:
         fleet.teardown()
         workers.teardown()
+
+
+async def test_the_worker_hands_llm_permits_on_without_a_denial(acl_redis: AclRedis) -> None:
+    """As `worker`, two processes' calls to one provider (concurrency 1) queue for its permit and are
+    handed it one after the other through the grants channel; Redis's ACL log records no denial."""
+    config = LlmAdapter(
+        kind="llm", base_url="http://127.0.0.1:9/v1", model="m", api_key_env=None, concurrency=1
+    )
+    password = PASSWORDS["worker"]
+    connections = [AsyncRedis.from_url(acl_redis.url("worker"), password=password) for _ in range(2)]
+    processes = [ProviderLimits(c, config, poll_s=(30.0, 30.0)) for c in connections]
+    order: list[int] = []
+
+    async def call(n: int) -> None:
+        async with processes[n % 2].call():
+            order.append(n)
+
+    try:
+        async with asyncio.timeout(10):
+            async with processes[0].call():
+                waiters = [asyncio.create_task(call(n)) for n in (1, 2)]
+                with acl_redis.client("admin") as admin:
+                    while admin.zcard(keys.llm_waiters(processes[0].provider)) < 2:
+                        await asyncio.sleep(0.01)
+            await asyncio.gather(*waiters)
+            for limits in processes:
+                await limits.aclose()
+    finally:
+        for connection in connections:
+            await connection.aclose()
+    assert sorted(order) == [1, 2]
+    assert acl_redis.denials("worker") == []

@@ -143,6 +143,24 @@ def llm_permits(provider: str) -> str:
     return f"{PREFIX}:llm-permits:{provider}"
 
 
+def llm_waiters(provider: str) -> str:
+    """ZSET: holder id -> when it first asked (ms): the calls waiting for one of an LLM provider's
+    permits, oldest first (a permit given back goes to the oldest)."""
+    return f"{PREFIX}:llm-waiters:{provider}"
+
+
+def llm_waiting(provider: str) -> str:
+    """ZSET: holder id -> expiry (ms) of its wait, renewed at each ask: a waiter that stops asking (its
+    worker died) leaves `llm_waiters` when it lapses."""
+    return f"{PREFIX}:llm-waiting:{provider}"
+
+
+def llm_grants(provider: str) -> str:
+    """Pub/sub CHANNEL: the holder ids (space-separated) a give-back of the provider's permits handed a
+    permit to; each worker wakes its own."""
+    return f"{PREFIX}:llm-grants:{provider}"
+
+
 def llm_tokens(provider: str) -> str:
     """ZSET: `<call id>:<tokens>` -> when (ms): an LLM provider's tokens of the last minute."""
     return f"{PREFIX}:llm-tokens:{provider}"

@@ -1,0 +1,227 @@
+"""A provider's fleet-wide permits (its `concurrency`): a fair semaphore of leased permits in Redis.
+
+- `tf:llm-permits:<provider>`, holder id -> lease expiry (ms): the calls under way.
+- `tf:llm-waiters:<provider>`, holder id -> when it first asked (ms): the calls waiting, oldest first.
+- `tf:llm-waiting:<provider>`, holder id -> expiry of its wait (ms), renewed at each ask: a waiter
+  that stops asking (its worker died) leaves the queue when it lapses.
+- channel `tf:llm-grants:<provider>`: the holders a give-back handed a permit to.
+
+A call asks (`ACQUIRE`): it is granted a permit if one is free and no older call waits for it, or if
+a give-back handed it one already; else it joins the queue. A permit given back (`RELEASE`) goes at
+once to the oldest call waiting anywhere in the fleet, which its worker hears on the channel (one
+subscription per worker and provider). A waiter also asks again at the polls of a jittered backoff,
+so a lost message only delays it. A granted call renews its permit every third of the lease; the
+permit of a worker that died lapses within the lease, and so does one handed to a waiter that died.
+Adaptive concurrency (workers.adapters.llm.limits) lowers the number of permits in `tf:llm-limits`;
+both scripts read it, and `ACQUIRE` raises it again as the recovery time passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service.core import keys
+from service.core.lua import NOW
+
+log = structlog.get_logger()
+
+PRELUDE = f"""
+-- KEYS: permits limits waiters waiting
+-- ARGV: holder concurrency lease_ms recover_ms provider wait_ms channel
+{NOW}
+local function permit_limit(recover)
+  local limit = tonumber(ARGV[2])
+  local raw = redis.call('HGET', KEYS[2], ARGV[5])
+  if not raw then return limit end
+  local state = cjson.decode(raw)
+  if recover and state.limit < limit and now - state.changed_ms >= tonumber(ARGV[4]) then
+    state.limit = state.limit + 1
+    state.changed_ms = now
+    redis.call('HSET', KEYS[2], ARGV[5], cjson.encode(state))
+  end
+  if state.limit >= limit then
+    if recover then redis.call('HDEL', KEYS[2], ARGV[5]) end
+    return limit
+  end
+  return state.limit
+end
+local function drop_lapsed()
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+  for _, holder in ipairs(gone) do
+    redis.call('ZREM', KEYS[3], holder)
+    redis.call('ZREM', KEYS[4], holder)
+  end
+end
+local function grant(holder)
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), holder)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('ZREM', KEYS[3], holder)
+  redis.call('ZREM', KEYS[4], holder)
+end
+"""
+
+ACQUIRE = f"""{PRELUDE}
+-- -> 1 granted, 0 waiting (in the queue)
+drop_lapsed()
+local holder = ARGV[1]
+if redis.call('ZSCORE', KEYS[1], holder) then
+  grant(holder)
+  return 1
+end
+local free = permit_limit(true) - redis.call('ZCARD', KEYS[1])
+if free > 0 then
+  local ahead = redis.call('ZRANK', KEYS[3], holder) or redis.call('ZCARD', KEYS[3])
+  if ahead < free then
+    grant(holder)
+    return 1
+  end
+end
+if not redis.call('ZSCORE', KEYS[3], holder) then redis.call('ZADD', KEYS[3], now, holder) end
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), holder)
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
+redis.call('PEXPIRE', KEYS[4], ARGV[6])
+return 0
+"""
+
+RELEASE = f"""{PRELUDE}
+-- -> how many waiters were handed a permit
+local holder = ARGV[1]
+redis.call('ZREM', KEYS[1], holder)
+redis.call('ZREM', KEYS[3], holder)
+redis.call('ZREM', KEYS[4], holder)
+drop_lapsed()
+local free = permit_limit(false) - redis.call('ZCARD', KEYS[1])
+local handed = {{}}
+while free > 0 do
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not head then break end
+  grant(head)
+  handed[#handed + 1] = head
+  free = free - 1
+end
+if #handed > 0 then redis.call('PUBLISH', ARGV[7], table.concat(handed, ' ')) end
+return #handed
+"""
+
+RENEW = f"""
+-- KEYS: permits ; ARGV: holder lease_ms -> 1 renewed, 0 lost (it expired)
+{NOW}
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry or tonumber(expiry) < now then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+
+class FleetPermits:
+    """One provider's permits as this worker process takes and gives them back."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        provider: str,
+        concurrency: int,
+        recover_ms: int,
+        lease_ms: int,
+        poll_s: tuple[float, float],
+    ) -> None:
+        self.provider = provider
+        self.concurrency = concurrency
+        self.lease_ms = lease_ms
+        self.poll_min_s, self.poll_max_s = poll_s
+        self._redis = redis
+        self._acquire = redis.register_script(ACQUIRE)
+        self._release = redis.register_script(RELEASE)
+        self._renew = redis.register_script(RENEW)
+        self._keys = [
+            keys.llm_permits(provider),
+            keys.llm_limits(),
+            keys.llm_waiters(provider),
+            keys.llm_waiting(provider),
+        ]
+        self._recover_ms = recover_ms
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+        """This process's calls in the queue: holder id -> the future the channel's message settles."""
+        self._listener: asyncio.Task[None] | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
+
+    def _args(self, holder: str) -> list[str | int]:
+        wait_ms = int(3000 * self.poll_max_s) + self.lease_ms  # outlasts the longest gap between asks
+        channel = keys.llm_grants(self.provider)
+        return [holder, self.concurrency, self.lease_ms, self._recover_ms, self.provider, wait_ms, channel]
+
+    async def acquire(self, holder: str) -> None:
+        """Wait until `holder` is granted a permit: asked now, then when told it was handed one, or at
+        the next poll. Cancelled, it leaves the queue (and gives back a permit handed to it meanwhile)."""
+        if self._listener is None:
+            self._listener = asyncio.ensure_future(self._listen())
+        handed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[holder] = handed
+        delay_s = self.poll_min_s
+        try:
+            while not int(await self._acquire(self._keys, self._args(holder))):
+                try:
+                    async with asyncio.timeout(delay_s * (0.5 + random.random())):
+                        await asyncio.shield(handed)
+                    return
+                except TimeoutError:
+                    delay_s = min(delay_s * 2, self.poll_max_s)
+        except BaseException:
+            self.release_soon(holder)
+            raise
+        finally:
+            del self._waiting[holder]
+
+    async def renew(self, holder: str) -> bool:
+        """Renew the permit's lease; False if it had lapsed."""
+        return bool(int(await self._renew(self._keys[:1], [holder, self.lease_ms])))
+
+    def release_soon(self, holder: str) -> None:
+        """Give the permit back (or leave the queue) in a task of its own: the step goes on meanwhile (the
+        permit is held a round trip longer than the call, never shorter); `aclose` waits for it."""
+        task = asyncio.ensure_future(self._let_go(holder))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _let_go(self, holder: str) -> None:
+        try:
+            await self._release(self._keys, self._args(holder))
+        except RedisError as exc:  # the permit lapses by itself within its lease
+            log.warning("llm_permit_release_failed", provider=self.provider, error=str(exc))
+
+    async def _listen(self) -> None:
+        """Wake this process's waiters that a give-back handed a permit to, for the worker's life; the
+        subscription is made again after a fault (the waiters poll meanwhile)."""
+        while True:
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(keys.llm_grants(self.provider))
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
+                    if message is None:
+                        continue
+                    for holder in bytes(message["data"]).decode().split():
+                        handed = self._waiting.get(holder)
+                        if handed is not None and not handed.done():
+                            handed.set_result(None)
+            except (RedisError, OSError) as exc:
+                log.warning("llm_grants_unheard", provider=self.provider, error=str(exc))
+                await asyncio.sleep(self.poll_max_s)
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def aclose(self) -> None:
+        """Wait for the permits being given back, and stop listening (at the worker's shutdown)."""
+        while self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
