@@ -272,3 +272,32 @@ async def test_a_retried_case_is_due_after_its_delay_not_after_its_run(
         assert not await redis_pool.exists(keys.lease(job_id), keys.holder(job_id))
     finally:
         await redis_pool.aclose()
+
+
+async def test_a_grade_recorded_by_a_worker_that_died_before_its_note_is_noted_once_on_resume(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A worker SIGKILLed after the first try's feedback was recorded, its graded note taken out of the notes
+    (a death between the record and its note): the worker that resumes the case writes that grade's note,
+    once, beside the grades it makes itself; the recorded analysis is not run again."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1")], adapter=SLOW_RUN))
+    first = fleet.start_worker()
+    case_root = fleet.settings.store / "tunings/t1/cases/c1/r1"
+    await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 2, 30, "the memory run to start")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    notes_file = case_root / "notes.jsonl"
+    notes = [json.loads(line) for line in notes_file.read_text().splitlines()]
+    assert [(n["kind"], n["phase"], n["attempt"]) for n in notes] == [("graded", "nomem", 1)]
+    notes_file.write_text("")
+    fleet.start_worker()
+    rows = await fleet.wait_finished(1)
+    assert rows["c1"].state == "completed"
+    notes = [json.loads(line) for line in notes_file.read_text().splitlines()]
+    assert [(n["kind"], n["phase"], n["attempt"]) for n in notes] == [
+        ("graded", "nomem", 1),
+        ("graded", "mem", 1),
+    ]
+    feedback = json.loads((case_root / "nomem/1/feedback.json").read_text())
+    assert notes[0]["seal"] == feedback["seal"] and notes[0]["verdict"] == feedback["verdict"] == "pass"
+    assert step_finishes(fleet.events(), "c1")[("nomem", 1, "analyze")] == 1

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +82,19 @@ class CaseStore:
 
     def add_note(self, note: Note) -> None:
         append_line(self.notes_file, note.model_dump_json())
+
+    def has_note(self, kind: str, seal: str) -> bool:
+        """Whether a note of `kind` for the record sealed `seal` is among the notes (a line that does not
+        read as a note is passed over: the file is only ever appended to)."""
+        if not self.notes_file.exists():
+            return False
+        for line in self.notes_file.read_text(encoding="utf-8").splitlines():
+            if seal in line and kind in line:
+                with contextlib.suppress(ValueError):
+                    note = Note.model_validate_json(line)
+                    if note.kind == kind and note.seal == seal:
+                        return True
+        return False
 
     def voids(self, phase: Phase, attempt: int) -> list[Path]:
         """The attempt's void folders, oldest first."""

@@ -101,6 +101,8 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         return feedback
     recorded = _recorded(cr, paths.feedback, run)
     if recorded is not None:
+        if recorded.seal is not None and not cr.store.has_note("graded", recorded.seal):
+            _note_graded(cr, phase, attempt, recorded)  # the worker before died between the two
         return recorded
     cr.check_budget()
     where = cr.where(phase, attempt, "analyze")
@@ -147,10 +149,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
     if dropped:
         await _note_dropped(cr, phase, attempt, source, dropped)
-    graded = (
-        f"void: {feedback.infra}" if feedback.verdict == "void" else (feedback.summary or feedback.verdict)
-    )
-    _note(cr, phase, attempt, "graded", graded, verdict=feedback.verdict, rubric=feedback.rubric)
+    _note_graded(cr, phase, attempt, feedback)
     await cr.step_event(
         EventKind.STEP_FINISHED,
         (phase, attempt, "analyze"),
@@ -172,6 +171,14 @@ async def _note_dropped(cr: CaseRun, phase: Phase, attempt: int, source: str, dr
     _note(cr, phase, attempt, "dropped", text)
 
 
+def _note_graded(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback) -> None:
+    """The try's grade in the case's notes, with the seal of the feedback record it notes."""
+    graded = (
+        f"void: {feedback.infra}" if feedback.verdict == "void" else (feedback.summary or feedback.verdict)
+    )
+    _note(cr, phase, attempt, "graded", graded, feedback.verdict, feedback.rubric, feedback.seal)
+
+
 def _note(
     cr: CaseRun,
     phase: Phase,
@@ -180,6 +187,7 @@ def _note(
     text: str,
     verdict: Verdict | None = None,
     rubric: dict[str, float] | None = None,
+    seal: str | None = None,
 ) -> None:
     """A note on the try in the case's notes, by this worker."""
     note = Note(
@@ -192,6 +200,7 @@ def _note(
         rubric=rubric or {},
         text=text,
         worker=cr.worker,
+        seal=seal,
     )
     cr.store.add_note(note)
 

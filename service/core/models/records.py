@@ -359,3 +359,6 @@ class Note(BaseModel):
     rubric: dict[str, float] = Field(default_factory=dict)
     text: AgentText
     worker: str | None = None
+    seal: str | None = None
+    """A grading's: the seal of the feedback it notes (a worker that resumes the try writes the note if
+    the worker before it died between the record and its note)."""
