@@ -161,3 +161,37 @@ def redis_ms(redis_server: RedisServer) -> int:
     with redis_server.client() as redis:
         seconds, micros = redis.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def test_a_worker_that_lost_its_subscription_hears_the_grants_again(
+    process: Process, redis_server: RedisServer
+) -> None:
+    """Redis drops the worker's subscription to the grants (CLIENT KILL TYPE pubsub): the worker subscribes
+    again, and a permit given back afterwards still reaches its waiting call at once, not at a poll."""
+    limits = process()
+    calls = Calls()
+    let_go = asyncio.Event()
+    channel = keys.llm_grants(PROVIDER)
+    async with asyncio.timeout(POLL_S / 3):
+        holder = await calls.holding(limits, "holder", let_go)
+        waiter = calls.start(limits, "waiter")
+        await queued(redis_server, 1)
+        await until_subscribers(redis_server, channel, 1)
+        with redis_server.client() as redis:
+            assert redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub") == 1
+        await until_subscribers(redis_server, channel, 0)
+        await until_subscribers(redis_server, channel, 1)
+        let_go.set()
+        await asyncio.gather(holder, waiter)
+        await limits.aclose()
+    assert calls.order == ["holder", "waiter"]
+
+
+async def until_subscribers(redis_server: RedisServer, channel: str, count: int) -> None:
+    """Until `count` connections subscribe to `channel`."""
+    while True:
+        with redis_server.client() as redis:
+            [(_, subscribers)] = redis.pubsub_numsub(channel)
+        if subscribers == count:
+            return
+        await asyncio.sleep(0.01)

@@ -30,6 +30,10 @@ from service.core.lua import NOW
 
 log = structlog.get_logger()
 
+GRANTS_RETRY_S = (0.5, 30.0)
+"""The pause before subscribing again to the grants after a fault: doubled from the first up to the
+second while the faults go on."""
+
 PRELUDE = f"""
 -- KEYS: permits limits waiters waiting
 -- ARGV: holder concurrency lease_ms recover_ms provider wait_ms channel
@@ -199,23 +203,29 @@ class FleetPermits:
     async def _listen(self) -> None:
         """Wake this process's waiters that a give-back handed a permit to, for the worker's life; the
         subscription is made again after a fault (the waiters poll meanwhile)."""
+        retry_s = GRANTS_RETRY_S[0]
         while True:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(keys.llm_grants(self.provider))
+                retry_s = GRANTS_RETRY_S[0]
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
-                    if message is None:
-                        continue
-                    for holder in bytes(message["data"]).decode().split():
-                        handed = self._waiting.get(holder)
-                        if handed is not None and not handed.done():
-                            handed.set_result(None)
+                    if message is not None:
+                        self._wake(message["data"])
             except (RedisError, OSError) as exc:
-                log.warning("llm_grants_unheard", provider=self.provider, error=str(exc))
-                await asyncio.sleep(self.poll_max_s)
+                log.warning("llm_grants_unheard", provider=self.provider, error=str(exc), retry_s=retry_s)
+                await asyncio.sleep(retry_s)
+                retry_s = min(retry_s * 2, GRANTS_RETRY_S[1])
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _wake(self, data: bytes | str) -> None:
+        """Wake the calls of this process that a grant names (holder ids, space-separated)."""
+        for holder in (data.decode() if isinstance(data, bytes) else data).split():
+            handed = self._waiting.get(holder)
+            if handed is not None and not handed.done():
+                handed.set_result(None)
 
     async def aclose(self) -> None:
         """Wait for the permits being given back, and stop listening (at the worker's shutdown)."""
