@@ -30,4 +30,18 @@ for _ in $(seq 600); do
   kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; echo "with-llama: the server exited" >&2; exit 1; }
   sleep 0.1
 done
-"$@"
+# The command runs beside a watch on the server: a server that dies (a crash in llama.cpp) would leave
+# the fleet handing its cases back as a provider outage until the command's own timeout.
+"$@" &
+cmd=$!
+while kill -0 "$cmd" 2>/dev/null; do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    tail -n 5 "$log" >&2
+    echo "with-llama: the llama server died while the command ran (its log: $log); stopping the command" >&2
+    kill "$cmd" 2>/dev/null || true
+    wait "$cmd" 2>/dev/null || true
+    exit 1
+  fi
+  sleep 0.5
+done
+wait "$cmd"

@@ -16,6 +16,8 @@ from tests.support.redis_server import RedisServer
 from tests.test_llm_adapters import analyze_request
 from tests.test_llm_grading import GOOD
 from workers.adapters.llm import LlmAnalyzer, Providers
+from workers.adapters.llm.formats import response_format
+from workers.adapters.llm.goal import WorkAnswer
 
 LLAMA_REFUSAL = (
     "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
@@ -160,3 +162,30 @@ async def test_max_tokens_refused_is_sent_as_max_completion_tokens(tmp_path: Pat
                 assert (await analyzer.analyze(analyze_request(tmp_path / str(n)))).exit.error is None
     limits = [{k: v for k, v in r.body.items() if k.startswith("max_")} for r in server.requests]
     assert limits == [{"max_tokens": 64}, {"max_completion_tokens": 64}, {"max_completion_tokens": 64}]
+
+
+def test_the_schema_sent_leaves_out_size_bounds_and_keeps_the_rest() -> None:
+    """The goal worker's answer schema goes out without its `maxLength` (summaries) and `maxItems` (tasks)
+    at any depth; a property that is named `maxItems` stays, and so do `minLength` and the enums. The
+    prompt's copy of the schema is not touched."""
+    schema = WorkAnswer.model_json_schema()
+    schema["properties"]["maxItems"] = {"type": "integer"}
+    sent = response_format("json_object_schema", "work", schema)
+    assert sent is not None
+    assert size_bounds(schema) and not size_bounds(sent["schema"])
+    assert sent["schema"]["properties"]["maxItems"] == {"type": "integer"}
+    task = sent["schema"]["$defs"]["TaskOutcome"]["properties"]
+    assert task["task"]["minLength"] == 1 and task["status"]["enum"] == ["finished", "failed"]
+    assert schema["properties"]["summary"]["maxLength"] == 20_000  # the caller's schema is as it was
+
+
+def size_bounds(schema: Any) -> list[str]:
+    """The `maxLength` and `maxItems` bounds (numbers) anywhere in a schema."""
+    if isinstance(schema, list):
+        return [bound for item in schema for bound in size_bounds(item)]
+    if not isinstance(schema, dict):
+        return []
+    own = [
+        key for key, value in schema.items() if key in ("maxLength", "maxItems") and isinstance(value, int)
+    ]
+    return own + [bound for value in schema.values() for bound in size_bounds(value)]

@@ -12,11 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from service.core.models.case import Case
+from service.core.models.goal_state import Review
 from tests.support.fake_openai import FakeOpenAI, Forward, Scripted
 from tests.support.fleet import Fleet, write_tuning
 from tests.support.llama import MODEL, LlamaServer
+from workers.adapters.llm.edits import EditPlan
+from workers.adapters.llm.formats import Format, response_format
+from workers.adapters.llm.goal import WorkAnswer
+from workers.adapters.llm.grading import feedback_schema
 
 CASES = [
     {
@@ -97,3 +104,37 @@ async def test_a_tuning_with_the_real_model_in_every_role(
     [tuning_status] = status.tunings
     assert tuning_status.tokens == billed and tuning_status.estimated_tokens == 0
     assert sum(row.tokens for row in rows.values()) == billed
+
+
+def fleet_schemas() -> dict[str, dict[str, Any]]:
+    """Every schema the fleet sends as a response format: a case's feedback, the applier's edit plan, and
+    the goal worker's and reviewer's answers (the goal worker's bounds a 5,000-character summary and 200
+    tasks)."""
+    case = Case.model_validate({**CASES[2], "rev": 1})
+    return {
+        "feedback": feedback_schema(case),
+        "edits": EditPlan.model_json_schema(),
+        "work": WorkAnswer.model_json_schema(),
+        "review": Review.model_json_schema(),
+    }
+
+
+@pytest.mark.parametrize("fmt", ["json_schema", "json_object_schema"])
+def test_the_server_takes_every_schema_the_fleet_sends_and_lives(llama: LlamaServer, fmt: Format) -> None:
+    """Each of the fleet's response formats, sent to llama-cpp-python as the fleet sends it, is answered
+    (json_object_schema: 200, the answer constrained by the schema's grammar; json_schema: the 500 the
+    fleet takes for a refusal) and the server is still up afterwards. The schemas' size bounds, sent as
+    they are, made its grammar fail, and the server then crashed with SIGSEGV at the next token."""
+    statuses = {}
+    for name, schema in fleet_schemas().items():
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Answer with JSON."}],
+            "max_tokens": 24,
+            "temperature": 0,
+            "response_format": response_format(fmt, name, schema),
+        }
+        answer = httpx.post(f"{llama.base_url}/chat/completions", json=body, timeout=300)
+        statuses[name] = answer.status_code
+        assert llama.proc is not None and llama.proc.poll() is None, f"the server died on the {name} schema"
+    assert statuses == dict.fromkeys(statuses, 200 if fmt == "json_object_schema" else 500), statuses

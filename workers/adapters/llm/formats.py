@@ -40,12 +40,34 @@ REFUSAL_RE = re.compile(
 NOT_REFUSALS = frozenset({401, 403, 408, 409, 429})
 
 
+SIZE_BOUNDS = frozenset({"maxLength", "maxItems", "maxProperties", "maxContains"})
+"""Bounds the schema sent to a server leaves out (the prompt's copy keeps them, and the fleet checks them
+when it validates the answer): a grammar-based server unrolls each into that many rules. A `maxLength`
+of 5,000 or a `maxItems` of 200 makes llama.cpp's grammar "exceed sane defaults"; llama-cpp-python
+0.3 then samples with no grammar and crashes (SIGSEGV in libllama), taking every later call with it."""
+
+
+def sent_schema(schema: Any) -> Any:
+    """`schema` without its size bounds (SIZE_BOUNDS), at every depth. A bound is a number: a property
+    that happens to be named like one has a schema (an object) for its value, and stays."""
+    if isinstance(schema, list):
+        return [sent_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: sent_schema(value)
+        for key, value in schema.items()
+        if not (key in SIZE_BOUNDS and isinstance(value, int))
+    }
+
+
 def response_format(fmt: Format, name: str, schema: dict[str, Any]) -> dict[str, Any] | None:
-    """The `response_format` of a call in `fmt` (None: send none)."""
+    """The `response_format` of a call in `fmt` (None: send none), its schema without size bounds."""
     if fmt == "json_schema":
-        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
+        sent = sent_schema(schema)
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": sent, "strict": False}}
     if fmt == "json_object_schema":
-        return {"type": "json_object", "schema": schema}
+        return {"type": "json_object", "schema": sent_schema(schema)}
     if fmt == "json_object":
         return {"type": "json_object"}
     return None
