@@ -136,11 +136,13 @@ class Goals(GoalFiles):
         if state is not None and state.status in FINAL_STATUSES:
             return False
         job = GoalJob(goal=goal_id)
-        await self._redis.sadd(keys.goals_cancelled(), job.job_id)  # type: ignore[misc]
         leased = bool(await self._redis.exists(keys.lease(job.job_id)))
         state, ended = await asyncio.to_thread(self._cancel_in_store, goal, leased)
         if state is None:
             return False
+        # Told to the workers only once it is in the store: a worker that saw it in Redis first could end
+        # the goal before the store was written, and this request would find it ended (and answer 409).
+        await self._redis.sadd(keys.goals_cancelled(), job.job_id)  # type: ignore[misc]
         if ended:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.zrem(self._settings.queue, job.job_id)
