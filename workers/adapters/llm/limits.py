@@ -133,11 +133,11 @@ class ProviderLimits:
         holder = uuid.uuid4().hex
         await self.permits.acquire(holder)
         self._log_wait(began)
-        try:
-            async with watched(self._keep(self.permits, holder)):
+        async with watched(self._keep(self.permits, holder)):
+            try:
                 yield
-        finally:
-            self.permits.release_soon(holder)
+            finally:  # given back before the renewer is torn down: the next call waits a loop turn less
+                self.permits.release_soon(holder)
 
     async def aclose(self) -> None:
         """Wait for the permits being given back, stop listening for grants (at the worker's shutdown)."""
