@@ -150,16 +150,23 @@ class FleetPermits:
             keys.llm_waiters(provider),
             keys.llm_waiting(provider),
         ]
-        self._recover_ms = recover_ms
+        wait_ms = int(3000 * self.poll_max_s) + lease_ms  # outlasts the longest gap between asks
+        self._argv_tail: list[str | int] = [
+            concurrency,
+            lease_ms,
+            recover_ms,
+            provider,
+            wait_ms,
+            keys.llm_grants(provider),
+        ]
+        """Every script's arguments after the holder's id (the PRELUDE's ARGV)."""
         self._waiting: dict[str, asyncio.Future[None]] = {}
         """This process's calls in the queue: holder id -> the future the channel's message settles."""
         self._listener: asyncio.Task[None] | None = None
         self._releasing: set[asyncio.Task[None]] = set()
 
     def _args(self, holder: str) -> list[str | int]:
-        wait_ms = int(3000 * self.poll_max_s) + self.lease_ms  # outlasts the longest gap between asks
-        channel = keys.llm_grants(self.provider)
-        return [holder, self.concurrency, self.lease_ms, self._recover_ms, self.provider, wait_ms, channel]
+        return [holder, *self._argv_tail]
 
     async def acquire(self, holder: str) -> None:
         """Wait until `holder` is granted a permit: asked now, then when told it was handed one, or at
