@@ -34,6 +34,7 @@ BENCHMARKS = [
     "evals",
     "gates",
     "agent_start",
+    "big_system",
 ]
 
 

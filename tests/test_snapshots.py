@@ -1,13 +1,22 @@
-"""Snapshots of a version: the runs and applies that first need one at the same moment share one
-extraction (one `git archive`), with real git and real processes."""
+"""Snapshots and private copies of a version: the runs and applies that first need one at the same
+moment share one extraction (one `git archive`); what a snapshot holds and how its extraction fails;
+and that making them, for a version of many files, leaves the worker's event loop free for its other
+jobs. Real git and real processes; a git whose `archive` writes no tar is a shell script first on PATH."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from service.core.errors import SystemRepoError
+from service.core.system import SystemRepo
+from tests.support.git import fake_git
 from tests.test_system_git import new_repo
 
 
@@ -45,3 +54,102 @@ async def test_concurrent_first_uses_of_a_version_share_one_extraction(tmp_path:
         ARCHIVES.counting = False
     assert len(ARCHIVES.seen) == 1, ARCHIVES.seen
     assert [p.name for p in (tmp_path / "snapshots").iterdir()] == [version]
+
+
+BAD_ARCHIVE = """for arg in "$@"; do
+  case "$arg" in archive) printf 'this is no tar archive'; exit 0;; esac
+done
+exec "$REAL_GIT" "$@"
+"""
+
+
+def many_files(source: Path, folders: int = 30, per_folder: int = 50) -> int:
+    """A system of `folders` x `per_folder` prose files; how many."""
+    for f in range(folders):
+        (source / f"skills-{f}").mkdir(parents=True)
+        for n in range(per_folder):
+            (source / f"skills-{f}" / f"skill-{n}.md").write_text(f"rule {f}-{n}\n" * 40)
+    return folders * per_folder
+
+
+class Ticker:
+    """Counts the event loop's turns while it runs: a loop held by a synchronous call counts none."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.turns += 1
+
+    async def __aenter__(self) -> Ticker:
+        self._task = asyncio.create_task(self._tick())
+        await asyncio.sleep(0)
+        self.turns = 0
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+async def test_a_private_copy_of_many_files_leaves_the_event_loop_turning(tmp_path: Path) -> None:
+    """Copying a 1,500-file version for an analyzer or an applier is done in a thread: the loop turns
+    meanwhile (it turned not once while a synchronous copy held it), and the copy is whole and writable."""
+    source = tmp_path / "source"
+    files = many_files(source)
+    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")
+    version = await repo.init_from(source)
+    await repo.snapshot(version)  # extracted beforehand: the copy below has no git call to await
+    async with Ticker() as ticker:
+        copy = await repo.private_copy(version, tmp_path / "analyze" / "system")
+    assert ticker.turns > 0
+    copied = [p for p in copy.rglob("*") if p.is_file()]
+    assert len(copied) == files
+    assert all(p.stat().st_mode & stat.S_IWUSR for p in copied)
+
+
+async def test_a_snapshot_is_read_only_and_keeps_executable_bits(tmp_path: Path) -> None:
+    """A version's snapshot holds its files read-only, executable bits kept; made once and then shared."""
+    source = tmp_path / "source"
+    (source / "skills").mkdir(parents=True)
+    (source / "AGENTS.md").write_text("Be careful.\n")
+    (source / "skills" / "check.sh").write_text("#!/bin/sh\necho ok\n")
+    (source / "skills" / "check.sh").chmod(0o755)
+    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")
+    version = await repo.init_from(source)
+    snapshot = await repo.snapshot(version)
+    assert (snapshot / "AGENTS.md").read_text() == "Be careful.\n"
+    assert not (snapshot / "AGENTS.md").stat().st_mode & stat.S_IWUSR
+    assert (snapshot / "skills" / "check.sh").stat().st_mode & stat.S_IXUSR
+    assert await repo.snapshot(version) == snapshot
+
+
+async def test_an_empty_version_is_an_empty_snapshot(tmp_path: Path) -> None:
+    """A version with no file at all (git's archive of it is no tar) is an empty folder, not an error."""
+    source = tmp_path / "source"
+    source.mkdir()
+    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")
+    version = await repo.init_from(source)
+    snapshot = await repo.snapshot(version)
+    assert snapshot.is_dir() and list(snapshot.iterdir()) == []
+
+
+async def test_an_unreadable_archive_is_an_error_that_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When git's archive of a version with files is no tar, the snapshot fails with SystemRepoError naming
+    the version, and no half-made folder is left among the snapshots (a later call tries again)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "AGENTS.md").write_text("Be careful.\n")
+    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")
+    version = await repo.init_from(source)
+    with monkeypatch.context() as patched:
+        patched.setenv("PATH", f"{fake_git(tmp_path / 'bin', BAD_ARCHIVE)}:{os.environ['PATH']}")
+        with pytest.raises(SystemRepoError, match=rf"version {version} cannot be extracted"):
+            await repo.snapshot(version)
+    assert list((tmp_path / "snapshots").iterdir()) == []
+    assert (await repo.snapshot(version) / "AGENTS.md").read_text() == "Be careful.\n"

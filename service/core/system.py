@@ -60,6 +60,39 @@ def _make_writable(root: Path) -> None:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
+def _unpack(archive: bytes, staging: Path, target: Path) -> Path:
+    """Extract a `git archive` tar into `staging`, read-only, and give it the name `target` (tarfile's
+    errors leave `staging` as it is)."""
+    staging.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(staging, filter="data")
+    return _settle(staging, target)
+
+
+def _settle(staging: Path, target: Path) -> Path:
+    """Make the extracted `staging` read-only and name it `target` (another extraction of the same
+    version may have named its own first: then this one is removed)."""
+    _make_read_only(staging)
+    try:
+        staging.rename(target)
+    except OSError:
+        _remove(staging)
+    return target
+
+
+def _remove(root: Path) -> None:
+    _make_writable(root)
+    shutil.rmtree(root)
+
+
+def copy_writable(source: Path, dest: Path) -> None:
+    """A writable copy of the folder `source` at `dest` (replacing it), symbolic links kept as links."""
+    if dest.exists():
+        _remove(dest)
+    shutil.copytree(source, dest, symlinks=True)
+    _make_writable(dest)
+
+
 def _walk(folder: Path) -> tuple[list[str], bool]:
     """The symbolic links below `folder` (outside `.git` folders) that point out of it (a version holding
     one could not be extracted into a snapshot), and whether a folder below it holds a `.git` (a nested
@@ -182,36 +215,21 @@ class SystemRepo:
             f"--git-dir={self.repo}", "archive", "--format=tar", version, timeout_s=self.git_timeout_s
         )
         staging = self.snapshots / f".{version}.{os.getpid()}.{id(archive)}"
-        staging.mkdir(parents=True)
-        try:
-            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                tar.extractall(staging, filter="data")
-        except tarfile.ReadError as exc:
-            if await self._git("ls-tree", "--name-only", version):  # else an empty tree: an empty folder
-                _make_writable(staging)
-                shutil.rmtree(staging)
-                raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
+        try:  # a version of many files takes a while to write out: not on the event loop
+            return await asyncio.to_thread(_unpack, archive, staging, target)
         except tarfile.TarError as exc:
-            _make_writable(staging)
-            shutil.rmtree(staging)
+            unread = isinstance(exc, tarfile.ReadError)
+            if unread and not await self._git("ls-tree", "--name-only", version):
+                return await asyncio.to_thread(_settle, staging, target)  # an empty tree: an empty folder
+            await asyncio.to_thread(_remove, staging)
             raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
-        _make_read_only(staging)
-        try:
-            staging.rename(target)
-        except OSError:
-            _make_writable(staging)
-            shutil.rmtree(staging)
-        return target
 
     async def private_copy(self, version: str, dest: Path) -> Path:
         """A writable copy of `version` that nothing else sees (for the analyzer, and the folder the
-        applier edits for `commit_folder`); symbolic links stay links."""
+        applier edits for `commit_folder`); symbolic links stay links. Made in a thread: a version of
+        many files would hold the event loop, and every other job of the worker with it."""
         source = await self.snapshot(version)
-        if dest.exists():
-            _make_writable(dest)
-            shutil.rmtree(dest)
-        shutil.copytree(source, dest, symlinks=True)
-        _make_writable(dest)
+        await asyncio.to_thread(copy_writable, source, dest)
         return dest
 
     async def commit_folder(self, folder: Path, base: str, message: str) -> str | None:
@@ -223,7 +241,7 @@ class SystemRepo:
         the folder (no snapshot could hold it), and any git failure (never read as "nothing changed")."""
         if not folder.is_dir():
             raise SystemRepoError(f"folder {folder} does not exist")
-        leaving, nested_git = _walk(folder)
+        leaving, nested_git = await asyncio.to_thread(_walk, folder)
         if leaving:
             raise SystemRepoError(f"folder {folder}: symbolic link {leaving[0]} points outside the folder")
         with tempfile.TemporaryDirectory(prefix="tunefleet-index-", dir=_index_home(folder)) as scratch:

@@ -9,6 +9,7 @@ the file, the field and how the analyzer ended.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -113,14 +114,14 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         system = await cr.tuning.repo.snapshot(run.version)
         memory = run_work / "memory"
     else:  # an agent: private copies; phase mem starts from the run's own memory, not the analyzer's
-        shutil.rmtree(work, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, work, True)  # folders of any size: off the event loop
         work.mkdir(parents=True)
         system = await cr.tuning.repo.private_copy(run.version, work / "system")
         memory = work / "memory"
         if (run_work / "memory").is_dir():
-            shutil.copytree(run_work / "memory", memory)
+            await asyncio.to_thread(shutil.copytree, run_work / "memory", memory)
         memory.mkdir(exist_ok=True)
-    before = None if trusted else tree_digest(system)
+    before = None if trusted else await asyncio.to_thread(tree_digest, system)
     request = AnalyzeRequest(
         **where,
         case=cr.case,
@@ -136,7 +137,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     began = datetime.now(UTC)
     feedback, report, dropped, source = await _analyze(cr, request)
     feedback = feedback.model_copy(update={"run_seal": run.seal, "seal": new_seal()})
-    if before is not None and tree_digest(system) != before:
+    if before is not None and await asyncio.to_thread(tree_digest, system) != before:
         await cr.emit(
             EventKind.ANALYSIS_EDITED_SYSTEM,
             phase=phase,
@@ -144,7 +145,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
             detail="the analyzer edited its copy of the system; the edit was discarded",
         )
     if not trusted:
-        shutil.rmtree(system, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, system, True)
     # analysis.md is for people; feedback.json is the record (flushed to disk), under the same fence
     await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
     if dropped:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from datetime import UTC, datetime
@@ -127,10 +128,10 @@ async def _run_once(
     """One run of the agent; None when the sandbox was down (the breaker is open, nothing recorded)."""
     where = cr.where(phase, attempt, "run")
     work: Path = where["step_dir"]
-    shutil.rmtree(work, ignore_errors=True)
+    await asyncio.to_thread(shutil.rmtree, work, True)  # folders of any size: off the event loop
     memory = work / "memory"  # made by the runner if it starts empty (an in-process one may never need it)
     if memory_from is not None and memory_from.is_dir():
-        shutil.copytree(memory_from, memory, copy_function=shutil.copyfile)
+        await asyncio.to_thread(shutil.copytree, memory_from, memory, copy_function=shutil.copyfile)
     else:
         work.mkdir(parents=True)
     version = await cr.run_version()
