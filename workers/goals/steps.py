@@ -89,7 +89,9 @@ async def fresh_attempts(
     aside); a sandbox found down on a tuning's goal waits for the breaker and starts the step afresh."""
     while True:
         step_dir = gr.step_dir(it.iteration, step)
-        await asyncio.to_thread(shutil.rmtree, step_dir, True)  # off the event loop: it may be large
+        await asyncio.to_thread(
+            shutil.rmtree, step_dir, ignore_errors=True
+        )  # off the event loop: it may be large
         step_dir.mkdir(parents=True)
         try:
             return await body(step_dir)

@@ -114,7 +114,9 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         system = await cr.tuning.repo.snapshot(run.version)
         memory = run_work / "memory"
     else:  # an agent: private copies; phase mem starts from the run's own memory, not the analyzer's
-        await asyncio.to_thread(shutil.rmtree, work, True)  # folders of any size: off the event loop
+        await asyncio.to_thread(
+            shutil.rmtree, work, ignore_errors=True
+        )  # folders of any size: off the event loop
         work.mkdir(parents=True)
         system = await cr.tuning.repo.private_copy(run.version, work / "system")
         memory = work / "memory"
@@ -145,7 +147,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
             detail="the analyzer edited its copy of the system; the edit was discarded",
         )
     if not trusted:
-        await asyncio.to_thread(shutil.rmtree, system, True)
+        await asyncio.to_thread(shutil.rmtree, system, ignore_errors=True)
     # analysis.md is for people; feedback.json is the record (flushed to disk), under the same fence
     await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
     if dropped:

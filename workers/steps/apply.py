@@ -178,7 +178,7 @@ async def _apply_holding(
             await cr.record_spend(phase, attempt, "apply", output.usage, why)
             raise
     finally:
-        await asyncio.to_thread(shutil.rmtree, tree, True)
+        await asyncio.to_thread(shutil.rmtree, tree, ignore_errors=True)
     duration_ms = int((time.monotonic() - began) * 1000)
     return ApplyRecord(
         base_version=current,

@@ -128,7 +128,9 @@ async def _run_once(
     """One run of the agent; None when the sandbox was down (the breaker is open, nothing recorded)."""
     where = cr.where(phase, attempt, "run")
     work: Path = where["step_dir"]
-    await asyncio.to_thread(shutil.rmtree, work, True)  # folders of any size: off the event loop
+    await asyncio.to_thread(
+        shutil.rmtree, work, ignore_errors=True
+    )  # folders of any size: off the event loop
     memory = work / "memory"  # made by the runner if it starts empty (an in-process one may never need it)
     if memory_from is not None and memory_from.is_dir():
         await asyncio.to_thread(shutil.copytree, memory_from, memory, copy_function=shutil.copyfile)
