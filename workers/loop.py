@@ -7,7 +7,6 @@ so calling `run_loop` again after any interruption carries on at the first missi
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from service.core.models.records import (
     RunRecord,
     VoidBaseline,
 )
+from service.core.trees import on_folder
 from workers.case import CaseRun
 from workers.errors import OverBudget, VoidsExhausted
 from workers.gate.apply import gated_apply
@@ -68,7 +68,7 @@ async def run_loop(cr: CaseRun) -> CaseResult:
         if isinstance(mem, Difficult):
             return await finish(cr, "difficult", mem.phase, mem.reason)
         await cr.lease.check()
-        kept = await asyncio.to_thread(cr.tuning.store.submit_memory, cr.case.id, cr.case.rev, mem.memory)
+        kept = await on_folder(mem.memory, cr.tuning.store.submit_memory, cr.case.id, cr.case.rev, mem.memory)
         await cr.emit(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=mem.attempt, detail=str(kept))
         return await finish(cr, "completed", "mem", None)
     except OverBudget as over:  # checked before each step starts (workers.spend)

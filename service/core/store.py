@@ -192,7 +192,7 @@ class TuningStore:
         staging = target.with_name(target.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         if source.is_dir():
-            shutil.copytree(source, staging, copy_function=shutil.copyfile)
+            shutil.copytree(source, staging, symlinks=True, copy_function=shutil.copyfile)
         else:  # the run wrote no memory
             staging.mkdir(parents=True)
         shutil.rmtree(target, ignore_errors=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from service.core.errors import SystemRepoError
 from service.core.git import DEFAULT_GIT_TIMEOUT_S, GitResult, git, run_git
+from service.core.trees import SMALL_ENTRIES, TAR_BLOCK_BYTES, off_loop, on_folder
 
 MAIN_REF = "refs/heads/main"
 GITLINK_MODE = "160000"
@@ -215,21 +216,22 @@ class SystemRepo:
             f"--git-dir={self.repo}", "archive", "--format=tar", version, timeout_s=self.git_timeout_s
         )
         staging = self.snapshots / f".{version}.{os.getpid()}.{id(archive)}"
-        try:  # a version of many files takes a while to write out: not on the event loop
-            return await asyncio.to_thread(_unpack, archive, staging, target)
+        large = len(archive) >= SMALL_ENTRIES * TAR_BLOCK_BYTES  # else it holds fewer entries
+        try:
+            return await off_loop(large, _unpack, archive, staging, target)
         except tarfile.TarError as exc:
             unread = isinstance(exc, tarfile.ReadError)
             if unread and not await self._git("ls-tree", "--name-only", version):
-                return await asyncio.to_thread(_settle, staging, target)  # an empty tree: an empty folder
-            await asyncio.to_thread(_remove, staging)
+                return _settle(staging, target)  # an empty tree: an empty folder
+            await off_loop(large, _remove, staging)
             raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
 
     async def private_copy(self, version: str, dest: Path) -> Path:
         """A writable copy of `version` that nothing else sees (for the analyzer, and the folder the
-        applier edits for `commit_folder`); symbolic links stay links. Made in a thread: a version of
-        many files would hold the event loop, and every other job of the worker with it."""
+        applier edits for `commit_folder`); symbolic links stay links. A version of many files is copied in
+        a thread (service.core.trees)."""
         source = await self.snapshot(version)
-        await asyncio.to_thread(copy_writable, source, dest)
+        await on_folder(source, copy_writable, source, dest)
         return dest
 
     async def commit_folder(self, folder: Path, base: str, message: str) -> str | None:
@@ -241,7 +243,7 @@ class SystemRepo:
         the folder (no snapshot could hold it), and any git failure (never read as "nothing changed")."""
         if not folder.is_dir():
             raise SystemRepoError(f"folder {folder} does not exist")
-        leaving, nested_git = await asyncio.to_thread(_walk, folder)
+        leaving, nested_git = await on_folder(folder, _walk, folder)
         if leaving:
             raise SystemRepoError(f"folder {folder}: symbolic link {leaving[0]} points outside the folder")
         with tempfile.TemporaryDirectory(prefix="tunefleet-index-", dir=_index_home(folder)) as scratch:

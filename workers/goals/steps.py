@@ -23,6 +23,7 @@ from service.core.files import write_atomic
 from service.core.models.events import EventKind
 from service.core.models.goal import GoalStep
 from service.core.models.goal_state import IterationState, PlanRecord, Review, ReviewRecord
+from service.core.trees import remove_tree
 from service.core.validation import describe_validation
 from service.goals.store import CHANGES_FILE, PROGRESS_FILE, REVIEW_FILE, TODO_FILE, WORKER_RESULT_FILE
 from service.goals.todo import TodoError, parse_todo
@@ -89,9 +90,7 @@ async def fresh_attempts(
     aside); a sandbox found down on a tuning's goal waits for the breaker and starts the step afresh."""
     while True:
         step_dir = gr.step_dir(it.iteration, step)
-        await asyncio.to_thread(
-            shutil.rmtree, step_dir, ignore_errors=True
-        )  # off the event loop: it may be large
+        await remove_tree(step_dir)
         step_dir.mkdir(parents=True)
         try:
             return await body(step_dir)

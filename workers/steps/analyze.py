@@ -9,8 +9,6 @@ the file, the field and how the analyzer ended.
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -22,6 +20,7 @@ from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Feedback, Note, Phase, RunRecord, Verdict, new_seal
 from service.core.system import tree_digest
+from service.core.trees import copy_tree, on_folder, remove_tree
 from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
@@ -114,16 +113,14 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         system = await cr.tuning.repo.snapshot(run.version)
         memory = run_work / "memory"
     else:  # an agent: private copies; phase mem starts from the run's own memory, not the analyzer's
-        await asyncio.to_thread(
-            shutil.rmtree, work, ignore_errors=True
-        )  # folders of any size: off the event loop
+        await remove_tree(work)
         work.mkdir(parents=True)
         system = await cr.tuning.repo.private_copy(run.version, work / "system")
         memory = work / "memory"
         if (run_work / "memory").is_dir():
-            await asyncio.to_thread(shutil.copytree, run_work / "memory", memory)
+            await copy_tree(run_work / "memory", memory)
         memory.mkdir(exist_ok=True)
-    before = None if trusted else await asyncio.to_thread(tree_digest, system)
+    before = None if trusted else await on_folder(system, tree_digest, system)
     request = AnalyzeRequest(
         **where,
         case=cr.case,
@@ -139,7 +136,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     began = datetime.now(UTC)
     feedback, report, dropped, source = await _analyze(cr, request)
     feedback = feedback.model_copy(update={"run_seal": run.seal, "seal": new_seal()})
-    if before is not None and await asyncio.to_thread(tree_digest, system) != before:
+    if before is not None and await on_folder(system, tree_digest, system) != before:
         await cr.emit(
             EventKind.ANALYSIS_EDITED_SYSTEM,
             phase=phase,
@@ -147,7 +144,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
             detail="the analyzer edited its copy of the system; the edit was discarded",
         )
     if not trusted:
-        await asyncio.to_thread(shutil.rmtree, system, ignore_errors=True)
+        await remove_tree(system)
     # analysis.md is for people; feedback.json is the record (flushed to disk), under the same fence
     await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
     if dropped:

@@ -10,7 +10,6 @@ the user's mirror is the daemon's business (service.daemon.mirror): it never hol
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from service.core.errors import SystemRepoError
 from service.core.files import read_model
 from service.core.models.events import EventKind
 from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
+from service.core.trees import remove_tree
 from service.core.validation import describe_validation
 from service.gate.repo import parent_of, read_ref, set_ref
 from workers.adapters.base import ApplyOutcome, ApplyRequest
@@ -178,7 +178,7 @@ async def _apply_holding(
             await cr.record_spend(phase, attempt, "apply", output.usage, why)
             raise
     finally:
-        await asyncio.to_thread(shutil.rmtree, tree, ignore_errors=True)
+        await remove_tree(tree)
     duration_ms = int((time.monotonic() - began) * 1000)
     return ApplyRecord(
         base_version=current,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +11,7 @@ from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Phase, RunOutput, RunRecord, SandboxTrips, new_seal
 from service.core.models.status import Hold, WaitCause
 from service.core.models.tuning import CommandAdapter
+from service.core.trees import copy_tree, remove_tree
 from workers.adapters.base import RunRequest
 from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, ProviderDown
@@ -128,12 +127,10 @@ async def _run_once(
     """One run of the agent; None when the sandbox was down (the breaker is open, nothing recorded)."""
     where = cr.where(phase, attempt, "run")
     work: Path = where["step_dir"]
-    await asyncio.to_thread(
-        shutil.rmtree, work, ignore_errors=True
-    )  # folders of any size: off the event loop
+    await remove_tree(work)
     memory = work / "memory"  # made by the runner if it starts empty (an in-process one may never need it)
     if memory_from is not None and memory_from.is_dir():
-        await asyncio.to_thread(shutil.copytree, memory_from, memory, copy_function=shutil.copyfile)
+        await copy_tree(memory_from, memory, plain=True)
     else:
         work.mkdir(parents=True)
     version = await cr.run_version()
