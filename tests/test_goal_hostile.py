@@ -17,7 +17,7 @@ AGENT = str(Path(__file__).parent / "agents" / "goal_agent.py")
 @pytest.mark.parametrize(
     ("hostile", "summary"),
     [
-        ("symlink", "worker_result.json is invalid: worker_result.json cannot be read"),
+        ("symlink", "worker_result.json is invalid: worker_result.json is a symbolic link (not followed)"),
         ("nested-git", "the workspace could not be recorded"),
     ],
 )

@@ -32,11 +32,17 @@ TREES_KEPT = 64
 
 
 def tree_digest(root: Path) -> str:
-    """A digest of every file's relative path and bytes below `root` (to see whether it was edited)."""
+    """A digest of every file's relative path and content below `root` (to see whether it was edited): a
+    link's target, not what it points at; a file's bytes read a block at a time (an agent may have left
+    one of any size)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
         digest.update(str(path.relative_to(root)).encode() + b"\0")
-        digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+        if path.is_symlink():
+            digest.update(os.readlink(path).encode())
+        else:
+            with path.open("rb") as file:
+                digest.update(hashlib.file_digest(file, "sha256").digest())
         digest.update(b"\0")
     return digest.hexdigest()
 

@@ -31,7 +31,7 @@ from workers.adapters.base import (
     RunRequest,
     StepExit,
 )
-from workers.adapters.folder import StepFolder
+from workers.adapters.folder import AgentFileRefused, StepFolder, read_agent_file
 from workers.adapters.isolation import open_without_sandbox
 from workers.adapters.process import AgentHost, ProcessResult, ProcessSpec, run_process
 from workers.adapters.sandbox import SandboxMounts, agent_spec, check_sandbox, is_sandbox_setup_failure
@@ -106,23 +106,25 @@ def _step_exit(result: ProcessResult, timeout_s: float, sandbox_down: str | None
     return StepExit(exit_code=result.exit_code, duration_ms=result.duration_ms, error=error)
 
 
-def _written(path: Path) -> bytes | None:
-    """What a process left in `path`, None if it wrote nothing there."""
+def _written(path: Path) -> tuple[bytes | None, str | None]:
+    """What a process left in `path` (None if it wrote nothing there), or why the fleet did not read it
+    (a link, a pipe, a device, a file too large: workers.adapters.folder.read_agent_file)."""
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+        return read_agent_file(path), None
+    except AgentFileRefused as refused:
+        return None, f"{path}: not read: {refused}"
 
 
 def _parse_run_output(path: Path) -> RunOutput | None:
-    """The runner's output file, None if it wrote none; an unreadable or invalid one becomes a RunOutput
-    with an error naming the file and the fields."""
-    try:
-        return RunOutput.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
+    """The runner's output file, None if it wrote none; an unreadable, refused or invalid one becomes a
+    RunOutput with an error naming the file and the fields."""
+    data, refused = _written(path)
+    if refused is not None:
+        return RunOutput(error=refused)
+    if data is None:
         return None
-    except OSError as exc:
-        return RunOutput(error=f"{path}: cannot read: {exc.strerror or exc}")
+    try:
+        return RunOutput.model_validate_json(data)
     except ValidationError as exc:
         return RunOutput(error=describe_validation(exc, f"{path}: invalid RunOutput"))
 
@@ -327,10 +329,14 @@ class CommandAnalyzer(CommandStep, step="analyzer", names=ANALYZE_PLACEHOLDERS):
             home=folder.home,
         )
         result = await run_process(self.process_spec(values, request.log_file, mounts, request.step_dir))
+        feedback, refused = _written(feedback_file)
+        analysis, report_refused = _written(analysis_file)
+        if report_refused is not None:  # the report is for people: the grade stands without it
+            log.warning("analysis_report_refused", reason=report_refused)
         return AnalyzeOutcome(
-            exit=self.step_exit(result),
-            feedback=_written(feedback_file),
-            analysis=_written(analysis_file),
+            exit=_refusing(self.step_exit(result), refused),
+            feedback=feedback,
+            analysis=analysis,
             source=str(feedback_file),
         )
 
@@ -358,6 +364,14 @@ class CommandApplier(CommandStep, step="applier", names=APPLY_PLACEHOLDERS):
             home=folder.home,
         )
         result = await run_process(self.process_spec(values, request.log_file, mounts, request.worktree_dir))
+        output, refused = _written(output_file)
         return ApplyOutcome(
-            exit=self.step_exit(result), output=_written(output_file), source=str(output_file)
+            exit=_refusing(self.step_exit(result), refused), output=output, source=str(output_file)
         )
+
+
+def _refusing(exit_: StepExit, refused: str | None) -> StepExit:
+    """The step's exit, with why its output was not read as its error (when it has none of its own)."""
+    if refused is None or exit_.error is not None:
+        return exit_
+    return exit_.model_copy(update={"error": refused})

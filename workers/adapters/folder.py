@@ -10,13 +10,50 @@
         <step>.log              the agent's stdout and stderr, written by the worker
 
 The step makes the folder fresh for its lease; nothing an agent leaves anywhere else is ever read.
+What is read there goes through `read_agent_file`: an agent may have put a link (to a key, a
+credential: anything the worker can read and it cannot), a named pipe (a read that never ends) or a
+device (`/dev/zero`: one that never stops) where its output should be.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+AGENT_FILE_MAX_BYTES = 64 * 1024 * 1024
+"""The most the fleet reads of one file an agent wrote (its records keep less: AGENT_TEXT_MAX_CHARS)."""
+
+
+class AgentFileRefused(ValueError):
+    """A file an agent left that the fleet does not read: a link, not a regular file, or too large."""
+
+
+def read_agent_file(path: Path, max_bytes: int = AGENT_FILE_MAX_BYTES) -> bytes | None:
+    """The bytes of a file an agent wrote; None when there is none. AgentFileRefused, naming the file,
+    when it is a symbolic link (never followed), not a regular file, larger than `max_bytes`, or cannot
+    be read. Opening never blocks (a named pipe with no writer) and reading stops at `max_bytes`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        why = (
+            "is a symbolic link (not followed)" if os.path.islink(path) else f"cannot be read: {exc.strerror}"
+        )
+        raise AgentFileRefused(f"{path.name} {why}") from exc
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise AgentFileRefused(f"{path.name} is not a regular file")
+        if info.st_size > max_bytes:
+            raise AgentFileRefused(f"{path.name} is {info.st_size} bytes, more than the {max_bytes} read")
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:  # it grew while being read
+        raise AgentFileRefused(f"{path.name} is more than the {max_bytes} bytes read")
+    return data
 
 
 @dataclass(frozen=True)

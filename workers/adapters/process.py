@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -179,14 +180,17 @@ async def _end_group(pgid: int, waiter: asyncio.Future[int], grace_s: float) -> 
 def _log_tail(log_file: Path, start_offset: int) -> list[str]:
     """The last whole lines the process wrote to the log (bytes before `start_offset` are not its), at
     most TAIL_BYTES and TAIL_LINES of them."""
-    try:
-        with log_file.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            begin = max(start_offset, size - TAIL_BYTES)
-            handle.seek(begin)
-            tail = handle.read()
+    try:  # the agent may have put a link, a pipe or a device in the log's place: never followed or read
+        fd = os.open(log_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return []
+        size = handle.seek(0, os.SEEK_END)
+        begin = max(start_offset, size - TAIL_BYTES)
+        handle.seek(begin)
+        tail = handle.read(TAIL_BYTES)
     lines = tail.decode("utf-8", errors="replace").splitlines()
     if begin > start_offset and len(lines) > 1:
         lines = lines[1:]  # the first begins inside a line

@@ -3,37 +3,24 @@ MAX_OUTPUT_BYTES, validated against the models the fleet keeps."""
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from service.core.models.goal_state import ProgressEntry, WorkerResult
 from service.core.validation import describe_validation, valid_only
-from workers.adapters.folder import StepFolder
+from workers.adapters.folder import StepFolder, read_agent_file
 from workers.adapters.goal_base import WORK_RESULT
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
-"""The most the fleet keeps of one agent output file (a larger one is refused by name)."""
+"""The most the fleet keeps of one goal agent output file (a larger one is refused by name)."""
 
 
 def read_output(path: Path) -> str | None:
-    """An agent's output file as text; None when it wrote none; ValueError when it is too large, not a
-    regular file, or a symbolic link (never followed: it could point at anything the worker can read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ValueError(f"{path.name} cannot be read: {exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{path.name} is not a regular file")
-        if info.st_size > MAX_OUTPUT_BYTES:
-            raise ValueError(f"{path.name} is {info.st_size} bytes, more than the {MAX_OUTPUT_BYTES} kept")
-        return file.read(MAX_OUTPUT_BYTES + 1).decode("utf-8", errors="replace")
+    """An agent's output file as text; None when it wrote none; ValueError (AgentFileRefused) when it is
+    too large, not a regular file, or a symbolic link (workers.adapters.folder.read_agent_file)."""
+    data = read_agent_file(path, MAX_OUTPUT_BYTES)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def worker_result(folder: StepFolder, exit_words: str) -> WorkerResult:
