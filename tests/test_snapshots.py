@@ -18,6 +18,7 @@ from service.core.errors import SystemRepoError
 from service.core.system import SystemRepo
 from tests.support.git import fake_git
 from tests.test_system_git import new_repo
+from tests.test_trees import fill
 
 
 class ArchiveCounter:
@@ -63,15 +64,6 @@ exec "$REAL_GIT" "$@"
 """
 
 
-def many_files(source: Path, folders: int = 30, per_folder: int = 50) -> int:
-    """A system of `folders` x `per_folder` prose files; how many."""
-    for f in range(folders):
-        (source / f"skills-{f}").mkdir(parents=True)
-        for n in range(per_folder):
-            (source / f"skills-{f}" / f"skill-{n}.md").write_text(f"rule {f}-{n}\n" * 40)
-    return folders * per_folder
-
-
 class Ticker:
     """Counts the event loop's turns while it runs: a loop held by a synchronous call counts none."""
 
@@ -98,8 +90,8 @@ class Ticker:
 async def test_a_private_copy_of_many_files_leaves_the_event_loop_turning(tmp_path: Path) -> None:
     """Copying a 1,500-file version for an analyzer or an applier is done in a thread: the loop turns
     meanwhile (it turned not once while a synchronous copy held it), and the copy is whole and writable."""
-    source = tmp_path / "source"
-    files = many_files(source)
+    files = 1500
+    source = fill(tmp_path / "source", files)
     repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")
     version = await repo.init_from(source)
     await repo.snapshot(version)  # extracted beforehand: the copy below has no git call to await
