@@ -26,6 +26,13 @@ import os, sys
 os.mkfifo(sys.argv[1])
 """
 
+LINKED_OUT_ANALYZER = """
+import os, pathlib, sys
+out = pathlib.Path(sys.argv[2]).parent
+os.rename(out, out.with_name("out.mine"))
+os.symlink(sys.argv[1], out)
+"""
+
 PIPE_LOG_RUNNER = """
 import json, os, pathlib, sys
 output = pathlib.Path(sys.argv[1])
@@ -64,6 +71,20 @@ async def test_feedback_that_is_a_pipe_fails_the_case_and_the_worker_goes_on(
     assert rows["c1"].state == "failed"
     assert "feedback.json is not a regular file" in (rows["c1"].reason or "")
     assert fleet.workers[0].poll() is None
+
+
+async def test_an_out_folder_replaced_by_a_link_is_not_read_through(fleet: Fleet, tmp_path: Path) -> None:
+    """An analyzer that swaps its `out/` folder for a link to another folder holding a passing feedback
+    (as a folder of the worker's could): the fleet reads nothing through the link, and the case ends
+    failed naming the folder, not graded by the planted file."""
+    planted = tmp_path / "elsewhere"
+    planted.mkdir()
+    passing = {"verdict": "pass", "done": True, "rubric": {"r1": 1.0}, "summary": "planted"}
+    (planted / "feedback.json").write_text(json.dumps(passing))
+    await start_one_case(fleet, tmp_path, analyzer=inline(LINKED_OUT_ANALYZER, str(planted), "{feedback}"))
+    rows = await fleet.wait_finished(1, timeout_s=60)
+    assert rows["c1"].state == "failed"
+    assert "out/ is not a folder (a link is not followed)" in (rows["c1"].reason or "")
 
 
 async def test_a_log_replaced_by_a_pipe_gives_no_tail_and_no_hang(fleet: Fleet, tmp_path: Path) -> None:

@@ -33,17 +33,25 @@ class AgentFileRefused(ValueError):
 
 def read_agent_file(path: Path, max_bytes: int = AGENT_FILE_MAX_BYTES) -> bytes | None:
     """The bytes of a file an agent wrote; None when there is none. AgentFileRefused, naming the file,
-    when it is a symbolic link (never followed), not a regular file, larger than `max_bytes`, or cannot
-    be read. Opening never blocks (a named pipe with no writer) and reading stops at `max_bytes`."""
+    when it or its folder is a symbolic link (never followed), it is not a regular file, it is larger
+    than `max_bytes`, or it cannot be read. Opening never blocks (a named pipe with no writer) and
+    reading stops at `max_bytes`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        why = (
-            "is a symbolic link (not followed)" if os.path.islink(path) else f"cannot be read: {exc.strerror}"
-        )
-        raise AgentFileRefused(f"{path.name} {why}") from exc
+        raise AgentFileRefused(f"{path.parent.name}/ is not a folder (a link is not followed)") from exc
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise AgentFileRefused(f"{path.name} is a symbolic link (not followed)") from exc
+        raise AgentFileRefused(f"{path.name} cannot be read: {exc.strerror or exc}") from exc
+    finally:
+        os.close(folder)
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
@@ -54,6 +62,14 @@ def read_agent_file(path: Path, max_bytes: int = AGENT_FILE_MAX_BYTES) -> bytes 
     if len(data) > max_bytes:  # it grew while being read
         raise AgentFileRefused(f"{path.name} is more than the {max_bytes} bytes read")
     return data
+
+
+def _clear(path: Path) -> None:
+    """Remove whatever is at `path`: a folder with its content, or a link itself (not what it points at)."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -80,7 +96,12 @@ class StepFolder:
         return folder
 
     def prepare(self) -> None:
-        """Make `in/`, `home/` and an empty `out/` (a second round must not read the first one's)."""
-        shutil.rmtree(self.outputs, ignore_errors=True)
+        """Make `in/` and `home/` if they are not there and an empty `out/` (a second round must not read
+        the first one's). An agent of an earlier round may have put a link or a file in the place of any
+        of them: it is removed, so that the fleet never writes inputs or reads outputs through it."""
+        _clear(self.outputs)
+        for folder in (self.inputs, self.home):
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                _clear(folder)
         for folder in (self.inputs, self.outputs, self.home):
             folder.mkdir(parents=True, exist_ok=True)
