@@ -33,6 +33,19 @@ os.rename(out, out.with_name("out.mine"))
 os.symlink(sys.argv[1], out)
 """
 
+LOG_LINKING_ANALYZER = """
+import os, pathlib, sys
+feedback = pathlib.Path(sys.argv[2])
+step = feedback.parent.parent
+if not (step / "round-1").exists():  # the first round: the log becomes a link to the worker's file
+    (step / "round-1").write_text("done")
+    os.unlink(step / "analyze.log")
+    os.symlink(sys.argv[1], step / "analyze.log")
+else:
+    print("APPENDED-BY-THE-AGENT", flush=True)
+feedback.write_text("not json")  # invalid: the step asks again, in a second round
+"""
+
 PIPE_LOG_RUNNER = """
 import json, os, pathlib, sys
 output = pathlib.Path(sys.argv[1])
@@ -85,6 +98,20 @@ async def test_an_out_folder_replaced_by_a_link_is_not_read_through(fleet: Fleet
     rows = await fleet.wait_finished(1, timeout_s=60)
     assert rows["c1"].state == "failed"
     assert "out/ is not a folder (a link is not followed)" in (rows["c1"].reason or "")
+
+
+async def test_a_log_replaced_by_a_link_is_never_written_through(fleet: Fleet, tmp_path: Path) -> None:
+    """An analyzer that puts a link to a file of the worker's (say its authorized keys) in its log's
+    place: its next round's output goes to a new log of the worker's, never appended to that file."""
+    victim = tmp_path / "authorized_keys"
+    victim.write_text("the worker's own line\n")
+    await start_one_case(fleet, tmp_path, analyzer=inline(LOG_LINKING_ANALYZER, str(victim), "{feedback}"))
+    rows = await fleet.wait_finished(1, timeout_s=60)
+    assert rows["c1"].state == "failed"
+    assert victim.read_text() == "the worker's own line\n"
+    logs = list(case_root(fleet).glob("nomem/1/analyze-*/analyze.log"))
+    assert len(logs) == 1 and not logs[0].is_symlink()
+    assert "APPENDED-BY-THE-AGENT" in logs[0].read_text()
 
 
 async def test_a_log_replaced_by_a_pipe_gives_no_tail_and_no_hang(fleet: Fleet, tmp_path: Path) -> None:

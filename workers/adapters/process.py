@@ -17,6 +17,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -249,9 +250,34 @@ async def run_process(spec: ProcessSpec) -> ProcessResult:
             await asyncio.shield(asyncio.to_thread(take_back, lent))
 
 
+LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_log(log_file: Path) -> BinaryIO:
+    """The step's log, for appending the agent's output to it: always a regular file of the worker's. An
+    agent of an earlier round may have put something else in its place (a link to a file of the
+    worker's, which its output would then be appended to; a named pipe, which would never open): that is
+    removed and a new log begun."""
+    try:
+        fd = os.open(log_file, LOG_FLAGS, 0o644)
+    except OSError:  # a link (not followed), a pipe with no reader, a folder
+        fd = -1
+    if fd >= 0 and not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        fd = -1
+    if fd < 0:
+        if log_file.is_dir() and not log_file.is_symlink():
+            shutil.rmtree(log_file)
+        else:
+            log_file.unlink(missing_ok=True)
+        fd = os.open(log_file, LOG_FLAGS | os.O_EXCL, 0o644)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
+
+
 async def _run(spec: ProcessSpec) -> ProcessResult:
     started = time.monotonic()
-    with spec.log_file.open("ab") as log_handle:
+    with _open_log(spec.log_file) as log_handle:
         start_offset = log_handle.tell()
         try:
             proc = await _start(spec, log_handle)
