@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service.core.files import read_model
+from service.core.files import read_model, write_atomic
 from service.core.models.records import RunRecord
 from tests.support.fleet import Fleet, wait_until
 from tests.test_command_loop import case_root, inline, start_one_case
@@ -123,3 +123,17 @@ async def test_a_log_replaced_by_a_pipe_gives_no_tail_and_no_hang(fleet: Fleet, 
     assert run is not None and run.exit_code == 3 and run.output.answer == "done"
     assert not run.log_tail
     assert fleet.workers[0].poll() is None
+
+
+def test_an_input_written_where_an_agent_left_a_link_replaces_the_link(tmp_path: Path) -> None:
+    """The fleet writes a step's inputs (`in/`) with `write_atomic`: a link an agent of an earlier round
+    left under an input's name is replaced by the new file, and the file it named is untouched."""
+    victim = tmp_path / "worker.txt"
+    victim.write_text("the worker's own\n")
+    given = tmp_path / "in"
+    given.mkdir()
+    (given / "todo.md").symlink_to(victim)
+    write_atomic(given / "todo.md", b"- [ ] t1: a task\n", durable=False)
+    assert not (given / "todo.md").is_symlink()
+    assert (given / "todo.md").read_text() == "- [ ] t1: a task\n"
+    assert victim.read_text() == "the worker's own\n"

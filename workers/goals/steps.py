@@ -11,7 +11,6 @@ What every agent call spends is counted however the call ends (workers.job_run, 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -115,9 +114,9 @@ async def call_agent(
     folder = StepFolder(step_dir)
     folder.prepare()
     given = {}
-    for name, source in inputs.items():
+    for name, source in inputs.items():  # written anew, replacing whatever an agent left there (a link)
         given[name] = folder.inputs / source.name
-        shutil.copyfile(source, given[name])
+        write_atomic(given[name], source.read_bytes(), durable=False)
     request = GoalStepRequest(
         goal_id=gr.spec.id,
         step=step,
