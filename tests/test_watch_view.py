@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -228,3 +229,16 @@ def test_the_log_tail_finds_the_newest_step_folder_and_reads_its_end(tmp_path: P
     tail = read_tail(found, max_lines=3, max_bytes=100)
     assert tail.lines == ["new 47!", "new 48!", "new 49!"]
     assert read_tail(attempt / "run-99" / "run.log", max_lines=3).lines == []
+
+
+def test_a_step_log_an_agent_replaced_is_not_followed_nor_waited_on(tmp_path: Path) -> None:
+    """A step log that an agent made a link (to a file of the operator's) or a named pipe is shown as
+    empty: the link is not followed, and the pipe is not opened for a read that would wait for ever."""
+    secret = tmp_path / "id_rsa"
+    secret.write_text("PRIVATE KEY\n")
+    linked = tmp_path / "linked.log"
+    linked.symlink_to(secret)
+    piped = tmp_path / "piped.log"
+    os.mkfifo(piped)
+    assert read_tail(linked, max_lines=3).lines == []
+    assert read_tail(piped, max_lines=3).lines == []

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -18,6 +20,35 @@ from service.core.errors import StoreError
 from service.core.validation import describe_validation
 
 M = TypeVar("M", bound=BaseModel)
+
+
+REGULAR_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class NotRegularFile(ValueError):
+    """A file that is read only as a regular file of its own is something else: a symbolic link (never
+    followed), a named pipe, a device or a folder."""
+
+
+def open_regular(path: Path | str, dir_fd: int | None = None) -> BinaryIO | None:
+    """`path` (relative to the folder `dir_fd`, if given) open for reading when it is a regular file;
+    None when there is nothing there; NotRegularFile, naming it, when it is a link (not followed),
+    a pipe, a device or a folder; OSError when it cannot be read. It never blocks (a pipe with no
+    writer). For files an agent could have put there: a link could name any file the reader can read."""
+    name = os.path.basename(path)
+    try:
+        fd = os.open(path, REGULAR_READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFile(f"{name} is a symbolic link (not followed)") from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegularFile(f"{name} is not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def _create_temp(path: Path) -> tuple[int, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from service.core.files import NotRegularFile, open_regular
 from service.core.store import Store
 from service.watch.snapshot import RunningStep
 
@@ -66,13 +67,16 @@ def read_tail(path: Path | None, max_lines: int, max_bytes: int = TAIL_BYTES) ->
     """The last `max_lines` lines of the file (at most `max_bytes` read from its end)."""
     if path is None or max_lines <= 0:
         return LogTail(path=path)
-    try:
-        with path.open("rb") as handle:
+    try:  # an agent may have put a link, a pipe or a device in its log's place: never followed or read
+        opened = open_regular(path)
+        if opened is None:
+            return LogTail(path=path)
+        with opened as handle:
             size = os.fstat(handle.fileno()).st_size
             start = max(0, size - max_bytes)
             handle.seek(start)
             data = handle.read(size - start)
-    except OSError:
+    except (OSError, NotRegularFile):
         return LogTail(path=path)
     text = data.decode("utf-8", errors="replace")
     lines = text.split("\n")

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from service.core.files import NotRegularFile, open_regular
 
 AGENT_FILE_MAX_BYTES = 64 * 1024 * 1024
 """The most the fleet reads of one file an agent wrote (its records keep less: AGENT_TEXT_MAX_CHARS)."""
@@ -34,7 +35,7 @@ class AgentFileRefused(ValueError):
 def read_agent_file(path: Path, max_bytes: int = AGENT_FILE_MAX_BYTES) -> bytes | None:
     """The bytes of a file an agent wrote; None when there is none. AgentFileRefused, naming the file,
     when it or its folder is a symbolic link (never followed), it is not a regular file, it is larger
-    than `max_bytes`, or it cannot be read. Opening never blocks (a named pipe with no writer) and
+    than `max_bytes`, or it cannot be read (service.core.files.open_regular: the open never blocks);
     reading stops at `max_bytes`."""
     try:
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -43,21 +44,19 @@ def read_agent_file(path: Path, max_bytes: int = AGENT_FILE_MAX_BYTES) -> bytes 
     except OSError as exc:
         raise AgentFileRefused(f"{path.parent.name}/ is not a folder (a link is not followed)") from exc
     try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
-    except FileNotFoundError:
-        return None
+        opened = open_regular(path.name, dir_fd=folder)
+    except NotRegularFile as exc:
+        raise AgentFileRefused(str(exc)) from exc
     except OSError as exc:
-        if os.path.islink(path):
-            raise AgentFileRefused(f"{path.name} is a symbolic link (not followed)") from exc
         raise AgentFileRefused(f"{path.name} cannot be read: {exc.strerror or exc}") from exc
     finally:
         os.close(folder)
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise AgentFileRefused(f"{path.name} is not a regular file")
-        if info.st_size > max_bytes:
-            raise AgentFileRefused(f"{path.name} is {info.st_size} bytes, more than the {max_bytes} read")
+    if opened is None:
+        return None
+    with opened as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > max_bytes:
+            raise AgentFileRefused(f"{path.name} is {size} bytes, more than the {max_bytes} read")
         data = file.read(max_bytes + 1)
     if len(data) > max_bytes:  # it grew while being read
         raise AgentFileRefused(f"{path.name} is more than the {max_bytes} bytes read")

@@ -30,6 +30,7 @@ from typing import BinaryIO
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from service.core.files import NotRegularFile, open_regular
 from service.core.settings import FleetSettings
 from workers.adapters.isolation import RootPowers, lend, take_back
 from workers.adapters.reaper import START_FAILED_EXIT, START_FAILED_PREFIX
@@ -182,12 +183,12 @@ def _log_tail(log_file: Path, start_offset: int) -> list[str]:
     """The last whole lines the process wrote to the log (bytes before `start_offset` are not its), at
     most TAIL_BYTES and TAIL_LINES of them."""
     try:  # the agent may have put a link, a pipe or a device in the log's place: never followed or read
-        fd = os.open(log_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        opened = open_regular(log_file)
+    except (OSError, NotRegularFile):
         return []
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return []
+    if opened is None:
+        return []
+    with opened as handle:
         size = handle.seek(0, os.SEEK_END)
         begin = max(start_offset, size - TAIL_BYTES)
         handle.seek(begin)
