@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service.core.files import read_model, write_atomic
+from service.core.files import read_model
 from service.core.models.records import RunRecord
 from tests.support.fleet import Fleet, wait_until
 from tests.test_command_loop import case_root, inline, start_one_case
+from workers.adapters.folder import StepFolder
 
 SECRET = "SECRET-KEY-41c9"
 
@@ -125,15 +126,15 @@ async def test_a_log_replaced_by_a_pipe_gives_no_tail_and_no_hang(fleet: Fleet, 
     assert fleet.workers[0].poll() is None
 
 
-def test_an_input_written_where_an_agent_left_a_link_replaces_the_link(tmp_path: Path) -> None:
-    """The fleet writes a step's inputs (`in/`) with `write_atomic`: a link an agent of an earlier round
-    left under an input's name is replaced by the new file, and the file it named is untouched."""
+def test_an_input_given_where_an_agent_left_a_link_replaces_the_link(tmp_path: Path) -> None:
+    """Every step gives its inputs through `StepFolder.give` (a goal step's TODO included): a link an agent
+    of an earlier round left in `in/` under an input's name is replaced by the input, and the file it
+    named is untouched (a plain copy to that name, as goal steps made, writes through the link)."""
     victim = tmp_path / "worker.txt"
     victim.write_text("the worker's own\n")
-    given = tmp_path / "in"
-    given.mkdir()
-    (given / "todo.md").symlink_to(victim)
-    write_atomic(given / "todo.md", b"- [ ] t1: a task\n", durable=False)
-    assert not (given / "todo.md").is_symlink()
-    assert (given / "todo.md").read_text() == "- [ ] t1: a task\n"
+    folder = StepFolder.ready(tmp_path / "step")
+    (folder.inputs / "todo.md").symlink_to(victim)
+    given = StepFolder.ready(folder.root).give("todo.md", b"- [ ] t1: a task\n")
+    assert not given.is_symlink()
+    assert given.read_text() == "- [ ] t1: a task\n"
     assert victim.read_text() == "the worker's own\n"

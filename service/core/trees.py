@@ -48,6 +48,20 @@ def entries_below(root: Path, limit: int = SMALL_ENTRIES) -> int:
     return count
 
 
+def is_large(root: Path) -> bool:
+    """Whether the work on the folder `root` goes to a thread: SMALL_ENTRIES entries or more."""
+    return entries_below(root) >= SMALL_ENTRIES
+
+
+def clear(path: Path) -> None:
+    """Remove whatever is at `path` here and now: a link itself (never what it points at), a file, or a
+    folder with its content; nothing when there is nothing."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 async def off_loop(large: bool, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`work(*args, **kwargs)`: in a thread when `large`, else here, on the event loop."""
     if large:
@@ -58,7 +72,7 @@ async def off_loop(large: bool, work: Callable[P, T], *args: P.args, **kwargs: P
 async def on_folder(root: Path, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`work(*args, **kwargs)`, whose cost grows with the folder `root`: in a thread when `root` holds
     SMALL_ENTRIES entries or more, else on the event loop."""
-    return await off_loop(entries_below(root) >= SMALL_ENTRIES, work, *args, **kwargs)
+    return await off_loop(is_large(root), work, *args, **kwargs)
 
 
 async def remove_tree(path: Path) -> None:

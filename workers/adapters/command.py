@@ -18,7 +18,6 @@ import structlog
 from pydantic import ValidationError
 
 from service.core.errors import ConfigError
-from service.core.files import write_atomic
 from service.core.models.records import SEAL_FIELDS, RunOutput
 from service.core.models.tuning import PLACEHOLDERS, CommandAdapter
 from service.core.validation import describe_validation
@@ -217,9 +216,8 @@ class CommandRunner(CommandStep, step="runner", names=RUN_PLACEHOLDERS):
         folder = StepFolder.ready(request.step_dir)
         for made in (request.workspace_dir, request.memory_dir):
             made.mkdir(parents=True, exist_ok=True)
-        input_file = folder.inputs / "input.json"
+        input_file = folder.give("input.json", request.task.model_dump_json().encode())
         output_file = folder.outputs / "output.json"
-        write_atomic(input_file, request.task.model_dump_json().encode(), durable=False)
         values = {
             "input": str(input_file),
             "system": str(request.system_dir),
@@ -301,19 +299,16 @@ class CommandAnalyzer(CommandStep, step="analyzer", names=ANALYZE_PLACEHOLDERS):
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
         folder = StepFolder.ready(request.step_dir)
         inputs = {
-            "case": (folder.inputs / "case.json", request.case.model_dump_json(indent=2)),
-            "run": (
-                folder.inputs / "run.json",
-                request.run.model_dump_json(indent=2, exclude=set(SEAL_FIELDS)),
+            "case": folder.give("case.json", request.case.model_dump_json(indent=2).encode()),
+            "run": folder.give(
+                "run.json", request.run.model_dump_json(indent=2, exclude=set(SEAL_FIELDS)).encode()
             ),
-            "brief": (folder.inputs / "brief.json", json.dumps(request.brief(), indent=2)),
+            "brief": folder.give("brief.json", json.dumps(request.brief(), indent=2).encode()),
         }
-        for path, text in inputs.values():
-            write_atomic(path, text.encode(), durable=False)
         feedback_file = folder.outputs / "feedback.json"
         analysis_file = folder.outputs / "analysis.md"
         values = {
-            **{name: str(path) for name, (path, _) in inputs.items()},
+            **{name: str(path) for name, path in inputs.items()},
             "system": str(request.system_dir),
             "memory": str(request.memory_dir),
             "workspace": str(request.workspace_dir),
@@ -346,9 +341,8 @@ class CommandApplier(CommandStep, step="applier", names=APPLY_PLACEHOLDERS):
 
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
         folder = StepFolder.ready(request.step_dir)
-        feedback_file = folder.inputs / "feedback.json"
         given = request.feedback.model_dump_json(indent=2, exclude=set(SEAL_FIELDS))
-        write_atomic(feedback_file, given.encode(), durable=False)
+        feedback_file = folder.give("feedback.json", given.encode())
         output_file = folder.outputs / "output.json"
         values = {
             "feedback": str(feedback_file),

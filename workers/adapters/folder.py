@@ -18,11 +18,11 @@ device (`/dev/zero`: one that never stops) where its output should be.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.core.files import NotRegularFile, open_regular
+from service.core.files import NotRegularFile, open_regular, write_atomic
+from service.core.trees import clear
 
 AGENT_FILE_MAX_BYTES = 64 * 1024 * 1024
 """The most the fleet reads of one file an agent wrote (its records keep less: AGENT_TEXT_MAX_CHARS)."""
@@ -63,14 +63,6 @@ def read_agent_file(path: Path, max_bytes: int = AGENT_FILE_MAX_BYTES) -> bytes 
     return data
 
 
-def _clear(path: Path) -> None:
-    """Remove whatever is at `path`: a folder with its content, or a link itself (not what it points at)."""
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        path.unlink()
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 @dataclass(frozen=True)
 class StepFolder:
     root: Path
@@ -98,9 +90,16 @@ class StepFolder:
         """Make `in/` and `home/` if they are not there and an empty `out/` (a second round must not read
         the first one's). An agent of an earlier round may have put a link or a file in the place of any
         of them: it is removed, so that the fleet never writes inputs or reads outputs through it."""
-        _clear(self.outputs)
+        clear(self.outputs)
         for folder in (self.inputs, self.home):
-            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-                _clear(folder)
+            if folder.is_symlink() or not folder.is_dir():
+                clear(folder)
         for folder in (self.inputs, self.outputs, self.home):
             folder.mkdir(parents=True, exist_ok=True)
+
+    def give(self, name: str, data: bytes) -> Path:
+        """Put the input `name` in `in/`, written anew: whatever an agent of an earlier round left under
+        that name (a link to a file of the worker's, say) is replaced, never written through."""
+        path = self.inputs / name
+        write_atomic(path, data, durable=False)
+        return path

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.core.files import write_atomic
 from service.core.models.goal import GOAL_PLACEHOLDERS, GoalStep
 from service.core.models.tuning import CommandAdapter
 from workers.adapters.command import CommandStep
@@ -47,8 +46,7 @@ class CommandGoalAgent:
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
         command = self._steps[request.step]
         folder = StepFolder.ready(request.step_dir)
-        brief = folder.inputs / "brief.json"
-        write_atomic(brief, request.brief.model_dump_json(indent=2).encode(), durable=False)
+        brief = folder.give("brief.json", request.brief.model_dump_json(indent=2).encode())
         given = {name: path for name, path in request.inputs.items() if name in STEP_INPUTS}
         outputs = _outputs(request.step, folder)
         values = {
@@ -64,9 +62,7 @@ class CommandGoalAgent:
         }
         for name in STEP_INPUTS:  # a plan has no progress, worker result or changes yet: empty files
             if name not in values:
-                empty = folder.inputs / f"{name}.none"
-                write_atomic(empty, b"", durable=False)
-                values[name] = str(empty)
+                values[name] = str(folder.give(f"{name}.none", b""))
         values.setdefault("review", str(folder.outputs / REVIEW_OUTPUT))
         writable = [folder.outputs, folder.home]
         readonly = [folder.inputs, request.system_dir, *given.values()]

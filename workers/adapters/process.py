@@ -17,7 +17,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import signal
 import stat
 import sys
@@ -32,6 +31,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from service.core.files import NotRegularFile, open_regular
 from service.core.settings import FleetSettings
+from service.core.trees import clear
 from workers.adapters.isolation import RootPowers, lend, take_back
 from workers.adapters.reaper import START_FAILED_EXIT, START_FAILED_PREFIX
 
@@ -267,10 +267,7 @@ def _open_log(log_file: Path) -> BinaryIO:
         os.close(fd)
         fd = -1
     if fd < 0:
-        if log_file.is_dir() and not log_file.is_symlink():
-            shutil.rmtree(log_file)
-        else:
-            log_file.unlink(missing_ok=True)
+        clear(log_file)
         fd = os.open(log_file, LOG_FLAGS | os.O_EXCL, 0o644)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "ab")

@@ -113,10 +113,7 @@ async def call_agent(
     when its provider failed, StepTimedOut at the deadline."""
     folder = StepFolder(step_dir)
     folder.prepare()
-    given = {}
-    for name, source in inputs.items():  # written anew, replacing whatever an agent left there (a link)
-        given[name] = folder.inputs / source.name
-        write_atomic(given[name], source.read_bytes(), durable=False)
+    given = {name: folder.give(source.name, source.read_bytes()) for name, source in inputs.items()}
     request = GoalStepRequest(
         goal_id=gr.spec.id,
         step=step,

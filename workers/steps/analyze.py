@@ -20,7 +20,7 @@ from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Feedback, Note, Phase, RunRecord, Verdict, new_seal
 from service.core.system import tree_digest
-from service.core.trees import copy_tree, on_folder, remove_tree
+from service.core.trees import copy_tree, is_large, off_loop, remove_tree
 from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
@@ -120,7 +120,8 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         if (run_work / "memory").is_dir():
             await copy_tree(run_work / "memory", memory)
         memory.mkdir(exist_ok=True)
-    before = None if trusted else await on_folder(system, tree_digest, system)
+    large = not trusted and is_large(system)  # the copy's size, decided once for both digests
+    before = None if trusted else await off_loop(large, tree_digest, system)
     request = AnalyzeRequest(
         **where,
         case=cr.case,
@@ -136,7 +137,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     began = datetime.now(UTC)
     feedback, report, dropped, source = await _analyze(cr, request)
     feedback = feedback.model_copy(update={"run_seal": run.seal, "seal": new_seal()})
-    if before is not None and await on_folder(system, tree_digest, system) != before:
+    if before is not None and await off_loop(large, tree_digest, system) != before:
         await cr.emit(
             EventKind.ANALYSIS_EDITED_SYSTEM,
             phase=phase,
