@@ -4,7 +4,7 @@ fleet-wide improvements lock; the step throughput against the ideal, with `wait_
 
 Ideal makespan: the largest of the slot bound (every step's latency spread over every slot), the
 lock bound (all applies one after the other) and the longest case; utilization = ideal / achieved.
-The same run also counts snapshot extractions (`git archive`) against the versions steps used (runs,
+The same run also counts snapshot extractions against the versions steps used (runs,
 and applies' bases), with two workers racing for new versions."""
 
 from __future__ import annotations
@@ -51,11 +51,10 @@ def measure(wait_for_apply: bool) -> dict[str, Any]:
         workers = [env.start_worker(SLOTS) for _ in range(WORKERS)]
         wait_for(lambda: env.results_done() >= len(cases), 180, "every case's result", interval_s=0.1)
         events = env.events()
-        audit = env.audit()
         steps, span = makespan(events)
         versions = versions_used(events, env.settings.store / "tunings" / tuning)
         folders = [p for p in (env.settings.store / "tunings" / tuning / "snapshots").iterdir()]
-        pids = {w.pid for w in workers}
+        extractions = env.extractions({w.pid for w in workers})
         held = [
             e["duration_ms"] / 1000 for e in events if e["kind"] == "step_finished" and e["step"] == "apply"
         ]
@@ -68,7 +67,7 @@ def measure(wait_for_apply: bool) -> dict[str, Any]:
         "run_gap": median(start_gaps(events, "run")),
         "versions": len(versions),
         "folders": len([f for f in folders if not f.name.startswith(".")]),
-        "archives": sum(1 for a in audit if a["git"] == "archive" and a["pid"] in pids),
+        "archives": extractions,
     }
 
 
@@ -111,7 +110,7 @@ def run() -> list[Figure]:
             "",
             f"<= {WORKERS} (once per worker and version)",
             archives <= versions * WORKERS and all(g["folders"] == g["versions"] for g in both),
-            f"{versions} versions used (runs, apply bases), {archives} `git archive` on {WORKERS} workers "
+            f"{versions} versions used (runs, apply bases), {archives} extractions on {WORKERS} workers "
             f"(both runs); snapshot folders: {on['folders']} and {off['folders']}",
         )
     )

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -344,6 +344,12 @@ class Env:
     def audit(self) -> list[dict[str, Any]]:
         """The git subprocesses the audit hook saw in this benchmark's processes."""
         return [r for r in self._audit_records() if "git" in r]
+
+    def extractions(self, pids: Collection[int] | None = None) -> int:
+        """The snapshot extractions the audit hook saw begin (in the processes `pids`, or in any)."""
+        return sum(
+            1 for r in self._audit_records() if "extraction" in r and (pids is None or r["pid"] in pids)
+        )
 
     def fs_counts(self, pid: int) -> Counter[str]:
         """The filesystem operations of a process so far (with BENCH_AUDIT_FS=1; flushed every second)."""

@@ -81,8 +81,7 @@ def measure_tunefleet(env: Env) -> dict[str, Any]:
     versions = versions_used(events, store)
     folders = [p for p in (store / "snapshots").iterdir() if not p.name.startswith(".")]
     audit = env.audit()
-    archives = sum(1 for a in audit if a["git"] == "archive")
-    git_per_apply = sum(1 for a in audit if a["git"] != "archive") / max(1, steps["apply"])
+    git_per_apply = len(audit) / max(1, steps["apply"])
     return {
         "steps": total,
         "by_step": dict(steps),
@@ -95,7 +94,7 @@ def measure_tunefleet(env: Env) -> dict[str, Any]:
         "runs": steps["run"],
         "versions": len(versions),
         "folders": len(folders),
-        "archives": archives,
+        "archives": env.extractions(),
         "git_per_apply": git_per_apply,
     }
 
@@ -213,7 +212,7 @@ def run() -> list[Figure]:
             "1 (not per run)",
             tf["archives"] <= tf["versions"] and tf["folders"] == tf["versions"],
             f"{tf['versions']} versions used (runs, apply bases), {tf['folders']} snapshot folders, "
-            f"{tf['archives']} `git archive` for {tf['runs']} runs on 1 worker; "
+            f"{tf['archives']} extractions for {tf['runs']} runs on 1 worker; "
             f"git processes per apply: {tf['git_per_apply']:.1f}",
         ),
     ]

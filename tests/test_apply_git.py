@@ -1,10 +1,9 @@
-"""Git at the apply step, on a real fleet: a commit git refuses fails the apply with git's message, and a
-hung mirror remote delays no apply (the daemon pushes, after the lock, under a timeout)."""
+"""Git at the apply step, on a real fleet: a commit the repository refuses fails the apply with the
+reason, and a hung mirror remote delays no apply (the daemon pushes, after the lock, under a timeout)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -12,19 +11,19 @@ from service.core.files import read_model
 from service.core.models.records import ApplyRecord
 from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
-from tests.support.git import FAIL_ON_COMMIT, HANGING_HOOK, bare_remote, fake_git
+from tests.support.git import HANGING_HOOK, bare_remote, refuse_new_objects
 
 
-async def test_a_failing_commit_fails_the_apply_with_gits_message(fleet: Fleet, tmp_path: Path) -> None:
-    """When git refuses the apply's commit, the case ends failed with git's message, and the edit is
-    never recorded as "no change"."""
+async def test_a_refused_commit_fails_the_apply_with_its_reason(fleet: Fleet, tmp_path: Path) -> None:
+    """When the system repository refuses the apply's new objects, the case ends failed saying so, and the
+    edit is never recorded as "no change"."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("needs-a-rule", rules=["rule-a"])]))
-    fake = fake_git(tmp_path / "bin", FAIL_ON_COMMIT)
-    fleet.start_worker(PATH=f"{fake}:{os.environ['PATH']}")
+    refuse_new_objects(fleet.settings.store / "tunings/t1/system.git")
+    fleet.start_worker()
     rows = await fleet.wait_finished(1)
     row = rows["needs-a-rule"]
-    assert row.state == "failed" and "commit-tree" in (row.reason or "")
-    assert "exit 1: fatal: simulated failure" in (row.reason or "")
+    assert row.state == "failed" and "cannot be recorded" in (row.reason or ""), row.reason
+    assert "/objects/" in (row.reason or "")
     attempt = fleet.settings.store / "tunings/t1/cases/needs-a-rule/r1/nomem/1"
     assert read_model(attempt / "apply.json", ApplyRecord) is None
     applies = [e for e in fleet.events() if e["kind"] == "step_finished" and e.get("step") == "apply"]

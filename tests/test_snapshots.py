@@ -1,7 +1,7 @@
 """Snapshots and private copies of a version: the runs and applies that first need one at the same
-moment share one extraction (one `git archive`); what a snapshot holds and how its extraction fails;
-and that making them, for a version of many files, leaves the worker's event loop free for its other
-jobs. Real git and real processes; a git whose `archive` writes no tar is a shell script first on PATH."""
+moment share one extraction; what a snapshot holds (exactly the version's files, as git itself would
+check them out) and how its extraction fails; and that making them, for a version of many files, leaves
+the worker's event loop free for its other jobs. Real repositories, made and read by real git."""
 
 from __future__ import annotations
 
@@ -16,52 +16,46 @@ import pytest
 
 from service.core.errors import SystemRepoError
 from service.core.system import SystemRepo
-from tests.support.git import fake_git
+from tests.support.git import run
 from tests.test_system_git import new_repo
 from tests.test_trees import fill
 
 
-class ArchiveCounter:
-    """The `git archive` processes this process starts while `counting` (an audit hook: a hook stays
-    for the process's life, so it counts only when asked)."""
+class ExtractionCounter:
+    """The snapshot extractions this process begins while `counting`: each makes its staging folder
+    `snapshots/.<version>.<pid>.<n>` first (an audit hook: a hook stays for the process's life, so it
+    counts only when asked)."""
 
     def __init__(self) -> None:
         self.counting = False
-        self.seen: list[list[str]] = []
+        self.seen: list[str] = []
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.counting and event == "subprocess.Popen":
-            argv = [str(a) for a in (args[1] or [])]
-            if "archive" in argv:
-                self.seen.append(argv)
+        if self.counting and event == "os.mkdir" and isinstance(args[0], str | os.PathLike):
+            path = Path(args[0])
+            if path.parent.name == "snapshots" and path.name.startswith("."):
+                self.seen.append(path.name)
 
 
-ARCHIVES = ArchiveCounter()
-sys.addaudithook(ARCHIVES)
+EXTRACTIONS = ExtractionCounter()
+sys.addaudithook(EXTRACTIONS)
 
 
 async def test_concurrent_first_uses_of_a_version_share_one_extraction(tmp_path: Path) -> None:
     """Twenty runs asking at once for a version no one extracted yet get one read-only tree, made by a
-    single `git archive`; a later run reuses it without git."""
+    single extraction; a later run reuses it without another."""
     repo, version = await new_repo(tmp_path)
-    ARCHIVES.seen.clear()
-    ARCHIVES.counting = True
+    EXTRACTIONS.seen.clear()
+    EXTRACTIONS.counting = True
     try:
         trees = await asyncio.gather(*(repo.snapshot(version) for _ in range(20)))
         assert set(trees) == {tmp_path / "snapshots" / version}
         assert (trees[0] / "skills" / "style.md").read_text() == "Short sentences.\n"
         assert await repo.snapshot(version) == trees[0]
     finally:
-        ARCHIVES.counting = False
-    assert len(ARCHIVES.seen) == 1, ARCHIVES.seen
+        EXTRACTIONS.counting = False
+    assert len(EXTRACTIONS.seen) == 1, EXTRACTIONS.seen
     assert [p.name for p in (tmp_path / "snapshots").iterdir()] == [version]
-
-
-BAD_ARCHIVE = """for arg in "$@"; do
-  case "$arg" in archive) printf 'this is no tar archive'; exit 0;; esac
-done
-exec "$REAL_GIT" "$@"
-"""
 
 
 class Ticker:
@@ -129,19 +123,58 @@ async def test_an_empty_version_is_an_empty_snapshot(tmp_path: Path) -> None:
     assert snapshot.is_dir() and list(snapshot.iterdir()) == []
 
 
-async def test_an_unreadable_archive_is_an_error_that_leaves_nothing_behind(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """When git's archive of a version with files is no tar, the snapshot fails with SystemRepoError naming
-    the version, and no half-made folder is left among the snapshots (a later call tries again)."""
+async def test_a_version_that_cannot_be_read_is_an_error_that_leaves_nothing_behind(tmp_path: Path) -> None:
+    """When one of a version's objects is missing from the repository, the snapshot fails with
+    SystemRepoError naming the version, and no half-made folder is left among the snapshots; once the
+    object is back, a later call extracts it whole."""
     source = tmp_path / "source"
-    source.mkdir()
+    (source / "skills").mkdir(parents=True)
     (source / "AGENTS.md").write_text("Be careful.\n")
+    (source / "skills" / "style.md").write_text("Short sentences.\n")
     repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")
     version = await repo.init_from(source)
-    with monkeypatch.context() as patched:
-        patched.setenv("PATH", f"{fake_git(tmp_path / 'bin', BAD_ARCHIVE)}:{os.environ['PATH']}")
-        with pytest.raises(SystemRepoError, match=rf"version {version} cannot be extracted"):
-            await repo.snapshot(version)
+    blob = run(f"--git-dir={repo.repo}", "rev-parse", f"{version}:skills/style.md")
+    stored = repo.repo / "objects" / blob[:2] / blob[2:]
+    kept = stored.read_bytes()
+    stored.unlink()
+    with pytest.raises(SystemRepoError, match=rf"version {version} cannot be extracted"):
+        await repo.snapshot(version)
     assert list((tmp_path / "snapshots").iterdir()) == []
-    assert (await repo.snapshot(version) / "AGENTS.md").read_text() == "Be careful.\n"
+    stored.write_bytes(kept)
+    assert (await repo.snapshot(version) / "skills" / "style.md").read_text() == "Short sentences.\n"
+
+
+async def test_a_snapshot_holds_what_git_checks_out(tmp_path: Path) -> None:
+    """A snapshot of a version with folders, an executable, links and an attributes file that asks git to
+    leave files out of archives is file for file, mode for mode, what `git checkout` of it writes."""
+    source = tmp_path / "source"
+    (source / "a" / "b").mkdir(parents=True)
+    (source / "a" / "b" / "deep.md").write_text("deep\n")
+    (source / "run.sh").write_text("#!/bin/sh\n")
+    (source / "run.sh").chmod(0o755)
+    (source / "up").symlink_to("a/b/deep.md")
+    (source / "a" / "back").symlink_to("../run.sh")
+    (source / ".gitattributes").write_text("*.md export-ignore\n")
+    repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")
+    version = await repo.init_from(source)
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    run(f"--git-dir={repo.repo}", f"--work-tree={checkout}", "checkout", version, "--", ".")
+    snapshot = await repo.snapshot(version)
+    assert listing(snapshot) == listing(checkout)
+    assert (snapshot / "a" / "b" / "deep.md").read_text() == "deep\n"
+
+
+def listing(root: Path) -> dict[str, tuple[str, str]]:
+    """Every entry below `root`: its kind with its executable bit, and its content or link target."""
+    entries = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        if path.is_symlink():
+            entries[name] = ("link", os.readlink(path))
+        elif path.is_dir():
+            entries[name] = ("folder", "")
+        else:
+            executable = "x" if path.stat().st_mode & stat.S_IXUSR else "-"
+            entries[name] = (f"file {executable}", path.read_text())
+    return entries

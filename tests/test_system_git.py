@@ -1,16 +1,18 @@
 """Git failures are errors: the system repository's git calls, `commit_folder`, and the daemon's mirror.
 
 Real git and real subprocesses throughout; a failing, missing or hanging git is a small shell script
-put first on PATH. The mirror tests use a real Redis (the `settings` fixture) and local bare
-repositories as remotes, one of which hangs in its `pre-receive` hook.
+put first on PATH, and a repository that refuses new objects has files where their folders go. The
+mirror tests use a real Redis (the `settings` fixture) and local bare repositories as remotes, one of
+which hangs in its `pre-receive` hook.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from service.core.settings import FleetSettings
 from service.core.system import SystemRepo
 from service.daemon.main import Daemon
 from service.daemon.mirror import Mirror
-from tests.support.git import FAIL_ON_COMMIT, HANGING_HOOK, bare_remote, fake_git, run
+from tests.support.git import HANGING_HOOK, bare_remote, fake_git, refuse_new_objects, run
 
 PROC = Path("/proc")
 
@@ -178,19 +180,80 @@ async def test_a_link_out_of_the_folder_is_refused(tmp_path: Path) -> None:
         await repo.commit_folder(folder, base, "apply")
 
 
+async def test_a_folder_becomes_the_tree_git_itself_would_stage(tmp_path: Path) -> None:
+    """The tree recorded for a folder of folders, empty folders, an executable, links inside it and an
+    ignore file is the one `git add --all --force` and `write-tree` make from the same folder; an
+    attributes file asking git to convert line endings converts nothing: the version holds the bytes."""
+    repo, base = await new_repo(tmp_path)
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    (folder / "a" / "b").mkdir(parents=True)
+    (folder / "a" / "empty").mkdir()
+    (folder / "a" / "b" / "deep.md").write_text("deep\r\n")
+    (folder / "a" / "up").symlink_to("../AGENTS.md")
+    (folder / "a" / "b" / "here").symlink_to("./deep.md")
+    (folder / "tool").write_bytes(b"\x00\x01binary")
+    (folder / "tool").chmod(0o700)
+    (folder / ".gitignore").write_text("*\n")
+
+    version = await repo.commit_folder(folder, base, "apply")
+
+    assert version is not None
+    index = tmp_path / "git-index"
+    env = {**os.environ, "GIT_INDEX_FILE": str(index)}
+    plain = ["git", f"--git-dir={repo.repo}", f"--work-tree={folder}"]
+    subprocess.run([*plain, "add", "--all", "--force", "."], cwd=folder, env=env, check=True)
+    staged = subprocess.run([*plain, "write-tree"], env=env, check=True, capture_output=True, text=True)
+    assert run(f"--git-dir={repo.repo}", "rev-parse", f"{version}^{{tree}}") == staged.stdout.strip()
+    assert tree_of(repo, version)["tool"].startswith("100755 ")
+    (folder / ".gitattributes").write_text("* text eol=lf\n")
+    converted = await repo.commit_folder(folder, base, "attributes")
+    blob = run(f"--git-dir={repo.repo}", "rev-parse", f"{converted}:a/b/deep.md")
+    assert (
+        subprocess.run(
+            ["git", f"--git-dir={repo.repo}", "cat-file", "blob", blob], capture_output=True
+        ).stdout
+        == b"deep\r\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("plant", "refusal"),
+    [
+        (
+            lambda f: os.mkfifo(f / "skills" / "pipe"),
+            r"skills/pipe is not a file, a folder or a symbolic link",
+        ),
+        (lambda f: (f / "skills" / "x" / ".git").mkdir(parents=True), "holds a git repository at skills/x"),
+        (lambda f: (f / "skills" / "far").symlink_to("../skills/../../x"), r"symbolic link skills/far -> "),
+    ],
+    ids=["pipe", "empty-nested-git", "link-out-midway"],
+)
+async def test_what_no_version_can_hold_is_refused_by_name(
+    tmp_path: Path, plant: Callable[[Path], object], refusal: str
+) -> None:
+    """A pipe, any `.git` below the folder's top (a repository or an empty one) and a link that leaves the
+    folder on its way are refused with an error naming them; nothing is committed."""
+    repo, base = await new_repo(tmp_path)
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    plant(folder)
+    with pytest.raises(SystemRepoError, match=refusal):
+        await repo.commit_folder(folder, base, "apply")
+    assert run(f"--git-dir={repo.repo}", "rev-list", "--all") == base
+
+
 # failing, missing and hanging git -----------------------------------------------------------------
 
 
-async def test_a_failing_commit_is_an_error_carrying_gits_message(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """When git fails to commit, commit_folder raises with git's stderr: an edit is never taken for none."""
+async def test_a_commit_the_repository_refuses_is_an_error_never_no_change(tmp_path: Path) -> None:
+    """When the repository cannot take the new objects, commit_folder raises naming the folder and why: an
+    edit is never taken for none, and the version it was made from is still readable."""
     repo, base = await new_repo(tmp_path)
     folder = await repo.private_copy(base, tmp_path / "apply" / "system")
     (folder / "AGENTS.md").write_text("Edited.\n")
-    monkeypatch.setenv("PATH", f"{fake_git(tmp_path / 'bin', FAIL_ON_COMMIT)}:{os.environ['PATH']}")
-    with pytest.raises(SystemRepoError, match=r"commit-tree .*exit 1: fatal: simulated failure"):
+    refuse_new_objects(repo.repo)
+    with pytest.raises(SystemRepoError, match=rf"folder {folder} cannot be recorded: .*objects/"):
         await repo.commit_folder(folder, base, "apply")
+    assert tree_of(repo, base)["AGENTS.md"] == "100644 Be careful."
 
 
 async def test_a_missing_git_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,13 +1,15 @@
 """Loaded by the benchmarks' child processes (their PYTHONPATH starts with this folder): records every
-git subprocess a worker starts, so a benchmark can count snapshot extractions and git calls per step
-without touching the product's code. With BENCH_AUDIT_FS=1 it also counts the filesystem operations
-of the process (open, mkdir, rename, remove, copy...) and appends the totals every second; with
-BENCH_AUDIT_FS=2, also per file name."""
+git subprocess a worker starts and every snapshot extraction it begins (the `os.mkdir` of a staging
+folder `snapshots/.<version>.<pid>.<n>`, service.core.system), so a benchmark can count extractions
+and git calls per step without touching the product's code. With BENCH_AUDIT_FS=1 it also counts the
+filesystem operations of the process (open, mkdir, rename, remove, copy...) and appends the totals
+every second; with BENCH_AUDIT_FS=2, also per file name."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -29,6 +31,7 @@ _FS = {
     "shutil.rmtree",
     "tempfile.mkstemp",
 }
+_STAGING = re.compile(r"/snapshots/\.([0-9a-f]{40})\.\d+\.\d+$")
 
 if _path:
     _out = open(_path, "a", buffering=1)  # noqa: SIM115 - kept open for the life of the process
@@ -55,6 +58,12 @@ if _path:
             if _by_name and args and isinstance(args[0], str | bytes | os.PathLike):
                 name = os.path.basename(os.fsdecode(args[0]))
                 _counts[f"{event} {name.split('.')[0] if name.startswith('.') else name}"] += 1
+        if event == "os.mkdir" and args and isinstance(args[0], str | os.PathLike):
+            staging = _STAGING.search(os.fspath(args[0]))
+            if staging:
+                _out.write(
+                    json.dumps({"pid": os.getpid(), "at": time.time(), "extraction": staging[1]}) + "\n"
+                )
         if event != "subprocess.Popen":
             return
         argv = [str(a) for a in (args[1] or [])]

@@ -39,7 +39,6 @@ LOCATING_ENV = frozenset(
 DEFAULT_GIT_TIMEOUT_S = 60.0
 GIT_TERM_GRACE_S = 2.0
 """How long a timed-out git's process group has after TERM before it is KILLed."""
-GITLINK_MODE = "160000"
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 

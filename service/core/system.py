@@ -5,29 +5,27 @@ private copy of the current version (a plain folder) and `commit_folder` records
 is *current* is decided by the fenced publish in Redis (workers.lock), mirrored to
 `refs/heads/main` here for when Redis loses it.
 
-Git itself is run by service.core.git: a git that fails, cannot be started or times out is always a
-SystemRepoError, never an answer.
+The objects (a folder's tree, a commit, a version's files) are written and read in this process
+(service.core.objects); the commands that move `main`, read history or talk to a remote are git's
+own, run by service.core.git. Either way a failure is always a SystemRepoError, never an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import os
 import shutil
 import stat
-import tarfile
-import tempfile
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from pathlib import Path
 
+from service.core import objects
 from service.core.errors import SystemRepoError
 from service.core.git import DEFAULT_GIT_TIMEOUT_S, GitResult, git, run_git
-from service.core.trees import SMALL_ENTRIES, TAR_BLOCK_BYTES, off_loop, on_folder
+from service.core.trees import on_folder
 
 MAIN_REF = "refs/heads/main"
-GITLINK_MODE = "160000"
 TREES_KEPT = 64
 
 
@@ -47,44 +45,11 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _make_read_only(root: Path) -> None:
-    for path in root.rglob("*"):
-        if path.is_symlink():
-            continue  # chmod would follow it
-        if path.is_file():  # executable bits kept: they are part of the version
-            executable = path.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-            path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH | executable)
-        elif path.is_dir():
-            path.chmod(
-                stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
-            )
-
-
 def _make_writable(root: Path) -> None:
     root.chmod(root.stat().st_mode | stat.S_IWUSR)
     for path in root.rglob("*"):
         if not path.is_symlink():  # chmod would follow it
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
-
-
-def _unpack(archive: bytes, staging: Path, target: Path) -> Path:
-    """Extract a `git archive` tar into `staging`, read-only, and give it the name `target` (tarfile's
-    errors leave `staging` as it is)."""
-    staging.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(staging, filter="data")
-    return _settle(staging, target)
-
-
-def _settle(staging: Path, target: Path) -> Path:
-    """Make the extracted `staging` read-only and name it `target` (another extraction of the same
-    version may have named its own first: then this one is removed)."""
-    _make_read_only(staging)
-    try:
-        staging.rename(target)
-    except OSError:
-        _remove(staging)
-    return target
 
 
 def _remove(root: Path) -> None:
@@ -100,38 +65,10 @@ def copy_writable(source: Path, dest: Path) -> None:
     _make_writable(dest)
 
 
-def _walk(folder: Path) -> tuple[list[str], bool]:
-    """The symbolic links below `folder` (outside `.git` folders) that point out of it (a version holding
-    one could not be extracted into a snapshot), and whether a folder below it holds a `.git` (a nested
-    repository, which git would stage as a gitlink)."""
-    root = folder.resolve()
-    leaving = []
-    nested_git = False
-    for dirpath, dirnames, filenames in os.walk(root):
-        if ".git" in dirnames or ".git" in filenames:
-            nested_git = nested_git or dirpath != str(root)
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in [*dirnames, *filenames]:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                continue
-            target = os.readlink(path)
-            if os.path.isabs(target) or not os.path.normpath(path.parent / target).startswith(f"{root}/"):
-                leaving.append(f"{path.relative_to(root)} -> {target}")
-    return leaving, nested_git
-
-
 def _quiet(task: asyncio.Future[Path]) -> None:
     """Mark a background extraction's failure as seen (asyncio would log it as never retrieved)."""
     if not task.cancelled():
         task.exception()
-
-
-def _index_home(folder: Path) -> Path:
-    """Where a temporary index for `folder` may live: the system's temporary folder, unless that is
-    inside `folder`."""
-    home = Path(tempfile.gettempdir()).resolve()
-    return folder.resolve().parent if home.is_relative_to(folder.resolve()) else home
 
 
 class SystemRepo:
@@ -218,19 +155,20 @@ class SystemRepo:
         return task
 
     async def _extract(self, version: str, target: Path) -> Path:
-        archive = await git(
-            f"--git-dir={self.repo}", "archive", "--format=tar", version, timeout_s=self.git_timeout_s
-        )
-        staging = self.snapshots / f".{version}.{os.getpid()}.{id(archive)}"
-        large = len(archive) >= SMALL_ENTRIES * TAR_BLOCK_BYTES  # else it holds fewer entries
+        """Write `version`'s files into a staging folder of this process (in a thread: once per version
+        and worker), then give it the name `target`; a failure leaves no staging folder."""
+        staging = self.snapshots / f".{version}.{os.getpid()}.{id(target)}"
         try:
-            return await off_loop(large, _unpack, archive, staging, target)
-        except tarfile.TarError as exc:
-            unread = isinstance(exc, tarfile.ReadError)
-            if unread and not await self._git("ls-tree", "--name-only", version):
-                return _settle(staging, target)  # an empty tree: an empty folder
-            await off_loop(large, _remove, staging)
-            raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
+            await asyncio.to_thread(objects.extract, self.repo, version, staging)
+        except BaseException:
+            if staging.exists():
+                await asyncio.to_thread(_remove, staging)
+            raise
+        try:
+            staging.rename(target)
+        except OSError:  # another extraction of the same version named its own first
+            await asyncio.to_thread(_remove, staging)
+        return target
 
     async def private_copy(self, version: str, dest: Path) -> Path:
         """A writable copy of `version` that nothing else sees (for the analyzer, and the folder the
@@ -242,62 +180,29 @@ class SystemRepo:
 
     async def commit_folder(self, folder: Path, base: str, message: str) -> str | None:
         """A commit on top of `base` whose tree is the content of `folder` (a plain folder, not a git
-        worktree), or None when that is `base`'s tree. Git never treats the folder as a repository: the
-        repository, the work tree and a temporary index outside the folder are all named explicitly,
-        so a `.git` planted in it is not read (and, like every `.git`, not committed). Refused with
-        SystemRepoError: a nested git repository (it would be a gitlink), a symbolic link pointing out of
-        the folder (no snapshot could hold it), and any git failure (never read as "nothing changed")."""
+        worktree), or None when that is `base`'s tree. The folder is read in this process
+        (service.core.objects), never as a repository: a `.git` planted in it is neither read nor, like
+        every `.git`, committed. Refused with SystemRepoError: a nested git repository, a symbolic link
+        pointing out of the folder (no snapshot could hold it), a pipe, a device, and any failure to
+        write the objects (never read as "nothing changed")."""
         if not folder.is_dir():
             raise SystemRepoError(f"folder {folder} does not exist")
-        leaving, nested_git = await on_folder(folder, _walk, folder)
-        if leaving:
-            raise SystemRepoError(f"folder {folder}: symbolic link {leaving[0]} points outside the folder")
-        with tempfile.TemporaryDirectory(prefix="tunefleet-index-", dir=_index_home(folder)) as scratch:
-            index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
-            tree = await self._stage_folder(folder, index, nested_git)
+        tree = await on_folder(folder, objects.folder_tree, self.repo, folder)
         if tree == await self.tree_of(base):
             return None
         return await self.commit_tree(tree, base, message)
 
     async def commit_tree(self, tree: str, parent: str, message: str) -> str:
         """A new commit of `tree` on top of `parent`; its tree is remembered (`tree_of`)."""
-        out = await git(
-            f"--git-dir={self.repo}",
-            "commit-tree",
-            tree,
-            "-p",
-            parent,
-            stdin=message.encode(),
-            timeout_s=self.git_timeout_s,
-        )
-        version = out.decode().strip()
+        version = objects.commit(self.repo, tree, parent, message)
         self._remember_tree(version, tree)
         return version
-
-    async def _stage_folder(self, folder: Path, index: Mapping[str, str], nested_git: bool) -> str:
-        """The tree of `folder`'s content, staged into the (new, empty) index `index` names. The folder
-        is the whole new version, so nothing of the base is read into the index first: a file the
-        applier removed is simply not staged. A gitlink can only come from a nested `.git`: only then
-        are the staged entries read to name it."""
-        work = folder.resolve()
-        repo = (f"--git-dir={self.repo}", f"--work-tree={work}", "-c", "core.fsmonitor=false")
-        timeout_s = self.git_timeout_s
-        await git(*repo, "add", "--all", "--force", ".", env=index, timeout_s=timeout_s, cwd=work)
-        if nested_git:
-            staged = await git(*repo, "ls-files", "--stage", "-z", env=index, timeout_s=timeout_s)
-            entries = staged.decode(errors="replace").split("\0")
-            links = [e.split("\t", 1)[-1] for e in entries if e.startswith(f"{GITLINK_MODE} ")]
-            if links:
-                raise SystemRepoError(
-                    f"folder {folder} holds a git repository at {links[0]}: commit plain files"
-                )
-        return (await git(*repo, "write-tree", env=index, timeout_s=timeout_s)).decode().strip()
 
     async def tree_of(self, commit: str) -> str:
         """The tree of `commit` (remembered for the latest TREES_KEPT commits: a commit never changes)."""
         tree = self._trees.get(commit)
         if tree is None:
-            tree = await self._git("rev-parse", "--verify", f"{commit}^{{tree}}")
+            tree = objects.tree_of(self.repo, commit)
             self._remember_tree(commit, tree)
         return tree
 

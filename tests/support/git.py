@@ -24,11 +24,16 @@ def fake_git(folder: Path, body: str) -> Path:
     return folder
 
 
-FAIL_ON_COMMIT = """for arg in "$@"; do
-  case "$arg" in commit-tree|commit) echo "fatal: simulated failure" >&2; exit 1;; esac
-done
-exec "$REAL_GIT" "$@"
-"""
+def refuse_new_objects(repo: Path) -> None:
+    """Make the bare repository `repo` refuse every new object while its existing ones stay readable:
+    they are packed, and each of the 256 folders a new loose object would go into is a file instead."""
+    run(f"--git-dir={repo}", "repack", "-a", "-d", "-q")
+    run(f"--git-dir={repo}", "prune-packed")
+    for fanout in range(256):
+        folder = repo / "objects" / f"{fanout:02x}"
+        if folder.is_dir():
+            folder.rmdir()  # emptied by prune-packed
+        folder.write_text("not a folder\n")
 
 
 HANGING_HOOK = """#!/bin/sh

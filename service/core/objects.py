@@ -1,0 +1,230 @@
+"""The system repository's trees read and written in this process (libgit2, through pygit2).
+
+An apply's commit and a snapshot's extraction were five `git` processes and a Python tar reader
+(`git add`, `write-tree`, `commit-tree`, `rev-parse`; `git archive` into `tarfile`): about 0.8 ms of the
+worker's CPU to start each process, and a tar filter that resolves every member's path. Here the same
+objects are made and read directly, with the same result: a folder's tree holds exactly what git
+would stage with `add --all --force` (no ignore file, no attribute, no filter applies), and an
+extracted tree is exactly the version's files. `service.core.git` still runs the commands that move
+refs (`update-ref`'s compare-and-set), read history or talk to remotes.
+
+Both sides treat the folder as untrusted (an agent wrote it): a file is read through a descriptor
+opened relative to its folder, never through a link; a link pointing out of the folder, a nested
+repository, a pipe, a device or a socket is refused with `SystemRepoError` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pygit2
+
+from service.core.errors import SystemRepoError
+
+BLOB = pygit2.enums.FileMode.BLOB
+EXECUTABLE = pygit2.enums.FileMode.BLOB_EXECUTABLE
+LINK = pygit2.enums.FileMode.LINK
+TREE = pygit2.enums.FileMode.TREE
+IDENTITY = ("tunefleet", "tunefleet@localhost")
+"""Author and committer of every commit the fleet makes (service.core.git's identity)."""
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_ONLY_DIR = 0o555
+READ_ONLY_FILE = 0o444
+
+
+def open_repository(path: Path) -> pygit2.Repository:
+    """The bare repository at `path`, opened for one operation (libgit2 objects are not shared across
+    threads)."""
+    try:
+        return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except pygit2.GitError as exc:
+        raise SystemRepoError(f"repository {path} cannot be opened: {exc}") from exc
+
+
+def _leaves(target: bytes, depth: int) -> bool:
+    """Whether a link `depth` folders below the root, pointing at `target`, points out of the root."""
+    if target.startswith(b"/"):
+        return True
+    for part in target.split(b"/"):
+        if part == b"..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in (b"", b"."):
+            depth += 1
+    return False
+
+
+class _TreeWriter:
+    """Blobs and trees of one folder, written into one repository."""
+
+    def __init__(self, repo: pygit2.Repository, root: Path) -> None:
+        self.repo = repo
+        self.root = root
+
+    def _refuse(self, what: str) -> SystemRepoError:
+        return SystemRepoError(f"folder {self.root}{what}")
+
+    def tree(self, dir_fd: int, rel: str, depth: int) -> pygit2.Oid | None:
+        """The tree of the open folder `dir_fd` (`rel` below the root); None when it holds no file (git
+        records no empty folder)."""
+        builder = self.repo.TreeBuilder()
+        with os.scandir(dir_fd) as entries:
+            names = sorted(entry.name for entry in entries)
+        for name in names:
+            where = f"{rel}{name}"
+            if name == ".git":
+                if depth:
+                    raise self._refuse(f" holds a git repository at {rel.rstrip('/')}: commit plain files")
+                continue  # the folder's own: never read, never committed
+            entry = self._entry(dir_fd, name, where, depth)
+            if entry is not None:
+                self._insert(builder, name, where, *entry)
+        return builder.write() if len(builder) else None
+
+    def _entry(self, dir_fd: int, name: str, where: str, depth: int) -> tuple[pygit2.Oid, int] | None:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(os.fsencode(name), dir_fd=dir_fd)
+            if _leaves(target, depth):
+                link = f"{where} -> {os.fsdecode(target)}"
+                raise self._refuse(f": symbolic link {link} points outside the folder")
+            return self.repo.create_blob(target), LINK
+        if stat.S_ISDIR(info.st_mode):
+            fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+            try:
+                tree = self.tree(fd, f"{where}/", depth + 1)
+            finally:
+                os.close(fd)
+            return None if tree is None else (tree, TREE)
+        if not stat.S_ISREG(info.st_mode):
+            raise self._refuse(f": {where} is not a file, a folder or a symbolic link")
+        mode = EXECUTABLE if info.st_mode & stat.S_IXUSR else BLOB
+        return self.repo.create_blob(_read(dir_fd, name, where)), mode
+
+    def _insert(self, builder: pygit2.TreeBuilder, name: str, where: str, oid: pygit2.Oid, mode: int) -> None:
+        try:
+            builder.insert(name, oid, mode)
+        except (UnicodeError, ValueError, pygit2.GitError) as exc:
+            raise self._refuse(f": {where} cannot be recorded: {exc}") from exc
+
+
+def _read(dir_fd: int, name: str, where: str) -> bytes:
+    """A regular file's bytes, opened relative to its folder and never through a link (it was one a
+    moment ago: an agent still running could swap it)."""
+    fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SystemRepoError(f"{where} changed while it was being recorded")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as file:
+            return file.read()
+    finally:
+        os.close(fd)
+
+
+def folder_tree(repo_path: Path, folder: Path) -> str:
+    """The tree holding exactly `folder`'s files (its own `.git`, if any, left out), written into the
+    repository; every refusal is a SystemRepoError naming the entry."""
+    repo = open_repository(repo_path)
+    try:
+        fd = os.open(folder, DIR_FLAGS)
+    except OSError as exc:
+        raise SystemRepoError(f"folder {folder} cannot be read: {exc.strerror}") from exc
+    try:
+        tree = _TreeWriter(repo, folder).tree(fd, "", 0)
+        return str(tree if tree is not None else repo.TreeBuilder().write())
+    except OSError as exc:
+        raise SystemRepoError(f"folder {folder} cannot be recorded: {exc}") from exc
+    except pygit2.GitError as exc:
+        raise SystemRepoError(f"folder {folder} cannot be recorded: {exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def commit(repo_path: Path, tree: str, parent: str, message: str) -> str:
+    """A new commit of `tree` on top of `parent` (no ref moves)."""
+    repo = open_repository(repo_path)
+    who = pygit2.Signature(*IDENTITY)
+    try:
+        return str(
+            repo.create_commit(None, who, who, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=parent)])
+        )
+    except (ValueError, pygit2.GitError) as exc:
+        raise SystemRepoError(f"commit of tree {tree} on {parent} failed: {exc}") from exc
+
+
+def tree_of(repo_path: Path, commit_id: str) -> str:
+    """The tree of the commit `commit_id`."""
+    repo = open_repository(repo_path)
+    try:
+        found = repo.revparse_single(f"{commit_id}^{{commit}}")
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise SystemRepoError(f"{commit_id} is not a commit of {repo_path}") from exc
+    assert isinstance(found, pygit2.Commit)
+    return str(found.tree_id)
+
+
+def _safe_name(name: str) -> bool:
+    return name not in ("", ".", "..", ".git") and "/" not in name and "\0" not in name
+
+
+def _stored(repo: pygit2.Repository, oid: pygit2.Oid, where: str) -> pygit2.Object:
+    try:
+        return repo[oid]
+    except KeyError:
+        raise SystemRepoError(f"object {oid} of {where} is missing from the repository") from None
+
+
+def _write_tree(repo: pygit2.Repository, tree: pygit2.Tree, dir_fd: int, rel: str) -> None:
+    for entry in tree:
+        name = entry.name
+        if name is None or not _safe_name(name):
+            raise SystemRepoError(f"entry {rel}{name!r} is not a file name")
+        if entry.filemode == TREE:
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+            fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+            try:
+                subtree = _stored(repo, entry.id, f"{rel}{name}")
+                assert isinstance(subtree, pygit2.Tree)
+                _write_tree(repo, subtree, fd, f"{rel}{name}/")
+                os.fchmod(fd, READ_ONLY_DIR)
+            finally:
+                os.close(fd)
+        elif entry.filemode == LINK:
+            os.symlink(_stored(repo, entry.id, f"{rel}{name}").read_raw(), name, dir_fd=dir_fd)
+        elif entry.filemode in (BLOB, EXECUTABLE):
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+            try:
+                with os.fdopen(os.dup(fd), "wb") as file:
+                    file.write(_stored(repo, entry.id, f"{rel}{name}").read_raw())
+                os.fchmod(fd, READ_ONLY_FILE | (0o111 if entry.filemode == EXECUTABLE else 0))
+            finally:
+                os.close(fd)
+        # a gitlink (a commit of another repository) has no content here: the fleet never records one
+
+
+def extract(repo_path: Path, version: str, staging: Path) -> None:
+    """Write `version`'s files into the new folder `staging`, read-only below it (executable bits kept).
+    A failure leaves `staging` for the caller to remove."""
+    repo = open_repository(repo_path)
+    try:
+        found = repo.revparse_single(f"{version}^{{commit}}")
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise SystemRepoError(f"version {version} is not a commit") from exc
+    assert isinstance(found, pygit2.Commit)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    staging.mkdir()
+    fd = os.open(staging, DIR_FLAGS)
+    try:
+        root = _stored(repo, found.tree_id, "the version's top folder")
+        assert isinstance(root, pygit2.Tree)
+        _write_tree(repo, root, fd, "")
+    except (OSError, pygit2.GitError, SystemRepoError) as exc:
+        raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
+    finally:
+        os.close(fd)
