@@ -43,7 +43,7 @@ async def test_a_hung_mirror_remote_delays_no_apply(settings: FleetSettings, tmp
         fleet.start_daemon(tuning)  # its mirror pushes to the hung remote
         fleet.start_worker()
         rows = await fleet.wait_finished(4, timeout_s=90)
-        assert {row.state for row in rows.values()} == {"completed"}
+        assert {row.state for row in rows.values()} == {"completed"}, [r.reason for r in rows.values()]
         applies = [e for e in fleet.events() if e["kind"] == "step_finished" and e.get("step") == "apply"]
         assert len(applies) == 8 and all(e["data"]["outcome"] == "published" for e in applies)
         assert max(e["duration_ms"] for e in applies) < mirror_timeout_s * 1000
