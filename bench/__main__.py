@@ -35,6 +35,7 @@ BENCHMARKS = [
     "gates",
     "agent_start",
     "big_system",
+    "commits",
 ]
 
 

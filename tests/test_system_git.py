@@ -24,6 +24,7 @@ from service.client.client import TunefleetClient
 from service.client.queries import fleet_status
 from service.core.errors import SystemRepoError
 from service.core.git import git
+from service.core.objects import STREAMED_BYTES
 from service.core.settings import FleetSettings
 from service.core.system import SystemRepo
 from service.daemon.main import Daemon
@@ -214,6 +215,22 @@ async def test_a_folder_becomes_the_tree_git_itself_would_stage(tmp_path: Path) 
         ).stdout
         == b"deep\r\n"
     )
+
+
+async def test_a_large_file_is_recorded_and_extracted_whole(tmp_path: Path) -> None:
+    """A file past the size read whole (it is streamed into its blob) is recorded byte for byte, and the
+    new version's snapshot holds it byte for byte."""
+    repo, base = await new_repo(tmp_path)
+    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
+    data = os.urandom(STREAMED_BYTES + 12345)
+    (folder / "big.bin").write_bytes(data)
+    version = await repo.commit_folder(folder, base, "big")
+    assert version is not None
+    stored = subprocess.run(
+        ["git", f"--git-dir={repo.repo}", "cat-file", "blob", f"{version}:big.bin"], capture_output=True
+    )
+    assert stored.stdout == data
+    assert (await repo.snapshot(version) / "big.bin").read_bytes() == data
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,9 @@ READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_ONLY_DIR = 0o555
 READ_ONLY_FILE = 0o444
+STREAMED_BYTES = 1 << 20
+"""A file at least this large is streamed into its blob rather than read whole (an agent may have left
+one of any size)."""
 
 
 def open_repository(path: Path) -> pygit2.Repository:
@@ -103,27 +106,29 @@ class _TreeWriter:
         if not stat.S_ISREG(info.st_mode):
             raise self._refuse(f": {where} is not a file, a folder or a symbolic link")
         mode = EXECUTABLE if info.st_mode & stat.S_IXUSR else BLOB
-        return self.repo.create_blob(_read(dir_fd, name, where)), mode
+        return self._blob(dir_fd, name, where), mode
+
+    def _blob(self, dir_fd: int, name: str, where: str) -> pygit2.Oid:
+        """A regular file's blob, the file opened relative to its folder and never through a link (it was
+        a file a moment ago, but an agent still running could swap it)."""
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise self._refuse(f": {where} changed while it was being recorded")
+            os.set_blocking(fd, True)
+            with os.fdopen(os.dup(fd), "rb") as file:
+                if info.st_size >= STREAMED_BYTES:
+                    return self.repo.create_blob_fromiobase(file)
+                return self.repo.create_blob(file.read())
+        finally:
+            os.close(fd)
 
     def _insert(self, builder: pygit2.TreeBuilder, name: str, where: str, oid: pygit2.Oid, mode: int) -> None:
         try:
             builder.insert(name, oid, mode)
         except (UnicodeError, ValueError, pygit2.GitError) as exc:
             raise self._refuse(f": {where} cannot be recorded: {exc}") from exc
-
-
-def _read(dir_fd: int, name: str, where: str) -> bytes:
-    """A regular file's bytes, opened relative to its folder and never through a link (it was one a
-    moment ago: an agent still running could swap it)."""
-    fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SystemRepoError(f"{where} changed while it was being recorded")
-        os.set_blocking(fd, True)
-        with os.fdopen(os.dup(fd), "rb") as file:
-            return file.read()
-    finally:
-        os.close(fd)
 
 
 def folder_tree(repo_path: Path, folder: Path) -> str:
