@@ -66,6 +66,7 @@ class _TreeWriter:
 
     def __init__(self, repo: pygit2.Repository, root: Path) -> None:
         self.repo = repo
+        self.odb = repo.odb
         self.root = root
 
     def _refuse(self, what: str) -> SystemRepoError:
@@ -120,9 +121,13 @@ class _TreeWriter:
             with os.fdopen(os.dup(fd), "rb") as file:
                 if info.st_size >= STREAMED_BYTES:
                     return self.repo.create_blob_fromiobase(file)
-                return self.repo.create_blob(file.read())
+                data = file.read()
         finally:
             os.close(fd)
+        # Most files of a folder are the version's, unchanged: hashing one and finding it stored is a
+        # fifteenth of asking libgit2 to write it (which then touches the stored object's time).
+        oid = pygit2.hash(data)
+        return oid if self.odb.exists(oid) else self.repo.create_blob(data)
 
     def _insert(self, builder: pygit2.TreeBuilder, name: str, where: str, oid: pygit2.Oid, mode: int) -> None:
         try:
@@ -162,15 +167,19 @@ def commit(repo_path: Path, tree: str, parent: str, message: str) -> str:
         raise SystemRepoError(f"commit of tree {tree} on {parent} failed: {exc}") from exc
 
 
-def tree_of(repo_path: Path, commit_id: str) -> str:
-    """The tree of the commit `commit_id`."""
-    repo = open_repository(repo_path)
+def _commit(repo: pygit2.Repository, commit_id: str, what: str) -> pygit2.Commit:
+    """The commit `commit_id` names; SystemRepoError saying `what` it is when it names none."""
     try:
         found = repo.revparse_single(f"{commit_id}^{{commit}}")
     except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise SystemRepoError(f"{commit_id} is not a commit of {repo_path}") from exc
+        raise SystemRepoError(f"{what} {commit_id} is not a commit") from exc
     assert isinstance(found, pygit2.Commit)
-    return str(found.tree_id)
+    return found
+
+
+def tree_of(repo_path: Path, commit_id: str) -> str:
+    """The tree of the commit `commit_id`."""
+    return str(_commit(open_repository(repo_path), commit_id, "version").tree_id)
 
 
 def _safe_name(name: str) -> bool:
@@ -217,11 +226,7 @@ def extract(repo_path: Path, version: str, staging: Path) -> None:
     """Write `version`'s files into the new folder `staging`, read-only below it (executable bits kept).
     A failure leaves `staging` for the caller to remove."""
     repo = open_repository(repo_path)
-    try:
-        found = repo.revparse_single(f"{version}^{{commit}}")
-    except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise SystemRepoError(f"version {version} is not a commit") from exc
-    assert isinstance(found, pygit2.Commit)
+    found = _commit(repo, version, "version")
     staging.parent.mkdir(parents=True, exist_ok=True)
     staging.mkdir()
     fd = os.open(staging, DIR_FLAGS)
