@@ -128,12 +128,12 @@ async def test_a_cancel_of_a_running_case_outlives_an_emptied_redis_before_its_w
     async with fleet.client() as client:
         assert await client.cancel("t1", "slow") == ["case:t1:slow:1"]
     assert (fleet.settings.store / "tunings/t1/cases/slow/r1/cancel.json").exists()
+    daemon.kill()  # first: alive, it would renew its lease in the emptied Redis and bar the next one
+    daemon.wait()
     with redis_server.client() as redis:
         redis.flushall()
     worker.kill()
     worker.wait()
-    daemon.kill()
-    daemon.wait()
     fleet.start_daemon(tuning)
     await wait_until(lambda: redis_server.exists(keys.epoch()), 30, "the new daemon")
     fleet.start_worker()

@@ -31,11 +31,12 @@ async def _empty_redis_and_restart_the_daemon(
     fleet: Fleet, redis_server: RedisServer, tuning: Path, daemon: subprocess.Popen[bytes]
 ) -> None:
     """FLUSHALL, then a new daemon in place of `daemon`, which registers the tuning and reconciles the
-    goals with the store."""
-    with redis_server.client() as redis:
-        redis.flushall()
+    goals with the store. The old daemon goes first: alive, it would renew its lease in the emptied Redis
+    and bar the new one."""
     daemon.kill()
     daemon.wait()
+    with redis_server.client() as redis:
+        redis.flushall()
     log = fleet.logs / "daemon.log"
     before = log.read_text().count("tuning_started")
     fleet.start_daemon(tuning)

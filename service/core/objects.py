@@ -1,16 +1,17 @@
-"""The system repository's trees read and written in this process (libgit2, through pygit2).
+"""The system repository's objects made and read in this process (libgit2, through pygit2).
 
-An apply's commit and a snapshot's extraction were five `git` processes and a Python tar reader
-(`git add`, `write-tree`, `commit-tree`, `rev-parse`; `git archive` into `tarfile`): about 0.8 ms of the
-worker's CPU to start each process, and a tar filter that resolves every member's path. Here the same
-objects are made and read directly, with the same result: a folder's tree holds exactly what git
-would stage with `add --all --force` (no ignore file, no attribute, no filter applies), and an
-extracted tree is exactly the version's files. `service.core.git` still runs the commands that move
-refs (`update-ref`'s compare-and-set), read history or talk to remotes.
+An apply's commit was five `git` processes under the improvements lock (`add` into a temporary index,
+`ls-files`, `write-tree`, `rev-parse`, `commit-tree`) and a snapshot was `git archive` read by Python's
+`tarfile`: about 0.8 ms of the worker's CPU to start each process, and a tar filter that resolves every
+member's path (`bench commits`). Here a folder's tree is the one `git add --all --force` would stage
+from the same files, except that nothing in the folder (an ignore file, an attributes file, a filter)
+changes what is recorded: the version holds the folder's bytes. An extracted snapshot holds exactly
+the version's files. `service.core.git` still runs the commands that move `main` (`update-ref`'s
+compare-and-set), read history or talk to remotes.
 
-Both sides treat the folder as untrusted (an agent wrote it): a file is read through a descriptor
-opened relative to its folder, never through a link; a link pointing out of the folder, a nested
-repository, a pipe, a device or a socket is refused with `SystemRepoError` naming it.
+The folder is untrusted (an agent wrote it): each file is read through a descriptor opened relative to
+its folder, never through a link; a link pointing out of the folder, a `.git` below its top, a pipe, a
+device or a socket is refused with `SystemRepoError` naming it.
 """
 
 from __future__ import annotations
@@ -147,9 +148,7 @@ def folder_tree(repo_path: Path, folder: Path) -> str:
     try:
         tree = _TreeWriter(repo, folder).tree(fd, "", 0)
         return str(tree if tree is not None else repo.TreeBuilder().write())
-    except OSError as exc:
-        raise SystemRepoError(f"folder {folder} cannot be recorded: {exc}") from exc
-    except pygit2.GitError as exc:
+    except (OSError, pygit2.GitError) as exc:
         raise SystemRepoError(f"folder {folder} cannot be recorded: {exc}") from exc
     finally:
         os.close(fd)

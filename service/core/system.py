@@ -17,6 +17,7 @@ import hashlib
 import os
 import shutil
 import stat
+import time
 from collections.abc import Collection
 from pathlib import Path
 
@@ -157,17 +158,19 @@ class SystemRepo:
     async def _extract(self, version: str, target: Path) -> Path:
         """Write `version`'s files into a staging folder of this process (in a thread: once per version
         and worker), then give it the name `target`; a failure leaves no staging folder."""
-        staging = self.snapshots / f".{version}.{os.getpid()}.{id(target)}"
+        staging = self.snapshots / f".{version}.{os.getpid()}.{time.monotonic_ns()}"
         try:
             await asyncio.to_thread(objects.extract, self.repo, version, staging)
-        except BaseException:
+        except Exception:  # not on a cancel: the thread may still be writing there
             if staging.exists():
                 await asyncio.to_thread(_remove, staging)
             raise
         try:
             staging.rename(target)
-        except OSError:  # another extraction of the same version named its own first
+        except OSError as exc:  # another extraction of the same version named its own first?
             await asyncio.to_thread(_remove, staging)
+            if not target.is_dir():
+                raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
         return target
 
     async def private_copy(self, version: str, dest: Path) -> Path:
