@@ -325,7 +325,8 @@ async def test_is_ancestor_answers_yes_or_no_and_raises_on_a_bad_object(tmp_path
 
 
 async def test_update_main_moves_forward_only_and_fails_on_a_bad_version(tmp_path: Path) -> None:
-    """main follows a publish by compare-and-set, ignores a stale caller, and a bad version raises."""
+    """main follows a publish by compare-and-set, ignores a stale caller, and a bad version raises; a
+    version that descends from main moves it whatever base its caller names."""
     repo, base = await new_repo(tmp_path)
     versions = []
     for text in ("one", "two"):
@@ -345,6 +346,12 @@ async def test_update_main_moves_forward_only_and_fails_on_a_bad_version(tmp_pat
     with pytest.raises(SystemRepoError):
         await repo.update_main("0" * 40, base=base)
     assert await repo.head() == first
+    folder = await repo.private_copy(first, tmp_path / "three" / "system")
+    (folder / "AGENTS.md").write_text("three\n")
+    third = await repo.commit_folder(folder, first, "three")
+    assert third is not None
+    await repo.update_main(third, base=base)  # its base is stale, but it descends from main: it moves
+    assert await repo.head() == third
 
 
 # the mirror ---------------------------------------------------------------------------------------

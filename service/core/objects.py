@@ -6,8 +6,8 @@ An apply's commit was five `git` processes under the improvements lock (`add` in
 member's path (`bench commits`). Here a folder's tree is the one `git add --all --force` would stage
 from the same files, except that nothing in the folder (an ignore file, an attributes file, a filter)
 changes what is recorded: the version holds the folder's bytes. An extracted snapshot holds exactly
-the version's files. `service.core.git` still runs the commands that move `main` (`update-ref`'s
-compare-and-set), read history or talk to remotes.
+the version's files; `main` is moved by compare-and-set. `service.core.git` still runs the commands
+that read history, make the repository or talk to remotes.
 
 The folder is untrusted (an agent wrote it): each file is read through a descriptor opened relative to
 its folder, never through a link; a link pointing out of the folder, a `.git` below its top, a pipe, a
@@ -28,6 +28,7 @@ BLOB = pygit2.enums.FileMode.BLOB
 EXECUTABLE = pygit2.enums.FileMode.BLOB_EXECUTABLE
 LINK = pygit2.enums.FileMode.LINK
 TREE = pygit2.enums.FileMode.TREE
+MAIN_REF = "refs/heads/main"
 IDENTITY = ("tunefleet", "tunefleet@localhost")
 """Author and committer of every commit the fleet makes (service.core.git's identity)."""
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -179,6 +180,32 @@ def _commit(repo: pygit2.Repository, commit_id: str, what: str) -> pygit2.Commit
 def tree_of(repo_path: Path, commit_id: str) -> str:
     """The tree of the commit `commit_id`."""
     return str(_commit(open_repository(repo_path), commit_id, "version").tree_id)
+
+
+def move_main(repo_path: Path, version: str, base: str | None) -> bool:
+    """Move `main` to `version`, only ever forward; whether it moved. With `base` (the version `version`
+    was made from) the common case is one compare-and-set; otherwise, or when `main` is elsewhere, it
+    moves only if `version` descends from where `main` is. Each move is a compare-and-set on `main`'s
+    value as read (libgit2 refuses it if another process moved `main` meanwhile: then read again)."""
+    repo = open_repository(repo_path)
+    new = _commit(repo, version, "version").id
+    while True:
+        ref = repo.references.get(MAIN_REF)
+        if ref is None:
+            raise SystemRepoError(f"repository {repo_path} has no {MAIN_REF}")
+        current = ref.target
+        if current == new:
+            return False
+        if not (base is not None and str(current) == base) and not repo.descendant_of(new, current):
+            return False  # older than main, or beside it: a late mover changes nothing
+        try:
+            ref.set_target(new)
+            return True
+        except pygit2.GitError as exc:
+            again = repo.references.get(MAIN_REF)
+            if again is not None and again.target != current:
+                continue  # moved meanwhile by another: decide again
+            raise SystemRepoError(f"{MAIN_REF} of {repo_path} cannot be moved to {version}: {exc}") from exc
 
 
 def _safe_name(name: str) -> bool:

@@ -26,7 +26,7 @@ from service.core.errors import SystemRepoError
 from service.core.git import DEFAULT_GIT_TIMEOUT_S, GitResult, git, run_git
 from service.core.trees import on_folder
 
-MAIN_REF = "refs/heads/main"
+MAIN_REF = objects.MAIN_REF
 TREES_KEPT = 64
 
 
@@ -120,17 +120,9 @@ class SystemRepo:
     async def update_main(self, version: str, base: str | None = None) -> None:
         """Mirror a published version to refs/heads/main, only ever forward: a late caller whose version
         is older than main (it was paused between publish and here) changes nothing. With `base` (the
-        version the new one was made from), the common case is one compare-and-set."""
-        if base is not None:
-            swapped = await self._run("update-ref", MAIN_REF, version, base, ok_exits=(0, 128))
-            if swapped.exit == 0:
-                return
-            # main is not at base (git's exit 128): decide by ancestry below, which fails loudly on
-            # anything else, such as a version that is no commit
-        current = await self.head()
-        if current == version or not await self.is_ancestor(current, version):
-            return
-        await self._git("update-ref", MAIN_REF, version, current)
+        version the new one was made from), the common case is one compare-and-set
+        (service.core.objects.move_main, in this process)."""
+        objects.move_main(self.repo, version, base)
 
     async def snapshot(self, version: str) -> Path:
         """A read-only tree of `version`, extracted once and shared by every run."""
