@@ -182,6 +182,13 @@ def tree_of(repo_path: Path, commit_id: str) -> str:
     return str(_commit(open_repository(repo_path), commit_id, "version").tree_id)
 
 
+def _descends(repo: pygit2.Repository, new: pygit2.Oid, current: pygit2.Oid) -> bool:
+    try:
+        return repo.descendant_of(new, current)
+    except pygit2.GitError as exc:
+        raise SystemRepoError(f"{MAIN_REF} at {current} cannot be compared with {new}: {exc}") from exc
+
+
 def move_main(repo_path: Path, version: str, base: str | None) -> bool:
     """Move `main` to `version`, only ever forward; whether it moved. With `base` (the version `version`
     was made from) the common case is one compare-and-set; otherwise, or when `main` is elsewhere, it
@@ -191,12 +198,12 @@ def move_main(repo_path: Path, version: str, base: str | None) -> bool:
     new = _commit(repo, version, "version").id
     while True:
         ref = repo.references.get(MAIN_REF)
-        if ref is None:
-            raise SystemRepoError(f"repository {repo_path} has no {MAIN_REF}")
-        current = ref.target
+        current = None if ref is None else ref.target
+        if ref is None or not isinstance(current, pygit2.Oid):
+            raise SystemRepoError(f"repository {repo_path} has no {MAIN_REF} naming a commit")
         if current == new:
             return False
-        if not (base is not None and str(current) == base) and not repo.descendant_of(new, current):
+        if not (base is not None and str(current) == base) and not _descends(repo, new, current):
             return False  # older than main, or beside it: a late mover changes nothing
         try:
             ref.set_target(new)
