@@ -114,7 +114,7 @@ async def test_a_snapshot_is_read_only_and_keeps_executable_bits(tmp_path: Path)
 
 
 async def test_an_empty_version_is_an_empty_snapshot(tmp_path: Path) -> None:
-    """A version with no file at all (git's archive of it is no tar) is an empty folder, not an error."""
+    """A version with no file at all is an empty folder, not an error."""
     source = tmp_path / "source"
     source.mkdir()
     repo = SystemRepo(tmp_path / "system.git", tmp_path / "snapshots")

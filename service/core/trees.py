@@ -25,8 +25,6 @@ T = TypeVar("T")
 
 SMALL_ENTRIES = 100
 """Files, folders and links below a folder under which its work is done on the event loop."""
-TAR_BLOCK_BYTES = 512
-"""Every entry of a tar archive takes at least one block (its header)."""
 
 
 def entries_below(root: Path, limit: int = SMALL_ENTRIES) -> int:
