@@ -67,7 +67,7 @@ def measure(wait_for_apply: bool) -> dict[str, Any]:
         "run_gap": median(start_gaps(events, "run")),
         "versions": len(versions),
         "folders": len([f for f in folders if not f.name.startswith(".")]),
-        "archives": extractions,
+        "extractions": extractions,
     }
 
 
@@ -98,19 +98,19 @@ def run() -> list[Figure]:
     figures[0].baseline = 100 * ideal / off["span"]
     figures[0].baseline_label = "the same with wait_for_apply off"
     both = [on, off]
-    archives = sum(g["archives"] for g in both)
+    extractions = sum(g["extractions"] for g in both)
     versions = sum(g["versions"] for g in both)
     figures.append(
         Figure(
             NAME,
             "snapshot extractions per version",
-            archives / max(1, versions),
+            extractions / max(1, versions),
             "x",
             None,
             "",
             f"<= {WORKERS} (once per worker and version)",
-            archives <= versions * WORKERS and all(g["folders"] == g["versions"] for g in both),
-            f"{versions} versions used (runs, apply bases), {archives} extractions on {WORKERS} workers "
+            extractions <= versions * WORKERS and all(g["folders"] == g["versions"] for g in both),
+            f"{versions} versions used (runs, apply bases), {extractions} extractions on {WORKERS} workers "
             f"(both runs); snapshot folders: {on['folders']} and {off['folders']}",
         )
     )

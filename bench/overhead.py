@@ -94,7 +94,7 @@ def measure_tunefleet(env: Env) -> dict[str, Any]:
         "runs": steps["run"],
         "versions": len(versions),
         "folders": len(folders),
-        "archives": env.extractions(),
+        "extractions": env.extractions(),
         "git_per_apply": git_per_apply,
     }
 
@@ -205,14 +205,14 @@ def run() -> list[Figure]:
         Figure(
             NAME,
             "snapshot extractions per version",
-            tf["archives"] / max(1, tf["versions"]),
+            tf["extractions"] / max(1, tf["versions"]),
             "x",
             None,
             "",
             "1 (not per run)",
-            tf["archives"] <= tf["versions"] and tf["folders"] == tf["versions"],
+            tf["extractions"] <= tf["versions"] and tf["folders"] == tf["versions"],
             f"{tf['versions']} versions used (runs, apply bases), {tf['folders']} snapshot folders, "
-            f"{tf['archives']} extractions for {tf['runs']} runs on 1 worker; "
+            f"{tf['extractions']} extractions for {tf['runs']} runs on 1 worker; "
             f"git processes per apply: {tf['git_per_apply']:.1f}",
         ),
     ]
