@@ -3,12 +3,14 @@ the held-out split run end to end by the daemon, and the HTTP API over the resul
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -398,6 +400,12 @@ async def test_a_tuning_at_its_budget_holds_its_evaluation_items_until_resumed(
     assert read_results(store).graded == 2
 
 
+async def ended_in_redis(client: TunefleetClient, eval_id: str) -> int:
+    """How many items of the evaluation Redis counts as ended (graded, either way, or cancelled)."""
+    [progress] = [p for p in await client.evals.progress() if p.head.id == eval_id]
+    return progress.passed + progress.failed_grade + progress.cancelled
+
+
 async def test_after_redis_lost_everything_the_daemon_puts_evaluations_back(
     fleet: Fleet, tmp_path: Path
 ) -> None:
@@ -413,6 +421,11 @@ async def test_after_redis_lost_everything_the_daemon_puts_evaluations_back(
     store = fleet.settings.store / "evals"
     worker = fleet.start_worker(concurrency=4)
     await wait_until(lambda: read_results(EvalStore(store / "done")).done == 4, 30, "the first to end")
+    async with fleet.client() as client:  # its counters in Redis follow its results in the store
+        began = time.monotonic()
+        while (await ended_in_redis(client, "done")) < 4:
+            assert time.monotonic() - began < 30, "Redis never counted the first's 4 items"
+            await asyncio.sleep(0.05)
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     async with fleet.client() as client:
