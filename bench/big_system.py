@@ -29,12 +29,12 @@ TARGET_MS = 50.0
 TICK_S = 0.001
 
 
-def write_system(source: Path) -> None:
-    per_folder = FILES // FOLDERS
-    for f in range(FOLDERS):
+def write_system(source: Path, files: int = FILES, folders: int = FOLDERS, lines: int = 50) -> None:
+    """A system of `files` prose files of `lines` lines, spread over `folders` folders."""
+    for f in range(folders):
         (source / f"skills-{f}").mkdir(parents=True)
-        for n in range(per_folder):
-            (source / f"skills-{f}" / f"skill-{n}.md").write_text(f"- rule: r{f}-{n}\n" * 50)
+        for n in range(files // folders):
+            (source / f"skills-{f}" / f"skill-{n}.md").write_text(f"- rule: r{f}-{n}\n" * lines)
 
 
 class StallMeter:

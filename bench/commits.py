@@ -24,6 +24,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
+from bench.big_system import write_system
 from bench.common import ROOT, Figure, discard, median, run_async
 from service.core.git import git
 from service.core.system import SystemRepo
@@ -39,13 +40,6 @@ def _cpu_s() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def write_system(source: Path) -> None:
-    for f in range(FOLDERS):
-        (source / f"skills-{f}").mkdir(parents=True)
-        for n in range(FILES // FOLDERS):
-            (source / f"skills-{f}" / f"skill-{n}.md").write_text(f"- rule: r{f}-{n}\n" * 20)
 
 
 async def _git_commit(repo: SystemRepo, folder: Path, base: str, message: str) -> str:
@@ -83,7 +77,7 @@ async def _timed(work: Awaitable[T]) -> tuple[T, float, float]:
 async def measure(root: Path) -> dict[str, list[tuple[float, float]]]:
     """(CPU ms, wall ms) of every round, each way."""
     source = root / "source"
-    write_system(source)
+    write_system(source, FILES, FOLDERS, lines=20)
     repo = SystemRepo(root / "system.git", root / "snapshots")
     base = await repo.init_from(source)
     folder = await repo.private_copy(base, root / "apply" / "system")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import io
 import json
 import os
 import stat
@@ -12,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -23,6 +24,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 REGULAR_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+"""A folder opened to open its entries relative to it (`dir_fd`); a link in its place is not followed."""
 
 
 class NotRegularFile(ValueError):
@@ -30,7 +33,7 @@ class NotRegularFile(ValueError):
     followed), a named pipe, a device or a folder."""
 
 
-def open_regular(path: Path | str, dir_fd: int | None = None) -> BinaryIO | None:
+def open_regular(path: Path | str, dir_fd: int | None = None) -> io.BufferedReader | None:
     """`path` (relative to the folder `dir_fd`, if given) open for reading when it is a regular file;
     None when there is nothing there; NotRegularFile, naming it, when it is a link (not followed),
     a pipe, a device or a folder; OSError when it cannot be read. It never blocks (a pipe with no

@@ -23,6 +23,7 @@ from pathlib import Path
 import pygit2
 
 from service.core.errors import SystemRepoError
+from service.core.files import FOLDER_FLAGS, NotRegularFile, open_regular
 
 BLOB = pygit2.enums.FileMode.BLOB
 EXECUTABLE = pygit2.enums.FileMode.BLOB_EXECUTABLE
@@ -31,8 +32,6 @@ TREE = pygit2.enums.FileMode.TREE
 MAIN_REF = "refs/heads/main"
 IDENTITY = ("tunefleet", "tunefleet@localhost")
 """Author and committer of every commit the fleet makes (service.core.git's identity)."""
-READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_ONLY_DIR = 0o555
 READ_ONLY_FILE = 0o444
 STREAMED_BYTES = 1 << 20
@@ -100,7 +99,7 @@ class _TreeWriter:
                 raise self._refuse(f": symbolic link {link} points outside the folder")
             return self.repo.create_blob(target), LINK
         if stat.S_ISDIR(info.st_mode):
-            fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+            fd = os.open(name, FOLDER_FLAGS, dir_fd=dir_fd)
             try:
                 tree = self.tree(fd, f"{where}/", depth + 1)
             finally:
@@ -114,18 +113,16 @@ class _TreeWriter:
     def _blob(self, dir_fd: int, name: str, where: str) -> pygit2.Oid:
         """A regular file's blob, the file opened relative to its folder and never through a link (it was
         a file a moment ago, but an agent still running could swap it)."""
-        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise self._refuse(f": {where} changed while it was being recorded")
-            os.set_blocking(fd, True)
-            with os.fdopen(os.dup(fd), "rb") as file:
-                if info.st_size >= STREAMED_BYTES:
-                    return self.repo.create_blob_fromiobase(file)
-                data = file.read()
-        finally:
-            os.close(fd)
+            opened = open_regular(name, dir_fd=dir_fd)
+        except NotRegularFile as exc:
+            raise self._refuse(f": {where} changed while it was being recorded ({exc})") from exc
+        if opened is None:
+            raise self._refuse(f": {where} went away while it was being recorded")
+        with opened as file:
+            if os.fstat(file.fileno()).st_size >= STREAMED_BYTES:
+                return self.repo.create_blob_fromiobase(file)
+            data = file.read()
         # Most files of a folder are the version's, unchanged: hashing one and finding it stored is a
         # fifteenth of asking libgit2 to write it (which then touches the stored object's time).
         oid = pygit2.hash(data)
@@ -143,7 +140,7 @@ def folder_tree(repo_path: Path, folder: Path) -> str:
     repository; every refusal is a SystemRepoError naming the entry."""
     repo = open_repository(repo_path)
     try:
-        fd = os.open(folder, DIR_FLAGS)
+        fd = os.open(folder, FOLDER_FLAGS)
     except OSError as exc:
         raise SystemRepoError(f"folder {folder} cannot be read: {exc.strerror}") from exc
     try:
@@ -233,7 +230,7 @@ def _write_tree(repo: pygit2.Repository, tree: pygit2.Tree, dir_fd: int, rel: st
             raise SystemRepoError(f"entry {rel}{name!r} is not a file name")
         if entry.filemode == TREE:
             os.mkdir(name, 0o700, dir_fd=dir_fd)
-            fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+            fd = os.open(name, FOLDER_FLAGS, dir_fd=dir_fd)
             try:
                 subtree = _stored(repo, entry.id, f"{rel}{name}")
                 assert isinstance(subtree, pygit2.Tree)
@@ -262,7 +259,7 @@ def extract(repo_path: Path, version: str, staging: Path) -> None:
     found = _commit(repo, version, "version")
     staging.parent.mkdir(parents=True, exist_ok=True)
     staging.mkdir()
-    fd = os.open(staging, DIR_FLAGS)
+    fd = os.open(staging, FOLDER_FLAGS)
     try:
         root = _stored(repo, found.tree_id, "the version's top folder")
         assert isinstance(root, pygit2.Tree)

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.core.files import NotRegularFile, open_regular, write_atomic
+from service.core.files import FOLDER_FLAGS, NotRegularFile, open_regular, write_atomic
 from service.core.trees import clear
 
 AGENT_FILE_MAX_BYTES = 64 * 1024 * 1024
@@ -38,7 +38,7 @@ def read_agent_file(path: Path, max_bytes: int = AGENT_FILE_MAX_BYTES) -> bytes 
     than `max_bytes`, or it cannot be read (service.core.files.open_regular: the open never blocks);
     reading stops at `max_bytes`."""
     try:
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = os.open(path.parent, FOLDER_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:
