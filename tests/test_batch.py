@@ -72,6 +72,26 @@ async def test_a_call_cancelled_before_the_batch_left_is_not_sent(redis: Redis) 
     assert await redis.get("cancelled") is None
 
 
+async def test_a_call_queued_after_a_failed_future_is_not_sent(redis: Redis) -> None:
+    """A script call queued `after` a future that the loop's next turn fails (as the event sink's line
+    write) is cancelled and never reaches Redis; one after a future that succeeds is sent."""
+    batch = RedisBatch(redis)
+    loop = asyncio.get_running_loop()
+    script = redis.register_script("return redis.call('INCR', KEYS[1])")
+    await redis.script_load(script.script)
+    bad: asyncio.Future[None] = loop.create_future()
+    good: asyncio.Future[None] = loop.create_future()
+    dropped = batch.queue_script(script, ["dropped"], [], after=bad)
+    sent = batch.queue_script(script, ["sent"], [], after=good)
+    loop.call_soon(bad.set_exception, OSError("disk full"))
+    loop.call_soon(good.set_result, None)
+    assert await sent == 1
+    assert dropped.cancelled()
+    assert await redis.get("dropped") is None
+    with pytest.raises(OSError, match="disk full"):
+        await bad
+
+
 async def test_a_lost_connection_fails_every_caller_of_the_batch(redis_server: RedisServer) -> None:
     """With Redis gone, every caller of the batch gets the connection error (nobody waits forever)."""
     client = Redis.from_url(redis_server.url)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
+from redis.asyncio.connection import Connection
 
 from service.core.connection import connect, safe_url
 from service.core.errors import RedisUnavailableError
@@ -93,3 +94,28 @@ async def test_sentinel_finds_the_master(tmp_path: Path) -> None:
         sentinel.kill()
         sentinel.wait()
         master.stop()
+
+
+async def test_commands_packed_in_c_carry_every_kind_of_value(settings: FleetSettings) -> None:
+    """The pool packs commands with hiredis, and what it sends reaches Redis as redis-py's own packer
+    would send it: text (non-ASCII too), bytes, ints, floats, a command name of two words, and a
+    pipeline of script calls."""
+    redis = await connect(settings)
+    try:
+        packing = redis.connection_pool.connection_class
+        assert packing.__name__.startswith("Hiredis")
+        args = ("EVALSHA", "ab" * 20, 2, "k1", "k2", "héllo ✓", b"\x00\xff raw", 7, -3, 0.25, 1e-7)
+        assert packing().pack_command(*args) == [b"".join(Connection().pack_command(*args))]
+        values: dict[str, str | bytes | int | float] = {"text": "héllo ✓", "raw": b"\x00\xff", "n": -42}
+        values["x"] = 0.1
+        await redis.hset("packed", mapping=values)
+        got = await redis.hgetall("packed")
+        assert got == {b"text": "héllo ✓".encode(), b"raw": b"\x00\xff", b"n": b"-42", b"x": b"0.1"}
+        assert await redis.execute_command("CONFIG GET", "maxmemory-policy")
+        sha = await redis.script_load("return ARGV[1] .. ARGV[2]")
+        async with redis.pipeline(transaction=False) as pipe:
+            for i in range(3):
+                pipe.evalsha(sha, 0, f"é{i}", i)
+            assert await pipe.execute() == [f"é{i}{i}".encode() for i in range(3)]
+    finally:
+        await redis.aclose()

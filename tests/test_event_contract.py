@@ -5,6 +5,7 @@ checker is proven on a planted mistake."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -123,6 +124,28 @@ async def test_the_sink_refuses_an_unknown_kind_and_writes_nothing(
     assert not client.store.tuning("t1").events_file.exists()
     await sink.emit(EventKind.CASE_QUEUED, "t1", case="c1", rev=1)
     assert await client.redis.xlen(keys.events()) == 1
+
+
+async def test_an_event_whose_line_cannot_be_written_never_reaches_redis(
+    client: TunefleetClient, settings: FleetSettings
+) -> None:
+    """The sink queues an event's line and its script call in one loop turn: when the line cannot be
+    written (the events file is a folder here), the emit fails with the OSError and Redis gets no
+    stream entry and no counter, while another tuning's event of the same turn goes through whole."""
+    sink = EventSink(client.redis, client.store, settings.events_max)
+    client.store.tuning("t1").events_file.mkdir(parents=True)
+    failed, fine = await asyncio.gather(
+        sink.emit(EventKind.CASE_QUEUED, "t1", case="c1", rev=1),
+        sink.emit(EventKind.CASE_QUEUED, "t2", case="c2", rev=1),
+        return_exceptions=True,
+    )
+    assert isinstance(failed, IsADirectoryError), failed
+    assert not isinstance(fine, BaseException)
+    entries = await client.redis.xrange(keys.events())
+    assert [json.loads(fields[b"event"])["tuning"] for _, fields in entries] == ["t2"]
+    assert await client.redis.exists(keys.stats("t1")) == 0
+    assert await client.redis.exists(keys.stats("t2")) == 1
+    assert json.loads(client.store.tuning("t2").events_file.read_text())["case"] == "c2"
 
 
 def test_a_finished_step_has_one_shape_for_every_job() -> None:

@@ -7,7 +7,8 @@ them together on the loop's next turn (one round trip, results handed back call 
 lone call costs what it did and a burst costs a fraction. Callers await their own result as
 before: an error (a dropped connection, a script error) reaches the caller whose call it was, or
 every caller of the batch if the round trip itself failed. A call whose caller was cancelled
-before the batch left is not sent.
+before the batch left is not sent, nor one queued `after` a future that failed (the event sink's
+call, after the event's line: an event whose line could not be written never reaches Redis).
 """
 
 from __future__ import annotations
@@ -27,6 +28,23 @@ class _Call:
     args: tuple[Any, ...]
     script: AsyncScript | None
     result: asyncio.Future[Any]
+    after: asyncio.Future[Any] | None = None
+    """Sent only if this has not failed (it is done by then: see `queue_script`)."""
+
+    def dropped(self) -> bool:
+        return self.result.cancelled() or (
+            self.after is not None
+            and self.after.done()
+            and (self.after.cancelled() or self.after.exception() is not None)
+        )
+
+
+def _live(calls: list[_Call]) -> list[_Call]:
+    """The calls still to send; a dropped one is cancelled."""
+    for call in calls:
+        if call.dropped():
+            call.result.cancel()
+    return [call for call in calls if not call.result.cancelled()]
 
 
 class RedisBatch:
@@ -43,18 +61,33 @@ class RedisBatch:
 
     async def script(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run a script registered with `redis.register_script` (by its SHA; loaded when Redis lacks it)."""
-        return await self._enqueue(("EVALSHA", script.sha, len(keys), *keys, *args), script)
+        return await self.queue_script(script, keys, args)
 
-    async def _enqueue(self, args: tuple[Any, ...], script: AsyncScript | None) -> Any:
+    def queue_script(
+        self,
+        script: AsyncScript,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        after: asyncio.Future[Any] | None = None,
+    ) -> asyncio.Future[Any]:
+        """`script`'s call queued now, without waiting: its result to await. With `after`, a future
+        settled by a callback of the loop's next turn (a `LineBatch.queue`'s), the call is sent only if
+        that did not fail, and is cancelled if it did: the batch leaves in a task that the next turn
+        starts, so it always runs after those callbacks."""
+        return self._enqueue(("EVALSHA", script.sha, len(keys), *keys, *args), script, after)
+
+    def _enqueue(
+        self, args: tuple[Any, ...], script: AsyncScript | None, after: asyncio.Future[Any] | None = None
+    ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
-        call = _Call(args, script, loop.create_future())
+        call = _Call(args, script, loop.create_future(), after)
         self._queued.append(call)
         if len(self._queued) == 1:
             loop.call_soon(self._send_queued)
-        return await call.result
+        return call.result
 
     def _send_queued(self) -> None:
-        calls = [call for call in self._queued if not call.result.cancelled()]
+        calls = [call for call in self._queued if not call.result.cancelled()]  # `after`: seen in `_send`
         self._queued = []
         if calls:
             task = asyncio.ensure_future(self._send(calls))
@@ -62,6 +95,9 @@ class RedisBatch:
             task.add_done_callback(self._sending.discard)
 
     async def _send(self, calls: list[_Call]) -> None:
+        calls = _live(calls)
+        if not calls:
+            return
         try:
             replies = await self._round_trip(calls)
             missing = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, NoScriptError)]

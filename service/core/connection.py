@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from arq.connections import ArqRedis, RedisSettings, create_pool
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
+from redis.connection import HiredisRespSerializer
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.utils import HIREDIS_AVAILABLE
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from service.core.errors import RedisUnavailableError
@@ -74,14 +77,16 @@ async def connect(settings: FleetSettings) -> ArqRedis:
                 if n > 1:
                     log.warning("redis_connect_retry", attempt=n)
                 if settings.redis_sentinels:
-                    return await _sentinel_pool(settings)
-                return await create_pool(
-                    redis_settings(settings),
-                    retry=0,
-                    job_serializer=dump_job,
-                    job_deserializer=load_job,
-                    default_queue_name=settings.queue,
-                    expires_extra_ms=JOB_EXPIRY_MS,
+                    return await _packing_in_c(await _sentinel_pool(settings))
+                return await _packing_in_c(
+                    await create_pool(
+                        redis_settings(settings),
+                        retry=0,
+                        job_serializer=dump_job,
+                        job_deserializer=load_job,
+                        default_queue_name=settings.queue,
+                        expires_extra_ms=JOB_EXPIRY_MS,
+                    )
                 )
     except AuthenticationError as exc:
         raise RedisUnavailableError(
@@ -94,6 +99,30 @@ async def connect(settings: FleetSettings) -> ArqRedis:
             f"{settings.redis_connect_attempts} attempts: {exc}"
         ) from exc
     raise AssertionError("unreachable")
+
+
+class _HiredisPacking:
+    """Commands packed by hiredis, in C, as redis-py's synchronous client does by default. Its asyncio
+    client (5.x, the series arq allows) packs them in Python, argument by argument: in a busy worker,
+    where every event is a script call of a dozen arguments, that was the largest share of the event
+    loop's own CPU after the kernel's (docs/benchmarks.md, "Commands packed in C")."""
+
+    _packer = HiredisRespSerializer()
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return cast(list[bytes], self._packer.pack(*args))
+
+
+async def _packing_in_c(pool: ArqRedis) -> ArqRedis:
+    """The pool, its connections from now on packing commands with hiredis (where it is installed); the
+    one its first ping opened is closed, so that every connection packs alike."""
+    connections = pool.connection_pool
+    base = connections.connection_class
+    if HIREDIS_AVAILABLE and not issubclass(base, _HiredisPacking):
+        packing = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
+        connections.connection_class = cast(type[AbstractConnection], packing)
+        await connections.disconnect()
+    return pool
 
 
 async def _sentinel_pool(settings: FleetSettings) -> ArqRedis:

@@ -137,9 +137,11 @@ class EventSink:
             at=datetime.now(UTC), kind=kind, tuning=tuning or "", worker=self._worker, data=data, **fields
         )
         line = event.model_dump_json(exclude_defaults=True)
-        if tuning:  # with the other lines of this loop turn (service.core.line_batch)
-            await self._lines.append(self._tuning(tuning).events_file, line)
-        tuning = tuning or keys.GOALS_SCOPE
+        # The line and the script call are queued in this loop turn and leave on the next, the line
+        # first (service.core.batch: `queue_script`): one wait for both. A line that cannot be written
+        # keeps its call from being sent.
+        written = self._lines.queue(self._tuning(tuning).events_file, line) if tuning else None
+        scope = tuning or keys.GOALS_SCOPE
         action, job_id, state = "", "", ""
         if running is not None:
             job_id, running_state = running
@@ -147,7 +149,11 @@ class EventSink:
         args: list[str | int] = [self._events_max, line, action, job_id, state]
         for field, amount in counter_moves(event).items():
             args += [field, amount]
-        await self._batch.script(self._emit, [keys.events(), keys.stats(tuning), keys.running(tuning)], args)
+        scripted = [keys.events(), keys.stats(scope), keys.running(scope)]
+        sent = self._batch.queue_script(self._emit, scripted, args, after=written)
+        if written is not None:
+            await written
+        await sent
         log.info(kind.value, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
         return event
 

@@ -29,12 +29,17 @@ class LineBatch:
 
     async def append(self, path: Path, line: str) -> None:
         """Append one line (no newline needed) to `path`, with the other lines of this loop turn."""
+        await self.queue(path, line)
+
+    def queue(self, path: Path, line: str) -> asyncio.Future[None]:
+        """`append` without waiting: the line is queued now, and written by the time the returned
+        future is done."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         if not self._queued:
             loop.call_soon(self._write_queued)
         self._queued.setdefault(path, []).append((line.rstrip("\n"), done))
-        await done
+        return done
 
     def _write_queued(self) -> None:
         queued, self._queued = self._queued, {}

@@ -57,9 +57,14 @@ class CaseStore:
         self.notes_file = root / "notes.jsonl"
         self.voids_file = root / "void-baseline.json"
         self.cancel_file = root / "cancel.json"
+        self._attempts: dict[tuple[Phase, int], AttemptPaths] = {}
 
     def attempt(self, phase: Phase, attempt: int) -> AttemptPaths:
-        return AttemptPaths(self.root / phase / str(attempt))
+        """The attempt's paths (made once per store object: a step asks for them several times)."""
+        paths = self._attempts.get((phase, attempt))
+        if paths is None:
+            paths = self._attempts[(phase, attempt)] = AttemptPaths(self.root / phase / str(attempt))
+        return paths
 
     def load_case(self) -> Case | None:
         return read_model(self.case_file, Case)

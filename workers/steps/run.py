@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,11 +35,21 @@ def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
     return list(applied.output.skills) if applied else []
 
 
-async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
+@dataclass(frozen=True)
+class Runnable:
+    """What a run start learned once it may go."""
+
+    apply_wait_ms: int
+    """How long it waited for the applies pending."""
+    version: str | None
+    """The version to run, when read with the pending applies (None: read it now)."""
+
+
+async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> Runnable:
     """Hold the run start while the fleet is paused, the tuning is held (its budget spent, say), the
-    sandbox breaker is open (workers.job_run) or (if configured) an apply is pending; the milliseconds
-    waited for applies. Each wait is noted as the case's state (`CaseRun.at`) with the event that
-    announces it."""
+    sandbox breaker is open (workers.job_run) or (if configured) an apply is pending. Each wait is noted
+    as the case's state (`CaseRun.at`) with the event that announces it. The pending applies and the
+    version are asked for in one round trip: with none pending, that version is the one to run."""
 
     async def announce(cause: WaitCause, hold: Hold | None) -> None:
         cr.at("run", phase, attempt, waiting=cause)
@@ -49,16 +61,16 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> int:
 
     await cr.wait_runnable(announce)
     if not cr.waits_for_applies:
-        return 0
-    pending = await cr.tuning.lock.pending()
+        return Runnable(0, None)
+    pending, version = await asyncio.gather(cr.tuning.lock.pending(), cr.run_version())
     if not pending:
-        return 0
+        return Runnable(0, version)
     cr.at("run", phase, attempt, waiting="apply")
     await cr.emit(EventKind.RUN_WAITS_FOR_APPLY, phase=phase, attempt=attempt, data={"applies": len(pending)})
     waited_s = await cr.tuning.lock.wait_idle(
         pending, cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s
     )
-    return int(waited_s * 1000)
+    return Runnable(int(waited_s * 1000), None)
 
 
 async def run_step(
@@ -74,8 +86,8 @@ async def run_step(
         cr.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
     while True:  # not read again: only a run that ended writes the record (over anything left there)
         cr.check_budget()
-        apply_wait_ms = await wait_until_runnable(cr, phase, attempt)
-        record = await _run_once(cr, phase, attempt, memory_from, apply_wait_ms, after)
+        runnable = await wait_until_runnable(cr, phase, attempt)
+        record = await _run_once(cr, phase, attempt, memory_from, runnable, after)
         if record is not None:
             await cr.write(paths.run, record)
             await _finished(cr, phase, attempt, record)
@@ -122,7 +134,7 @@ async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) 
 
 
 async def _run_once(
-    cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, apply_wait_ms: int, after: str | None
+    cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, runnable: Runnable, after: str | None
 ) -> RunRecord | None:
     """One run of the agent; None when the sandbox was down (the breaker is open, nothing recorded)."""
     where = cr.where(phase, attempt, "run")
@@ -133,7 +145,7 @@ async def _run_once(
         await copy_tree(memory_from, memory, plain=True)
     else:
         work.mkdir(parents=True)
-    version = await cr.run_version()
+    version = runnable.version or await cr.run_version()
     expected = expected_skills(cr, phase, attempt)
     request = RunRequest(
         **where,
@@ -151,7 +163,7 @@ async def _run_once(
         step="run",
         phase=phase,
         attempt=attempt,
-        data={"version": version, "apply_wait_ms": apply_wait_ms},
+        data={"version": version, "apply_wait_ms": runnable.apply_wait_ms},
     )
     started_at = datetime.now(UTC)
     began = time.monotonic()
