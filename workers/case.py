@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from service.core.events import QueuedEvent
 from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.records import Phase, Spend, StepName, Usage
@@ -38,6 +39,7 @@ class CaseRun(JobRun):
         self.store = store
         self._where: tuple[str, str | None] | None = None
         self._unsettled: list[tuple[dict[str, Any], Usage]] = []
+        self._soon: list[QueuedEvent] = []
 
     def where(self, phase: Phase, attempt: int, step: StepName) -> dict[str, Any]:
         """The fields every step request shares (workers.adapters.base.StepRequest): the step's own
@@ -56,8 +58,25 @@ class CaseRun(JobRun):
         }
 
     async def emit(self, kind: EventKind, **fields: Any) -> None:
+        """Send an event, after the events `emit_soon` queued before it."""
+        queued = self.queue_event(kind, **fields)
+        await self.events_sent()
+        await queued.sent()
+
+    async def events_sent(self) -> None:
+        soon, self._soon = self._soon, []
+        for earlier in soon:
+            await earlier.sent()
+
+    def emit_soon(self, kind: EventKind, **fields: Any) -> None:
+        """Queue an event without waiting for Redis: the case's next event waits for it (and, queued in
+        the same loop turn, shares its round trip). For a step's `step_finished`, which the next step's
+        start (or the case's end) follows at once: its record is on disk already."""
+        self._soon.append(self.queue_event(kind, **fields))
+
+    def queue_event(self, kind: EventKind, **fields: Any) -> QueuedEvent:
         where, self._where = self._where, None
-        await self.sink.emit(
+        return self.sink.queue(
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, running=where, **fields
         )
 
@@ -99,8 +118,16 @@ class CaseRun(JobRun):
     ) -> None:
         """An event of one of the case's steps that spent `usage` (`step_finished`, `spend_recorded`):
         where it is (phase, attempt, step), and what it spent, for the tuning's counters."""
+        await self.emit(kind, **self._step_fields(where, usage), **fields)
+
+    def step_finished_soon(self, where: tuple[Phase, int, StepName], usage: Usage, **fields: Any) -> None:
+        """The step's `step_finished` (a `step_event`), by `emit_soon`: its record is written."""
+        self.emit_soon(EventKind.STEP_FINISHED, **self._step_fields(where, usage), **fields)
+
+    @staticmethod
+    def _step_fields(where: tuple[Phase, int, StepName], usage: Usage) -> dict[str, Any]:
         phase, attempt, step = where
-        await self.emit(kind, step=step, phase=phase, attempt=attempt, **usage.event_counts(), **fields)
+        return {"step": step, "phase": phase, "attempt": attempt, **usage.event_counts()}
 
     def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
         """Into the case's ledger at once: it counts in the case's spend from now on."""

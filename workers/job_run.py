@@ -86,6 +86,11 @@ class JobRun(ABC):
     async def emit(self, kind: EventKind, **fields: Any) -> None:
         """Send an event about this job through the fleet's sink."""
 
+    async def events_sent(self) -> None:
+        """Wait until the job's events queued without waiting are in Redis (a kind that queues none:
+        at once)."""
+        return None
+
     async def let_go(self, kind: EventKind, detail: str, data: dict[str, Any] | None = None) -> None:
         """The job went back to the queue (its lease is given up): say so, with `kind`'s event."""
         await self.emit(kind, detail=detail, data=data or {})
@@ -148,6 +153,7 @@ async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:
     budget = tuning.current_budget()
     if budget.tuning_max_tokens is None and budget.tuning_max_usd is None:
         return None
+    await run.events_sent()  # the spend of the job's last step is in the counters read below
     async with run.sink.redis.pipeline(transaction=False) as pipe:
         pipe.hmget(keys.stats(tuning.name), ["tokens", "cost_usd_micros"])
         pipe.hget(keys.budget_waived(), tuning.name)

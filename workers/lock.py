@@ -213,7 +213,11 @@ class ImprovementsLock:
         """The applies waiting for or holding the lock (only those of `among`, if given)."""
         if among == []:
             return []
-        return list(await self._batch.script(self._pending, [keys.lock_pending(self.tuning)], among or []))
+        return list(await self.pending_soon(among or []))
+
+    def pending_soon(self, among: list[bytes]) -> asyncio.Future[list[bytes]]:
+        """`pending`'s call queued with this loop turn's other calls (`among` not empty, or all)."""
+        return self._batch.queue_script(self._pending, [keys.lock_pending(self.tuning)], among)
 
     async def wait_idle(self, waiting: list[bytes], max_wait_s: float, poll_s: float) -> float:
         """Wait (at most `max_wait_s`) until the applies `waiting` (pending now) are done; the seconds

@@ -3,6 +3,8 @@ batch its cases' records are flushed to disk in."""
 
 from __future__ import annotations
 
+import asyncio
+
 from service.core import keys
 from service.core.batch import RedisBatch
 from service.core.disk_batch import DiskBatch
@@ -55,7 +57,16 @@ class TuningRuntime:
 
     async def current_version(self) -> str:
         """The current system version: Redis's fenced pointer, else the repository's main."""
-        value = await self._batch.command("GET", keys.version(self.name))
+        return await self.version_from(await self.version_soon())
+
+    def version_soon(self) -> asyncio.Future[bytes | None]:
+        """The read of Redis's pointer, queued with this loop turn's other calls (`version_from` reads
+        the version from it)."""
+        return self._batch.queue_command("GET", keys.version(self.name))
+
+    async def version_from(self, value: bytes | None) -> str:
+        """The current version, from what Redis's pointer held (None: the repository's main, set as the
+        pointer unless another worker did first)."""
         if value is not None:
             return str(value.decode())
         head = await self.repo.head()

@@ -57,7 +57,11 @@ class RedisBatch:
 
     async def command(self, *args: Any) -> Any:
         """Run one Redis command, e.g. `command("GET", key)`."""
-        return await self._enqueue(args, None)
+        return await self.queue_command(*args)
+
+    def queue_command(self, *args: Any) -> asyncio.Future[Any]:
+        """`command` queued now, without waiting: its result to await."""
+        return self._enqueue(args, None)
 
     async def script(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run a script registered with `redis.register_script` (by its SHA; loaded when Redis lacks it)."""

@@ -5,6 +5,8 @@ call, sent with the process's other calls of the turn). Every event goes through
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,6 +96,28 @@ def _kind_moves(event: Event) -> dict[str, int]:
     return moves
 
 
+@dataclass(frozen=True)
+class QueuedEvent:
+    """An event on its way: its line and its script call are queued (`EventSink.queue`)."""
+
+    event: Event
+    written: asyncio.Future[None] | None
+    sent_call: asyncio.Future[Any]
+
+    async def sent(self) -> Event:
+        """The event, once its line is written and Redis took it (logged then); the error if not."""
+        if self.written is not None:
+            await self.written
+        await self.sent_call
+        event = self.event
+        log.info(
+            event.kind.value,
+            **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True),
+            **event.data,
+        )
+        return event
+
+
 class EventSink:
     """Where every process of the fleet sends its events."""
 
@@ -131,15 +155,27 @@ class EventSink:
         """Record an event; `running` (job id, JSON or None to remove) updates the tuning's running
         hash in the same round trip. An event of no tuning (a goal's, without one) has no events file
         and moves the counters of `keys.GOALS_SCOPE`."""
+        return await self.queue(kind, tuning, running=running, **fields).sent()
+
+    def queue(
+        self,
+        kind: EventKind,
+        tuning: str | None,
+        *,
+        running: tuple[str, str | None] | None = None,
+        **fields: Any,
+    ) -> QueuedEvent:
+        """`emit` without waiting: the event's line and its script call are queued now (and leave on
+        the loop's next turn, with whatever else is queued by then); `QueuedEvent.sent` waits for
+        them. Events queued one after the other are written and sent in that order."""
         kind = known(kind)
         data = fields.pop("data", {})
         event = Event(
             at=datetime.now(UTC), kind=kind, tuning=tuning or "", worker=self._worker, data=data, **fields
         )
         line = event.model_dump_json(exclude_defaults=True)
-        # The line and the script call are queued in this loop turn and leave on the next, the line
-        # first (service.core.batch: `queue_script`): one wait for both. A line that cannot be written
-        # keeps its call from being sent.
+        # The line first (service.core.batch: `queue_script`): a line that cannot be written keeps its
+        # call from being sent.
         written = self._lines.queue(self._tuning(tuning).events_file, line) if tuning else None
         scope = tuning or keys.GOALS_SCOPE
         action, job_id, state = "", "", ""
@@ -151,11 +187,7 @@ class EventSink:
             args += [field, amount]
         scripted = [keys.events(), keys.stats(scope), keys.running(scope)]
         sent = self._batch.queue_script(self._emit, scripted, args, after=written)
-        if written is not None:
-            await written
-        await sent
-        log.info(kind.value, **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True), **data)
-        return event
+        return QueuedEvent(event, written, sent)
 
     async def emit_many(self, kind: EventKind, tuning: str, items: list[dict[str, Any]]) -> None:
         """Emit one event per item (its fields) at once: one write to events.jsonl, one round trip for

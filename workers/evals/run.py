@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from service.core.events import QueuedEvent
 from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.evals.store import ItemStore
@@ -49,8 +50,9 @@ class ItemRun(CaseRun):
     def waits_for_applies(self) -> bool:
         return False  # its version is fixed: no apply changes what it runs
 
-    async def emit(self, kind: EventKind, **fields: Any) -> None:
+    def queue_event(self, kind: EventKind, **fields: Any) -> QueuedEvent:
+        """An item's events carry its evaluation and repeat, and never touch the running hash."""
         data = {**fields.pop("data", {}), "eval": self.eval_id, "repeat": self.item.repeat}
-        await self.sink.emit(
+        return self.sink.queue(
             kind, self.tuning.name, case=self.case.id, rev=self.case.rev, data=data, **fields
         )

@@ -151,8 +151,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
     if dropped:
         await _note_dropped(cr, phase, attempt, source, dropped)
     _note_graded(cr, phase, attempt, feedback)
-    await cr.step_event(
-        EventKind.STEP_FINISHED,
+    cr.step_finished_soon(
         (phase, attempt, "analyze"),
         feedback.usage,
         duration_ms=int((datetime.now(UTC) - began).total_seconds() * 1000),

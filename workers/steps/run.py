@@ -62,13 +62,16 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> Runnab
     await cr.wait_runnable(announce)
     if not cr.waits_for_applies:
         return Runnable(0, None)
-    pending, version = await asyncio.gather(cr.tuning.lock.pending(), cr.run_version())
+    # Both calls queued in this turn, so they share a round trip (and the one of an event the step
+    # before queued without waiting: CaseRun.emit_soon). A kind whose runs work on a version of their
+    # own never waits for applies (`waits_for_applies`).
+    pending, value = await asyncio.gather(cr.tuning.lock.pending_soon([]), cr.tuning.version_soon())
     if not pending:
-        return Runnable(0, version)
+        return Runnable(0, await cr.tuning.version_from(value))
     cr.at("run", phase, attempt, waiting="apply")
     await cr.emit(EventKind.RUN_WAITS_FOR_APPLY, phase=phase, attempt=attempt, data={"applies": len(pending)})
     waited_s = await cr.tuning.lock.wait_idle(
-        pending, cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s
+        list(pending), cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s
     )
     return Runnable(int(waited_s * 1000), None)
 
@@ -90,7 +93,7 @@ async def run_step(
         record = await _run_once(cr, phase, attempt, memory_from, runnable, after)
         if record is not None:
             await cr.write(paths.run, record)
-            await _finished(cr, phase, attempt, record)
+            _finished(cr, phase, attempt, record)
             return record
         await count_sandbox_trip(cr)
 
@@ -118,9 +121,8 @@ async def count_sandbox_trip(cr: CaseRun) -> None:
     raise JobFault(f"the runner reported its sandbox down {trips} times with no sandbox to probe")
 
 
-async def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
-    await cr.step_event(
-        EventKind.STEP_FINISHED,
+def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
+    cr.step_finished_soon(
         (phase, attempt, "run"),
         record.output.usage,
         duration_ms=record.duration_ms,
