@@ -5,8 +5,8 @@ BENCH_PROFILE=wall python -m bench overhead  # the same with idle samples, per t
 BENCH_PROFILE=threads python -m bench overhead  # CPU samples, per thread (the event loop apart)
 BENCH_PROFILE=perf python -m bench overhead  # <bench>-<pid>.perf.data: `perf record -g`, kernel time included
                                              # (read it with `perf report -i FILE --no-children --sort sym`)
-BENCH_PROFILE=syscalls python -m bench slots  # <bench>-<pid>.strace: `strace -c -f`, the worker's system calls by
-                                             # count and time, its threads included
+BENCH_PROFILE=syscalls python -m bench slots # <bench>-<pid>.strace: `strace -c -f`, the worker's system
+                                             # calls by count and time, its threads included
 BENCH_PROFILE=cprofile python -m bench llm   # <bench>-<pid>.prof: cProfile of the worker's main thread, timed
                                              # by its own CPU time (time.thread_time), so other sessions' load
                                              # does not enter it; read it with `python -m pstats FILE`
