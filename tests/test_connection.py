@@ -108,14 +108,14 @@ async def test_commands_packed_in_c_carry_every_kind_of_value(settings: FleetSet
         assert packing().pack_command(*args) == [b"".join(Connection().pack_command(*args))]
         values: dict[str, str | bytes | int | float] = {"text": "héllo ✓", "raw": b"\x00\xff", "n": -42}
         values["x"] = 0.1
-        await redis.hset("packed", mapping=values)
-        got = await redis.hgetall("packed")
+        await redis.hset("packed", mapping=values)  # type: ignore[misc]
+        got = await redis.hgetall("packed")  # type: ignore[misc]
         assert got == {b"text": "héllo ✓".encode(), b"raw": b"\x00\xff", b"n": b"-42", b"x": b"0.1"}
-        assert await redis.execute_command("CONFIG GET", "maxmemory-policy")
+        assert await redis.execute_command("CONFIG GET", "maxmemory-policy")  # type: ignore[no-untyped-call]
         sha = await redis.script_load("return ARGV[1] .. ARGV[2]")
         async with redis.pipeline(transaction=False) as pipe:
             for i in range(3):
-                pipe.evalsha(sha, 0, f"é{i}", i)
+                pipe.evalsha(sha, 0, f"é{i}", str(i))
             assert await pipe.execute() == [f"é{i}{i}".encode() for i in range(3)]
     finally:
         await redis.aclose()
