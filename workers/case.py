@@ -70,8 +70,9 @@ class CaseRun(JobRun):
 
     def emit_soon(self, kind: EventKind, **fields: Any) -> None:
         """Queue an event without waiting for Redis: the case's next event waits for it (and, queued in
-        the same loop turn, shares its round trip). For a step's `step_finished`, which the next step's
-        start (or the case's end) follows at once: its record is on disk already."""
+        the same loop turn, shares its round trip). For a step's `step_started` (the agent starts while
+        it leaves: waiting for it fences nothing, the record's write checks the lease) and its
+        `step_finished` (its record is on disk already), which the case's next event follows."""
         self._soon.append(self.queue_event(kind, **fields))
 
     def queue_event(self, kind: EventKind, **fields: Any) -> QueuedEvent:

@@ -160,7 +160,7 @@ async def _run_once(
         expected_skills=expected,
     )
     cr.at("run", phase, attempt)
-    await cr.emit(
+    cr.emit_soon(
         EventKind.STEP_STARTED,
         step="run",
         phase=phase,
