@@ -57,7 +57,7 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
             "suspect": grant.level or None,
             "try": job_try,
         }
-        await cr.emit(EventKind.CASE_STARTED, data=data)
+        cr.emit_soon(EventKind.CASE_STARTED, data=data)  # with the first step's first round trip
         return cr
 
     async def unloadable(

@@ -69,7 +69,7 @@ async def run_loop(cr: CaseRun) -> CaseResult:
             return await finish(cr, "difficult", mem.phase, mem.reason)
         await cr.lease.check()
         kept = await on_folder(mem.memory, cr.tuning.store.submit_memory, cr.case.id, cr.case.rev, mem.memory)
-        await cr.emit(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=mem.attempt, detail=str(kept))
+        cr.emit_soon(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=mem.attempt, detail=str(kept))
         return await finish(cr, "completed", "mem", None)
     except OverBudget as over:  # checked before each step starts (workers.spend)
         return await finish(cr, "difficult", phase, over.reason)
