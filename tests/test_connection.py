@@ -104,6 +104,11 @@ async def test_commands_packed_in_c_carry_every_kind_of_value(settings: FleetSet
     try:
         packing = redis.connection_pool.connection_class
         assert packing.__name__.startswith("Hiredis")
+        used = await redis.connection_pool.get_connection()  # the one the pool hands out
+        try:
+            assert type(used) is packing
+        finally:
+            await redis.connection_pool.release(used)
         args = ("EVALSHA", "ab" * 20, 2, "k1", "k2", "héllo ✓", b"\x00\xff raw", 7, -3, 0.25, 1e-7)
         assert packing().pack_command(*args) == [b"".join(Connection().pack_command(*args))]
         values: dict[str, str | bytes | int | float] = {"text": "héllo ✓", "raw": b"\x00\xff", "n": -42}

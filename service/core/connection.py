@@ -115,13 +115,14 @@ class _HiredisPacking:
 
 async def _packing_in_c(pool: ArqRedis) -> ArqRedis:
     """The pool, its connections from now on packing commands with hiredis (where it is installed); the
-    one its first ping opened is closed, so that every connection packs alike."""
+    one its first ping opened is closed and dropped, so that every connection packs alike."""
     connections = pool.connection_pool
     base = connections.connection_class
     if HIREDIS_AVAILABLE and not issubclass(base, _HiredisPacking):
         packing = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
         connections.connection_class = cast(type[AbstractConnection], packing)
         await connections.disconnect()
+        connections.reset()  # type: ignore[no-untyped-call]  # forgets the connection made before
     return pool
 
 
