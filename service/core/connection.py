@@ -105,7 +105,7 @@ class _HiredisPacking:
     """Commands packed by hiredis, in C, as redis-py's synchronous client does by default. Its asyncio
     client (5.x, the series arq allows) packs them in Python, argument by argument: in a busy worker,
     where every event is a script call of a dozen arguments, that was the largest share of the event
-    loop's own CPU after the kernel's (docs/benchmarks.md, "Commands packed in C")."""
+    loop's own CPU after the kernel's (docs/benchmarks.md, "The case loop's waits")."""
 
     _packer = HiredisRespSerializer()
 
