@@ -6,15 +6,18 @@ checker is proven on a planted mistake."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from service.api.app import create_app
 from service.api.contract import CONTRACT_PATH
@@ -26,6 +29,7 @@ from service.core.models.events import CASE_ENDS, GOAL_ENDS, Event, EventKind
 from service.core.settings import FleetSettings
 from tests.support.events import emit_sites, js_kind_literals, kind_literals
 from tests.support.imports import module_sources
+from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "service" / "dashboard"
@@ -146,6 +150,31 @@ async def test_an_event_whose_line_cannot_be_written_never_reaches_redis(
     assert await client.redis.exists(keys.stats("t1")) == 0
     assert await client.redis.exists(keys.stats("t2")) == 1
     assert json.loads(client.store.tuning("t2").events_file.read_text())["case"] == "c2"
+
+
+async def test_an_abandoned_event_leaves_no_unretrieved_error(
+    client: TunefleetClient, settings: FleetSettings, redis_server: RedisServer
+) -> None:
+    """An event that nobody will wait for (an earlier event of its case failed: Redis went away) takes
+    its own error as seen: the loop reports no "exception was never retrieved" once it is gone; the
+    earlier one's error reaches its caller, and both lines are in the events file."""
+    sink = EventSink(client.redis, client.store, settings.events_max)
+    reported: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: reported.append(context))
+    redis_server.stop()
+    first = sink.queue(EventKind.CASE_QUEUED, "t1", case="c1", rev=1)
+    second = sink.queue(EventKind.CASE_QUEUED, "t1", case="c2", rev=1)
+    with pytest.raises(RedisError):
+        await first.sent()
+    second.abandon()
+    while not second.sent_call.done():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one loop turn: the callbacks `abandon` added run
+    del first, second
+    gc.collect()
+    assert reported == []
+    lines = client.store.tuning("t1").events_file.read_text().splitlines()
+    assert [json.loads(line)["case"] for line in lines] == ["c1", "c2"]
 
 
 def test_a_finished_step_has_one_shape_for_every_job() -> None:

@@ -59,14 +59,21 @@ class CaseRun(JobRun):
 
     async def emit(self, kind: EventKind, **fields: Any) -> None:
         """Send an event, after the events `emit_soon` queued before it."""
-        queued = self.queue_event(kind, **fields)
+        self._soon.append(self.queue_event(kind, **fields))
         await self.events_sent()
-        await queued.sent()
 
     async def events_sent(self) -> None:
-        soon, self._soon = self._soon, []
-        for earlier in soon:
-            await earlier.sent()
+        """Wait for the events queued so far, in order; the first error ends the wait (the events after
+        it are still sent, and no longer waited for)."""
+        while self._soon:
+            queued = self._soon.pop(0)
+            try:
+                await queued.sent()
+            except BaseException:
+                for later in self._soon:
+                    later.abandon()
+                self._soon = []
+                raise
 
     def emit_soon(self, kind: EventKind, **fields: Any) -> None:
         """Queue an event without waiting for Redis: the case's next event waits for it (and, queued in

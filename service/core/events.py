@@ -96,6 +96,11 @@ def _kind_moves(event: Event) -> dict[str, int]:
     return moves
 
 
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 @dataclass(frozen=True)
 class QueuedEvent:
     """An event on its way: its line and its script call are queued (`EventSink.queue`)."""
@@ -103,6 +108,13 @@ class QueuedEvent:
     event: Event
     written: asyncio.Future[None] | None
     sent_call: asyncio.Future[Any]
+
+    def abandon(self) -> None:
+        """Nobody will wait for this event (an earlier one failed, or its case is leaving): it is still
+        written and sent, and an error of either is taken as seen, not reported as never retrieved."""
+        for future in (self.written, self.sent_call):
+            if future is not None:
+                future.add_done_callback(_seen)
 
     async def sent(self) -> Event:
         """The event, once its line is written and Redis took it (logged then); the error if not."""
