@@ -110,7 +110,7 @@ class QueuedEvent:
     sent_call: asyncio.Future[Any]
 
     def abandon(self) -> None:
-        """Nobody will wait for this event (an earlier one failed, or its case is leaving): it is still
+        """Nobody will wait for this event (an earlier event of its job failed): it is still
         written and sent, and an error of either is taken as seen, not reported as never retrieved."""
         for future in (self.written, self.sent_call):
             if future is not None:
