@@ -168,10 +168,13 @@ class Fleet:
         return next(iter(reports))
 
     def events(self, tuning: str = "t1") -> list[dict[str, Any]]:
+        """The tuning's events in its file, as a tail reader sees them: read while workers append, the
+        last line may be half written (a reader can see part of a write), and is left for the next read."""
         path = self.settings.store / "tunings" / tuning / "events.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        text = path.read_text()
+        return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line]
 
     def results(self, tuning: str = "t1") -> dict[str, ResultRow]:
         return {row.case: row for row in results(self.client().tuning_store(tuning))}
