@@ -308,22 +308,6 @@ async def test_a_git_past_its_timeout_is_killed_with_its_children(
         await git("version", timeout_s=0.25)
 
 
-async def test_is_ancestor_answers_yes_or_no_and_raises_on_a_bad_object(tmp_path: Path) -> None:
-    """merge-base's exit 1 is "no"; a missing object (exit 128) is an error, not "no"."""
-    repo, base = await new_repo(tmp_path)
-    folder = await repo.private_copy(base, tmp_path / "apply" / "system")
-    (folder / "AGENTS.md").write_text("Edited.\n")
-    child = await repo.commit_folder(folder, base, "child")
-    assert child is not None
-
-    assert await repo.is_ancestor(base, child) is True
-    assert await repo.is_ancestor(child, base) is False
-    with pytest.raises(SystemRepoError, match="exit 128"):
-        await repo.is_ancestor("0" * 40, base)
-    with pytest.raises(SystemRepoError, match="exit 128"):
-        await repo.is_ancestor(base, "no-such-version")
-
-
 async def test_update_main_moves_forward_only_and_fails_on_a_bad_version(tmp_path: Path) -> None:
     """main follows a publish by compare-and-set, ignores a stale caller, and a bad version raises; a
     version that descends from main moves it whatever base its caller names."""

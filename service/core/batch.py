@@ -91,12 +91,10 @@ class RedisBatch:
         return call.result
 
     def _send_queued(self) -> None:
-        calls = [call for call in self._queued if not call.result.cancelled()]  # `after`: seen in `_send`
-        self._queued = []
-        if calls:
-            task = asyncio.ensure_future(self._send(calls))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+        calls, self._queued = self._queued, []  # those dropped meanwhile are left out in `_send`
+        task = asyncio.ensure_future(self._send(calls))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
     async def _send(self, calls: list[_Call]) -> None:
         calls = _live(calls)

@@ -18,12 +18,11 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Collection
 from pathlib import Path
 
 from service.core import objects
 from service.core.errors import SystemRepoError
-from service.core.git import DEFAULT_GIT_TIMEOUT_S, GitResult, git, run_git
+from service.core.git import DEFAULT_GIT_TIMEOUT_S, git
 from service.core.trees import on_folder
 
 MAIN_REF = objects.MAIN_REF
@@ -86,9 +85,6 @@ class SystemRepo:
 
     async def _git(self, *args: str) -> str:
         return (await git(f"--git-dir={self.repo}", *args, timeout_s=self.git_timeout_s)).decode().strip()
-
-    async def _run(self, *args: str, ok_exits: Collection[int]) -> GitResult:
-        return await run_git(f"--git-dir={self.repo}", *args, timeout_s=self.git_timeout_s, ok_exits=ok_exits)
 
     async def init_from(self, source: Path) -> str:
         """Create the repository from a folder of instructions (once); the first version."""
@@ -210,12 +206,6 @@ class SystemRepo:
         """The commit reachable from `current` whose message holds `trailer`, if any."""
         out = await self._git("log", "--format=%H", "--fixed-strings", f"--grep={trailer}", current)
         return out.splitlines()[0] if out else None
-
-    async def is_ancestor(self, older: str, newer: str) -> bool:
-        """Whether `older` is `newer` or an ancestor of it; SystemRepoError when git cannot tell (a bad
-        object, a broken repository)."""
-        answer = await self._run("merge-base", "--is-ancestor", older, newer, ok_exits=(0, 1))
-        return answer.exit == 0
 
     async def mirror(self, remote: str, branch: str, version: str, timeout_s: float | None = None) -> None:
         """Push `version` to the user's own remote branch (forced), within `timeout_s` (default: the
