@@ -25,9 +25,10 @@ from service.client.client import TunefleetClient
 from service.core import keys
 from service.core.errors import UnknownEventKindError
 from service.core.events import EventSink
-from service.core.models.events import CASE_ENDS, GOAL_ENDS, Event, EventKind
+from service.core.models.events import CASE_ENDS, GOAL_ENDS, LOGGED_AT_DEBUG, Event, EventKind
 from service.core.settings import FleetSettings
 from tests.support.events import emit_sites, js_kind_literals, kind_literals
+from tests.support.fleet import Fleet, case, wait_until, write_tuning
 from tests.support.imports import module_sources
 from tests.support.redis_server import RedisServer
 
@@ -175,6 +176,26 @@ async def test_an_abandoned_event_leaves_no_unretrieved_error(
     assert reported == []
     lines = client.store.tuning("t1").events_file.read_text().splitlines()
     assert [json.loads(line)["case"] for line in lines] == ["c1", "c2"]
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+async def test_a_workers_log_has_a_line_per_step_only_at_debug(
+    fleet: Fleet, tmp_path: Path, level: str
+) -> None:
+    """At the default level a worker logs a case's start and end but no line per step (`step_started`,
+    `step_finished`); at `debug` it logs those too. The events file has every event either way."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1")]))
+    fleet.start_worker(concurrency=1, TUNEFLEET_LOG_LEVEL=level)
+
+    def logged() -> list[str]:
+        return [json.loads(line)["event"] for line in fleet.log_of(0).splitlines() if line.startswith("{")]
+
+    await wait_until(lambda: EventKind.CASE_COMPLETED.value in logged(), 30, "the case's end in the log")
+    in_log = set(logged())
+    assert {EventKind.CASE_STARTED.value, EventKind.CASE_COMPLETED.value} <= in_log
+    per_step = {kind.value for kind in LOGGED_AT_DEBUG}
+    assert (per_step <= in_log) if level == "debug" else not (per_step & in_log)
+    assert per_step <= {event["kind"] for event in fleet.events()}
 
 
 def test_a_finished_step_has_one_shape_for_every_job() -> None:

@@ -6,6 +6,7 @@ call, sent with the process's other calls of the turn). Every event goes through
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +18,7 @@ from service.core import keys
 from service.core.batch import RedisBatch
 from service.core.errors import UnknownEventKindError
 from service.core.line_batch import LineBatch
-from service.core.models.events import CASE_ENDS, Event, EventKind
+from service.core.models.events import CASE_ENDS, LOGGED_AT_DEBUG, Event, EventKind
 from service.core.store import Store, TuningStore
 from service.evals.counters import eval_counter_moves
 from service.gate.counters import GATE_KINDS, gate_counter_moves
@@ -117,16 +118,16 @@ class QueuedEvent:
                 future.add_done_callback(_seen)
 
     async def sent(self) -> Event:
-        """The event, once its line is written and Redis took it (logged then); the error if not."""
+        """The event, once its line is written and Redis took it (logged then, at its kind's level:
+        `LOGGED_AT_DEBUG`); the error if not."""
         if self.written is not None:
             await self.written
         await self.sent_call
         event = self.event
-        log.info(
-            event.kind.value,
-            **event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True),
-            **event.data,
-        )
+        level = logging.DEBUG if event.kind in LOGGED_AT_DEBUG else logging.INFO
+        if log.is_enabled_for(level):  # else not even the line's fields are made
+            fields = event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True)
+            log.log(level, event.kind.value, **fields, **event.data)
         return event
 
 

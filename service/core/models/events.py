@@ -83,6 +83,12 @@ class EventKind(StrEnum):
     GATE_ABANDONED = "gate_abandoned"
 
 
+LOGGED_AT_DEBUG: frozenset[EventKind] = frozenset({EventKind.STEP_STARTED, EventKind.STEP_FINISHED})
+"""The kinds every step of every job sends: a process logs them at debug, the others at info. A worker's
+info log keeps each job's start, end and every wait, hold or fault, not two lines per step (at a hundred
+steps a second, most of its log volume and a tenth of its CPU per step); the events themselves are in
+the events file, the stream and `tunefleet watch` whatever the level."""
+
 CASE_ENDS: dict[State, EventKind] = {
     "completed": EventKind.CASE_COMPLETED,
     "difficult": EventKind.CASE_DIFFICULT,
