@@ -67,6 +67,7 @@ async def run_loop(cr: CaseRun) -> CaseResult:
         )
         if isinstance(mem, Difficult):
             return await finish(cr, "difficult", mem.phase, mem.reason)
+        cr.runtime.slots.give_up(cr.job_id)  # no agent starts from here on
         await cr.lease.check()
         kept = await on_folder(mem.memory, cr.tuning.store.submit_memory, cr.case.id, cr.case.rev, mem.memory)
         cr.emit_soon(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=mem.attempt, detail=str(kept))
@@ -146,6 +147,9 @@ async def mark_voids_seen(cr: CaseRun, phase: Phase, attempt: int) -> None:
 
 
 async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | None) -> CaseResult:
+    """Write the case's result and send its end; no agent starts after this, so the case's slot is
+    free for the next job meanwhile (workers.slots)."""
+    cr.runtime.slots.give_up(cr.job_id)
     usage, steps = case_usage(cr.store)
     result = CaseResult.model_validate(
         {

@@ -2,6 +2,9 @@
 ends. A job that waits on jobs the fleet runs for it (an apply waiting for its gate's items,
 workers.gate) lends its slot meanwhile, so that the scheduler claims those jobs into it.
 
+A job that will start no agent any more gives its slot up (`give_up`): a case recording its end
+(its memory kept, its result written and sent) does it beside the next job's claim and start.
+
 A lent slot is the job's again at once when its wait ends, even if that puts the worker one job over its
 `concurrency` until another job ends: what such a job does next (publish or reject its candidate) starts
 no agent. A run start that waits for the pending applies (`wait_for_apply`) does not lend its slot: it
@@ -37,6 +40,12 @@ class Slots:
         """The job's function ended: its slot is free."""
         self._held.discard(job_id)
         self._lent.discard(job_id)
+        self.on_free()
+
+    def give_up(self, job_id: str) -> None:
+        """The job will start no agent any more (what is left is recording its end): its slot counts as
+        free from now on, so that the next job is claimed and starts while this one ends."""
+        self._lent.add(job_id)
         self.on_free()
 
     @contextmanager
