@@ -86,7 +86,7 @@ class EventKind(StrEnum):
 LOGGED_AT_DEBUG: frozenset[EventKind] = frozenset({EventKind.STEP_STARTED, EventKind.STEP_FINISHED})
 """The kinds every step of every job sends: a process logs them at debug, the others at info. A worker's
 info log keeps each job's start, end and every wait, hold or fault, not two lines per step (at a hundred
-steps a second, most of its log volume and a tenth of its CPU per step); the events themselves are in
+steps a second, most of its log volume and a few percent of its CPU); the events themselves are in
 the events file, the stream and `tunefleet watch` whatever the level."""
 
 CASE_ENDS: dict[State, EventKind] = {
