@@ -75,6 +75,7 @@ def model_adapter(base_url: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.timeout(900)  # the wait below: generation on two CPU cores shared with the other tests
 async def test_a_tuning_with_the_real_model_in_every_role(
     fleet: Fleet, tmp_path: Path, llama: LlamaServer
 ) -> None:

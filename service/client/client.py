@@ -172,16 +172,21 @@ class TunefleetClient:
         batches = [cases[start : start + SUBMIT_BATCH] for start in range(0, len(cases), SUBMIT_BATCH)]
         if not batches:
             return []
-        stores = [[tuning_store.case(case.id, case.rev) for case in batch] for batch in batches]
+        # A batch's stores are made when its writing starts: made all at once, those of a start of
+        # thousands of cases held the event loop (and the daemon's lease renewal) for most of a second.
+        following = [tuning_store.case(case.id, case.rev) for case in batches[0]]
         accepted: list[bool] = []
-        writing = asyncio.create_task(self._write_cases(tuning_store.root, stores[0], batches[0]))
+        writing = asyncio.create_task(self._write_cases(tuning_store.root, following, batches[0]))
         try:
             for k, batch in enumerate(batches):
                 done = await writing
+                stores = following
                 if k + 1 < len(batches):
-                    following = self._write_cases(tuning_store.root, stores[k + 1], batches[k + 1])
-                    writing = asyncio.create_task(following)
-                enqueued = await self._enqueue_batch(tuning, stores[k], batch, done, rerun_failed)
+                    following = [tuning_store.case(case.id, case.rev) for case in batches[k + 1]]
+                    writing = asyncio.create_task(
+                        self._write_cases(tuning_store.root, following, batches[k + 1])
+                    )
+                enqueued = await self._enqueue_batch(tuning, stores, batch, done, rerun_failed)
                 await self._emit_queued(tuning, batch, done, enqueued)
                 accepted += enqueued
         finally:
