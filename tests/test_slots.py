@@ -35,11 +35,13 @@ def test_a_lent_slot_counts_as_free_and_comes_back_at_the_block_s_end() -> None:
 
 def test_a_slot_given_up_is_free_until_its_job_ends() -> None:
     """A job that starts no agent any more (a case recording its end) gives its slot up: the scheduler is
-    woken and may claim the next job into it at once, and the job's end does not free a second slot."""
+    woken once and may claim the next job into it at once, and the job's end does not free a second slot."""
     woken: list[int] = []
     slots = Slots(1, on_free=lambda: woken.append(1))
     slots.hold("ending")
     slots.give_up("ending")
+    assert (slots.free(), len(woken)) == (1, 1)
+    slots.give_up("ending")  # again (the case's end after its memory kept): no second wake, no second claim
     assert (slots.free(), len(woken)) == (1, 1)
     slots.hold("next")
     assert slots.free() == 0

@@ -44,7 +44,10 @@ class Slots:
 
     def give_up(self, job_id: str) -> None:
         """The job will start no agent any more (what is left is recording its end): its slot counts as
-        free from now on, so that the next job is claimed and starts while this one ends."""
+        free from now on, so that the next job is claimed and starts while this one ends. Giving it up
+        again wakes nobody (the case's end and the memory kept before it both say so)."""
+        if job_id in self._lent:
+            return
         self._lent.add(job_id)
         self.on_free()
 

@@ -173,20 +173,18 @@ class TunefleetClient:
         if not batches:
             return []
         # A batch's stores are made when its writing starts: made all at once, those of a start of
-        # thousands of cases held the event loop (and the daemon's lease renewal) for most of a second.
-        following = [tuning_store.case(case.id, case.rev) for case in batches[0]]
+        # thousands of cases held the event loop (and the daemon's lease renewal) 0.2 to 0.5 s here.
+        stores = [[tuning_store.case(case.id, case.rev) for case in batches[0]]]
         accepted: list[bool] = []
-        writing = asyncio.create_task(self._write_cases(tuning_store.root, following, batches[0]))
+        writing = asyncio.create_task(self._write_cases(tuning_store.root, stores[0], batches[0]))
         try:
             for k, batch in enumerate(batches):
                 done = await writing
-                stores = following
                 if k + 1 < len(batches):
-                    following = [tuning_store.case(case.id, case.rev) for case in batches[k + 1]]
-                    writing = asyncio.create_task(
-                        self._write_cases(tuning_store.root, following, batches[k + 1])
-                    )
-                enqueued = await self._enqueue_batch(tuning, stores, batch, done, rerun_failed)
+                    stores.append([tuning_store.case(case.id, case.rev) for case in batches[k + 1]])
+                    following = self._write_cases(tuning_store.root, stores[k + 1], batches[k + 1])
+                    writing = asyncio.create_task(following)
+                enqueued = await self._enqueue_batch(tuning, stores[k], batch, done, rerun_failed)
                 await self._emit_queued(tuning, batch, done, enqueued)
                 accepted += enqueued
         finally:
