@@ -114,7 +114,12 @@ async def test_a_tuning_survives_the_primarys_death(
             update={
                 "redis_sentinels": [f"127.0.0.1:{replicated.sentinel.port}"],
                 "redis_sentinel_master": MASTER,
-                "lease_s": 5.0,
+                # Every lease and the improvements lock must outlast the outage (kill, promotion, the
+                # clients finding the new primary: 2.5 to 3 s here, more on a loaded machine). With 5 s,
+                # a lock renewed 1.7 s before the kill lapses 3.3 s after it, and its apply is abandoned
+                # and started again, as designed: the likeliest cause of the one apply seen started
+                # twice, on a machine three to five times slower. Not what this test is about.
+                "lease_s": 10.0,
                 "api_port": free_port(),
             }
         ),
@@ -165,6 +170,11 @@ async def test_a_tuning_survives_the_primarys_death(
         f"{sum(e['kind'] == 'lease_lost' for e in events)}"
     )
     assert restarted == {} and set(starts) == {c["id"] for c in CASES}
-    assert {k: n for k, n in step_starts.items() if n > 1} == {}
+    twice = {k: n for k, n in step_starts.items() if n > 1}
+    assert twice == {}, [
+        (e["kind"], e.get("step"), e.get("detail"))
+        for e in events
+        if (e.get("case"), e.get("phase")) in {(case_id, phase) for case_id, phase, _, _ in twice}
+    ]
     assert not any(e["kind"] in ("lease_lost", "case_requeued") for e in events)
     assert next_step_s < promoted_s + 2
