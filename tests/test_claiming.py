@@ -1,5 +1,6 @@
 """How workers claim cases: every free slot in one poll, a freed slot refilled without waiting for the
-next poll, and the due cases spread over the workers with free slots."""
+next poll (but no claim sent for it once the queue was found dry), and the due cases spread over the
+workers with free slots."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from service.core import keys
 from tests.support.fleet import (
@@ -53,6 +54,27 @@ async def test_a_freed_slot_takes_the_next_case_before_the_next_poll(fleet: Flee
     order = sorted(started, key=started.__getitem__)
     waits_s = [started[after] - ended[before] for before, after in itertools.pairwise(order)]
     assert len(waits_s) == 2 and all(w < POLL_S / 2 for w in waits_s), waits_s
+
+
+async def test_a_slot_freed_after_the_queue_ran_dry_sends_no_claim(
+    fleet: Fleet, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Two cases on four slots and a poll delay longer than the test: the first claim takes both and
+    finds no more, so neither case's end (each frees its slot twice: its last agent, its function)
+    sends a claim. Every claim stamps the worker's free-slots record with Redis's time: when both cases
+    have ended, the stamp is still the first claim's, from before either case started."""
+    fleet.settings = fleet.settings.model_copy(update={"poll_delay_s": 600.0})
+    items = [case("c0"), case("c1")]
+    await fleet.start_tuning(write_tuning(tmp_path / "t", items, adapter=demo_adapter(run_ms=50)))
+    fleet.start_worker(concurrency=4)
+    await fleet.wait_finished(len(items))
+    with redis_server.client() as r:
+        (record,) = cast(dict[bytes, bytes], r.hgetall(keys.free_slots())).values()
+    left, stamp_ms = (int(part) for part in record.split(b":"))
+    events = fleet.events()
+    assert left == 2
+    assert stamp_ms <= 1000 * min(_times(events, "case_started").values()) + 1, (stamp_ms, events)
+    assert len(_times(events, "case_completed")) == 2
 
 
 async def test_two_idle_workers_share_the_due_cases(

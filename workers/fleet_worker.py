@@ -1,7 +1,8 @@
 """The worker's scheduler: claim, run, finish. It shares arq's job format (service.core.arq_contact),
 so arq's public client enqueues and reads tunefleet's jobs, and none of arq's `Worker`.
 
-- **Claim** (workers.claim): every `poll_delay_s`, and at once when a slot frees or an outage ends,
+- **Claim** (workers.claim): every `poll_delay_s`, and at once when a slot frees (if the last claim
+  filled every slot it asked for), a job lends its slot or an outage ends,
   one script takes this worker's fair share of the due jobs, resumed ones first, each for one lease.
 - **Run**: the job's function (`job_functions`) in a task of its own, given arq's `ctx` (`runtime`,
   `job_id`, `job_try`, `enqueue_time`, `score`). It returns the job's result, raises `arq.Retry` to be
@@ -83,7 +84,14 @@ class FleetWorker:
         """Set on the first SIGTERM/SIGINT: lets the running jobs hand themselves back, then stops."""
         self._stopped = asyncio.Event()
         runtime.outage.on_answer(self._wake.set)
-        self.slots.on_free = self._wake.set
+        self.slots.on_free = self._slot_freed
+        self.slots.on_lend = self._wake.set
+        self._more_due = True
+        """Whether the last claim filled every slot it asked for, so that more jobs may be due: only
+        then does a freed slot claim at once. After a claim that found fewer, a job that ends does not
+        make one due (new ones come by enqueue, and the next timed poll takes them), and a burst of job
+        ends would each send a claim that finds nothing (two hundred of them in the last second of
+        `bench slots`, on the loop the last steps' bookkeeping needs)."""
 
     async def run(self) -> None:
         """Poll and run jobs until stopped by a signal (or, with `burst`, until the queue is empty)."""
@@ -104,6 +112,10 @@ class FleetWorker:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
+    def _slot_freed(self) -> None:
+        if self._more_due or self.burst:  # in burst, the exit check is made at once
+            self._wake.set()
+
     async def _poll(self) -> None:
         """Claim this worker's share of the due jobs while it takes jobs and has a free slot; a Redis
         outage is logged once (workers.outage) and the polls back off until it ends."""
@@ -120,9 +132,11 @@ class FleetWorker:
         except RedisError as exc:
             self.runtime.outage.failed("poll", exc)
             self._poll_failures += 1
+            self._more_due = True
             return
         self.runtime.outage.answered()
         self._poll_failures = 0
+        self._more_due = len(claimed) >= free
         for job in claimed:
             if job.level:
                 self.runtime.suspects[job.job_id] = job.level

@@ -24,7 +24,9 @@ class Slots:
     def __init__(self, size: int, on_free: Callable[[], None] = lambda: None) -> None:
         self.size = size
         self.on_free = on_free
-        """Called when a slot becomes free for a claim (set by the scheduler to wake its poll)."""
+        """Called when a job ends or gives its slot up (set by the scheduler: it may wake its poll)."""
+        self.on_lend = on_free
+        """Called when a job lends its slot for jobs it just had enqueued (the scheduler wakes its poll)."""
         self._held: set[str] = set()
         self._lent: set[str] = set()
 
@@ -55,7 +57,7 @@ class Slots:
     def lent(self, job_id: str) -> Iterator[None]:
         """While in this block the job's slot counts as free; it is the job's again at the block's end."""
         self._lent.add(job_id)
-        self.on_free()
+        self.on_lend()
         try:
             yield
         finally:
