@@ -72,8 +72,8 @@ class JobRun(ABC):
     async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
         """A fenced, durable write (with `also` files, written first and not flushed): refused
         (LeaseLost) once the lease has moved on. A job on a tuning has it flushed to disk with the other
-        jobs' writes of the moment (service.core.disk_batch: in threads, or on the event loop when it is
-        the only one); one without (a goal with no tuning) writes it on the event loop."""
+        jobs' writes of the moment, off the event loop (service.core.disk_batch); one without (a goal
+        with no tuning) writes it on the event loop."""
         await self.lease.check()
         for other, data in also:
             write_atomic(other, data, durable=False)

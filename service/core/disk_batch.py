@@ -14,19 +14,11 @@ and durable under its name; a crash before leaves the old file. Writes that arri
 under way go in the next one. (`syncfs`, one flush of the whole filesystem,
 was as fast on a quiet disk but also flushes what other processes wrote: up to 0.1 s per burst on
 this shared machine.)
-
-A write made alone, though, lands on the event loop itself: when no flush is under way, no other write
-came in the same loop turn and the writes have been landing fast (`inline_below_ms`, their moving
-average). The hop to a flush thread and back cost 2 to 3 ms of latency per record with four cases in
-flight (its thread waits for the GIL, then the loop for the thread's answer), against 0.4 ms for the
-write itself on a quiet disk: on the path of every step of a worker with few slots. The first write of a
-burst lands on the loop and the rest of it in threads, and a slow disk sends them all to threads.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,31 +26,22 @@ from pathlib import Path
 from service.core.files import write_atomic
 
 FLUSH_THREADS = 32
-INLINE_BELOW_MS = 2.0
-"""A lone write lands on the event loop while the writes' moving average stays under this."""
-AVERAGE_WEIGHT = 0.2
-"""The weight of the latest write in that moving average."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Write:
     path: Path
     data: bytes
     done: asyncio.Future[None]
-    landed_s: float = 0.0
-    """How long it took to land (set by its flush thread)."""
 
 
 def _land(write: _Write) -> OSError | None:
     """Write one record whole and durably under its name (in a flush thread); the error, if it failed
     (no temp file is left then)."""
-    began = time.perf_counter()
     try:
         write_atomic(write.path, write.data)
     except OSError as exc:
         return exc
-    finally:
-        write.landed_s = time.perf_counter() - began
     return None
 
 
@@ -69,44 +52,12 @@ def _land_in_order(writes: list[_Write]) -> dict[int, OSError | None]:
 class DiskBatch:
     """The durable writes of one process (or of one tuning in it), flushed in batches."""
 
-    def __init__(self, inline_below_ms: float = INLINE_BELOW_MS) -> None:
-        self._inline_below_ms = inline_below_ms
-        self._average_ms = 0.0
-        self._turn_taken = False
+    def __init__(self) -> None:
         self._queued: list[_Write] = []
         self._flushing: asyncio.Task[None] | None = None
         self._threads = ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="flush")
         self.flushes = 0
-        """Flushes made so far in threads (each of one batch of writes)."""
-        self.inline = 0
-        """Writes landed on the event loop so far."""
-
-    def _alone(self) -> bool:
-        """Whether a write now would be the only one: none flushing, none queued, none landed on the loop
-        in this loop turn, and the disk fast of late."""
-        return (
-            self._flushing is None
-            and not self._queued
-            and not self._turn_taken
-            and self._average_ms < self._inline_below_ms
-        )
-
-    def _landed(self, seconds: float) -> None:
-        self._average_ms += AVERAGE_WEIGHT * (1000 * seconds - self._average_ms)
-
-    def _turn_over(self) -> None:
-        self._turn_taken = False
-
-    def _land_here(self, path: Path, data: bytes) -> None:
-        """Land one write on the event loop (a lone write: see the module's docstring)."""
-        self._turn_taken = True
-        asyncio.get_running_loop().call_soon(self._turn_over)
-        self.inline += 1
-        began = time.perf_counter()
-        try:
-            write_atomic(path, data)
-        finally:
-            self._landed(time.perf_counter() - began)
+        """Flushes made so far (each of one batch of writes)."""
 
     def _flush(self, batch: list[_Write]) -> dict[int, OSError | None]:
         """Land the writes, several in parallel (run in a thread of its own); by write (its `id`), the
@@ -122,9 +73,6 @@ class DiskBatch:
     async def write(self, path: Path, data: bytes) -> None:
         """Write `data` to `path` atomically and durably. The write lands even if the caller is cancelled
         meanwhile (as a synchronous write would have): the cancellation goes on once it has."""
-        if self._alone():
-            self._land_here(path, data)
-            return
         write = _Write(path, data, asyncio.get_running_loop().create_future())
         self._queued.append(write)
         if self._flushing is None:
@@ -157,7 +105,6 @@ class DiskBatch:
                             write.done.cancel()
                     raise
                 for write in batch:
-                    self._landed(write.landed_s)
                     error = errors[id(write)]
                     if write.done.done():
                         continue
