@@ -89,9 +89,10 @@ class FleetWorker:
         self._more_due = True
         """Whether the last claim filled every slot it asked for, so that more jobs may be due: only
         then does a freed slot claim at once. After a claim that found fewer, a job that ends does not
-        make one due (new ones come by enqueue, and the next timed poll takes them), and a burst of job
-        ends would each send a claim that finds nothing (two hundred of them in the last second of
-        `bench slots`, on the loop the last steps' bookkeeping needs)."""
+        make one due (new ones come by enqueue, and the next timed poll takes them; so does a suspect
+        that a job's end lets this worker take), and a burst of job ends would each send a claim that
+        finds nothing (about 240 claims in one `bench slots` run, most in its last half second, where
+        the last steps' bookkeeping needs the loop; 26 since)."""
 
     async def run(self) -> None:
         """Poll and run jobs until stopped by a signal (or, with `burst`, until the queue is empty)."""
@@ -167,7 +168,7 @@ class FleetWorker:
     def _ran(self, job_id: str, task: asyncio.Task[None]) -> None:
         self.tasks.pop(job_id, None)
         self.runtime.suspects.pop(job_id, None)
-        self.slots.release(job_id)  # wakes the poll (its slot, its suspicion and, in burst, the exit check)
+        self.slots.release(job_id)  # may wake the poll (`_slot_freed`; in burst, for the exit check)
         if not task.cancelled() and task.exception() is not None:
             log.error("job_run_crashed", job_id=job_id, error=repr(task.exception()))
 
