@@ -26,6 +26,7 @@ from service.core.trees import on_folder
 from workers.case import CaseRun
 from workers.errors import OverBudget, VoidsExhausted
 from workers.gate.apply import gated_apply
+from workers.memory_bound import memory_oversize
 from workers.spend import case_usage
 from workers.steps.analyze import analyze_step
 from workers.steps.apply import apply_step
@@ -62,11 +63,17 @@ async def run_loop(cr: CaseRun) -> CaseResult:
         if isinstance(nomem, Difficult):
             return await finish(cr, "difficult", nomem.phase, nomem.reason)
         phase = "mem"
+        oversize = await memory_oversize(cr.tuning.config, nomem.memory)  # before any copy of it
+        if oversize is not None:
+            return await finish(cr, "difficult", phase, oversize)
         mem = await run_phase(
             cr, "mem", cr.tuning.config.mem_tries, nomem.memory, nomem.seal, out_of_tries="memory"
         )
         if isinstance(mem, Difficult):
             return await finish(cr, "difficult", mem.phase, mem.reason)
+        oversize = await memory_oversize(cr.tuning.config, mem.memory)  # it grew in the memory phase
+        if oversize is not None:
+            return await finish(cr, "difficult", phase, oversize)
         cr.runtime.slots.give_up(cr.job_id)  # no agent starts from here on
         await cr.lease.check()
         kept = await on_folder(mem.memory, cr.tuning.store.submit_memory, cr.case.id, cr.case.rev, mem.memory)

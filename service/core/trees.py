@@ -17,6 +17,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -44,6 +45,39 @@ def entries_below(root: Path, limit: int = SMALL_ENTRIES) -> int:
         except OSError:
             continue
     return count
+
+
+@dataclass(frozen=True)
+class FolderSize:
+    """What a folder holds, counted until a bound was passed."""
+
+    entries: int
+    """Files, folders and links below it (links not followed)."""
+    size_bytes: int
+    """The sizes of its files and links."""
+    over: bool
+    """Whether a bound was passed (the counts then stop there)."""
+
+
+def folder_size(root: Path, max_entries: int, max_bytes: int) -> FolderSize:
+    """The entries and bytes below `root` (nothing when it is no folder), counted only until one of them
+    passes its bound: a folder of a million files costs `max_entries` entries, not a million."""
+    entries = size_bytes = 0
+    pending = [os.fspath(root)]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as found:
+                for entry in found:
+                    entries += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    else:
+                        size_bytes += entry.stat(follow_symlinks=False).st_size
+                    if entries > max_entries or size_bytes > max_bytes:
+                        return FolderSize(entries, size_bytes, over=True)
+        except OSError:
+            continue
+    return FolderSize(entries, size_bytes, over=False)
 
 
 def is_large(root: Path) -> bool:

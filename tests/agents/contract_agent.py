@@ -14,6 +14,7 @@ MODE (or the CONTRACT_AGENT_MODE environment variable):
     sigkill   kill itself with SIGKILL
     crash     exit 3 without writing anything
     bad-json  write a file that breaks the step's schema, and exit 0
+    hoard     run as normal, and also fill the memory with HOARD_FILES files of HOARD_BYTES bytes each
 
 The pid file is written (the agent's pid, then any child's, one a line) before the mode acts;
 it may be a FIFO, which lets a test wait for the agent without polling.
@@ -31,6 +32,8 @@ import time
 from pathlib import Path
 
 HANG_MODES = ("hang", "stubborn", "fork")
+HOARD_FILES = 50
+HOARD_BYTES = 1000
 
 
 def _usage() -> dict[str, object]:
@@ -78,6 +81,11 @@ def run(args: argparse.Namespace) -> None:
     print("a warning on stderr", file=sys.stderr, flush=True)
     if args.memory:
         Path(args.memory, "memory.md").write_text("remember: it worked\n", encoding="utf-8")
+        if args.mode == "hoard":
+            hoard = Path(args.memory, "hoard")
+            hoard.mkdir(exist_ok=True)
+            for n in range(HOARD_FILES):
+                (hoard / f"{n}.txt").write_bytes(b"x" * HOARD_BYTES)
     if args.mode == "bad-json":
         Path(args.output).write_text("{not json", encoding="utf-8")
         return

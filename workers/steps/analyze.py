@@ -25,6 +25,7 @@ from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
 from workers.case import CaseRun
 from workers.errors import JobFault, KeyRefused, ProviderDown
+from workers.memory_bound import memory_oversize
 from workers.spend import refused_usage
 
 ANALYZER_ROUNDS = 2
@@ -117,8 +118,9 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         work.mkdir(parents=True)
         system = await cr.tuning.repo.private_copy(run.version, work / "system")
         memory = work / "memory"
-        if (run_work / "memory").is_dir():
-            await copy_tree(run_work / "memory", memory)
+        given = run_work / "memory"
+        if given.is_dir() and await memory_oversize(cr.tuning.config, given) is None:
+            await copy_tree(given, memory)
         memory.mkdir(exist_ok=True)
     large = not trusted and is_large(system)  # the copy's size, decided once for both digests
     before = None if trusted else await off_loop(large, tree_digest, system)

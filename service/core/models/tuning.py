@@ -300,6 +300,18 @@ class TuningConfig(BaseModel):
         description="Sandbox-down reports of one case's runner, with no sandbox to probe, after which "
         "the case ends failed.",
     )
+    memory_max_entries: int = Field(
+        default=1000,
+        ge=1,
+        description="The most files, folders and links a passing run's memory may hold: a larger one ends "
+        "the case difficult (`memory too large: ...`), neither copied into a run nor kept.",
+    )
+    memory_max_mb: float = Field(
+        default=64.0,
+        gt=0,
+        description="The most megabytes (10^6 bytes) a passing run's memory may hold, as "
+        "`memory_max_entries`.",
+    )
     max_failed_reruns: int = Field(
         default=1,
         ge=0,
