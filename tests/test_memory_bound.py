@@ -5,6 +5,7 @@ copies that memory into a run nor keeps it; the measure stops at the bound."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from service.core.files import read_model
 from service.core.models.records import CaseResult
@@ -15,7 +16,7 @@ from tests.test_command_loop import agent, case_root
 from tests.test_seed_semantics import start_case
 
 
-async def _hoarded(fleet: Fleet, tmp_path: Path, **bound: float) -> str:
+async def _hoarded(fleet: Fleet, tmp_path: Path, **bound: Any) -> str:
     """One case whose runner passes and hoards files in its memory, under `bound`; its end's reason. The
     (agent) analyzer was given an empty memory folder, not a copy of the hoard."""
     await start_case(fleet, tmp_path, runner=agent("hoard", "run"), **bound)
