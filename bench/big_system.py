@@ -4,7 +4,8 @@ event loop, which every other job of the worker shares.
 A version of FILES prose files (FOLDERS folders) is committed and its snapshot extracted; then COPIES
 private copies of it are made at once, as that many cases' analyze steps would make them, while a
 ticker task measures the event loop's longest stall (the longest time between two of its turns). The
-fleet's `SystemRepo.private_copy` makes each copy in a thread; the baseline makes the same copies the
+fleet's `SystemRepo.private_copy` makes each copy in a thread (of the worker's folder threads,
+`trees.folder_threads`: one per core); the baseline makes the same copies the
 plain synchronous way (`shutil.copytree` on the loop, as the worker did before), in the same run. A
 stalled loop delays every other job's heartbeat, events and step starts by as much.
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from bench.common import ROOT, Figure, discard, run_async
 from service.core.system import SystemRepo, copy_writable
+from service.core.trees import folder_threads
 
 NAME = "big_system"
 FOLDERS = 30
@@ -88,6 +90,7 @@ async def _synchronous(snapshot: Path, into: Path) -> tuple[float, float]:
 
 
 async def measure(root: Path) -> tuple[float, float, float, float]:
+    asyncio.get_running_loop().set_default_executor(folder_threads())  # as a worker's loop has it
     source = root / "source"
     write_system(source)
     repo = SystemRepo(root / "system.git", root / "snapshots")

@@ -13,6 +13,7 @@ from service.core import keys
 from service.core.connection import connect
 from service.core.health import listen_health, serve_health
 from service.core.settings import FleetSettings
+from service.core.trees import folder_threads
 from workers.fleet_worker import FleetWorker
 from workers.health import worker_checks
 from workers.runtime import WorkerRuntime
@@ -51,6 +52,7 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
         if health is not None:
             health.close()
         raise
+    asyncio.get_running_loop().set_default_executor(folder_threads())
     runtime = WorkerRuntime(settings, redis)
     worker = FleetWorker(runtime, burst=burst)
     log.info("worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue)

@@ -60,8 +60,11 @@ class DiskBatch:
         """Flushes made so far (each of one batch of writes)."""
 
     def _flush(self, batch: list[_Write]) -> dict[int, OSError | None]:
-        """Land the writes, several in parallel (run in a thread of its own); by write (its `id`), the
-        error if it failed. Writes to one path land one after the other, in their order."""
+        """Land the writes, several in parallel (run in one of the flush threads, which hands them to the
+        others: at most one batch is flushed at a time, so one of FLUSH_THREADS waits here and the rest
+        write; not in the loop's default executor, whose threads the worker's folder work may all hold);
+        by write (its `id`), the error if it failed. Writes to one path land one after the other, in their
+        order."""
         by_path: dict[Path, list[_Write]] = {}
         for write in batch:
             by_path.setdefault(write.path, []).append(write)
@@ -93,10 +96,11 @@ class DiskBatch:
             while self._queued:
                 batch, self._queued = self._queued, []
                 self.flushes += 1
+                loop = asyncio.get_running_loop()
                 if len(batch) == 1:  # straight to a flush thread (one thread hop, not two)
-                    landing = asyncio.get_running_loop().run_in_executor(self._threads, _land_in_order, batch)
+                    landing = loop.run_in_executor(self._threads, _land_in_order, batch)
                 else:
-                    landing = asyncio.ensure_future(asyncio.to_thread(self._flush, batch))
+                    landing = loop.run_in_executor(self._threads, self._flush, batch)
                 try:
                     errors = await asyncio.shield(landing)
                 except asyncio.CancelledError:  # the loop is closing: the threads end the batch anyway

@@ -19,6 +19,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -74,6 +75,9 @@ class HealthChecks:
         self._store = store
         self.stale_after_s = stale_after_s
         self._turn_age_s = turn_age_s
+        self._prober = ThreadPoolExecutor(1, thread_name_prefix="health")
+        """The store check's own thread: not one of a worker's folder threads, which long copies may all
+        hold for longer than the check's timeout."""
 
     async def liveness(self) -> Liveness:
         if self._turn_age_s is not None:
@@ -130,7 +134,7 @@ class HealthChecks:
     async def _store_check(self, reasons: list[str]) -> bool:
         try:
             async with asyncio.timeout(CHECK_TIMEOUT_S):
-                await asyncio.to_thread(_touch, self._store)
+                await asyncio.get_running_loop().run_in_executor(self._prober, _touch, self._store)
         except TimeoutError:
             reasons.append(f"the store {self._store} took no file within {CHECK_TIMEOUT_S} s")
             return False
