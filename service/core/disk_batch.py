@@ -92,11 +92,11 @@ class DiskBatch:
     async def _flush_queued(self) -> None:
         """Flush what is queued, batch after batch, until nothing is (the first batch holds every write
         made in the loop turn that started this task)."""
+        loop = asyncio.get_running_loop()
         try:
             while self._queued:
                 batch, self._queued = self._queued, []
                 self.flushes += 1
-                loop = asyncio.get_running_loop()
                 if len(batch) == 1:  # straight to a flush thread (one thread hop, not two)
                     landing = loop.run_in_executor(self._threads, _land_in_order, batch)
                 else:

@@ -14,9 +14,10 @@ milliseconds of work at most, is handled where the caller is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,22 +43,29 @@ def folder_threads() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max(2, cores), thread_name_prefix="folders")
 
 
-def entries_below(root: Path, limit: int = SMALL_ENTRIES) -> int:
-    """How many files, folders and links are below `root` (links not followed), counted up to `limit`;
-    0 when it is no folder."""
-    count = 0
+def _entries(root: Path) -> Iterator[os.DirEntry[str]]:
+    """The files, folders and links below `root`, links not followed (none when it is no folder; a
+    folder that cannot be read is passed over)."""
     pending = [os.fspath(root)]
     while pending:
         try:
             with os.scandir(pending.pop()) as entries:
                 for entry in entries:
-                    count += 1
-                    if count >= limit:
-                        return count
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
+                    yield entry
         except OSError:
             continue
+
+
+def entries_below(root: Path, limit: int = SMALL_ENTRIES) -> int:
+    """How many files, folders and links are below `root` (links not followed), counted up to `limit`;
+    0 when it is no folder."""
+    count = 0
+    for _ in _entries(root):
+        count += 1
+        if count >= limit:
+            break
     return count
 
 
@@ -77,20 +85,13 @@ def folder_size(root: Path, max_entries: int, max_bytes: int) -> FolderSize:
     """The entries and bytes below `root` (nothing when it is no folder), counted only until one of them
     passes its bound: a folder of a million files costs `max_entries` entries, not a million."""
     entries = size_bytes = 0
-    pending = [os.fspath(root)]
-    while pending:
-        try:
-            with os.scandir(pending.pop()) as found:
-                for entry in found:
-                    entries += 1
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
-                    else:
-                        size_bytes += entry.stat(follow_symlinks=False).st_size
-                    if entries > max_entries or size_bytes > max_bytes:
-                        return FolderSize(entries, size_bytes, over=True)
-        except OSError:
-            continue
+    for entry in _entries(root):
+        entries += 1
+        if not entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):  # gone meanwhile: it holds nothing
+                size_bytes += entry.stat(follow_symlinks=False).st_size
+        if entries > max_entries or size_bytes > max_bytes:
+            return FolderSize(entries, size_bytes, over=True)
     return FolderSize(entries, size_bytes, over=False)
 
 
