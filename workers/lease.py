@@ -24,7 +24,7 @@ import structlog
 from service.core import keys
 from service.core.arq_contact import RESUME_SHIFT_MS
 from service.core.batch import RedisBatch
-from service.core.lua import NOW
+from service.core.lua import NEXT_TOKEN, NOW
 from workers.errors import LeaseLost
 from workers.outage import RedisOutage, every
 
@@ -59,7 +59,7 @@ end
 ACQUIRE = f"""
 -- KEYS: lease holder losses fence in_progress queue cancelled suspect my_cases my_suspects
 -- ARGV: lease_ms job_id worker cases_prefix suspects_prefix
-{LOSS_VERDICT}{RESUME_AT}
+{LOSS_VERDICT}{RESUME_AT}{NEXT_TOKEN}
 if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0, ''}} end
 local lost = tonumber(redis.call('GET', KEYS[3]) or '0')
 local level = redis.call('GET', KEYS[8]) or ''
@@ -69,7 +69,7 @@ if before then
   if counts == 1 then lost = redis.call('INCR', KEYS[3]) end
   level = verdict
 end
-local token = redis.call('INCR', KEYS[4])
+local token = next_token(KEYS[4])
 redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
 redis.call('SET', KEYS[2], token .. '@' .. ARGV[3])
 redis.call('SET', KEYS[5], '1', 'PX', ARGV[1])

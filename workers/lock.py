@@ -19,17 +19,18 @@ from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.batch import RedisBatch
-from service.core.lua import NOW
+from service.core.lua import NEXT_TOKEN, NOW
 from workers.errors import LockLost
 from workers.outage import RedisOutage, every
 from workers.tasks import watched
 
 log = structlog.get_logger()
 
-ACQUIRE = """
+ACQUIRE = f"""
 -- KEYS: lock fence holder ; ARGV: lease_ms member
+{NEXT_TOKEN}
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local token = redis.call('INCR', KEYS[2])
+local token = next_token(KEYS[2])
 redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1])
 return token

@@ -24,7 +24,6 @@ from service.client.client import TunefleetClient
 from service.client.queries import stored_runs
 from service.core import keys
 from service.core.events import COST_SCALE
-from service.core.lua import NOW
 from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
 from service.core.models.status import SubmitReport
@@ -41,14 +40,6 @@ log = structlog.get_logger()
 EPOCH_CHECK_S = 1.0
 WORKER_QUIET_S = 60.0
 """A worker whose presence was not renewed for this long is dropped from the workers set."""
-
-FENCE_FLOOR = f"""
--- KEYS: fence. Fencing tokens must only grow, even when Redis lost the counter: raise it to Redis's clock
--- in microseconds, far above any count of grants made before.
-{NOW}
-if tonumber(redis.call('GET', KEYS[1]) or '0') < now_us then redis.call('SET', KEYS[1], now_us) end
-return 1
-"""
 
 
 class Daemon:
@@ -86,8 +77,8 @@ class Daemon:
         return reports
 
     async def _mark_epoch(self) -> None:
-        """Note that Redis holds the fleet's state (and that tokens start above any earlier one)."""
-        await self.client.redis.eval(FENCE_FLOOR, 1, keys.fence())  # type: ignore[misc]
+        """Note that Redis holds the fleet's state (fencing tokens need nothing from here: each grant
+        raises the counter to Redis's clock itself, service.core.lua.NEXT_TOKEN)."""
         await self.client.redis.set(keys.epoch(), str(time.time()))
 
     async def reconcile(self) -> int:
