@@ -1,6 +1,6 @@
 """How workers claim cases: every free slot in one poll, a freed slot refilled without waiting for the
-next poll (but no claim sent for it once the queue was found dry), and the due cases spread over the
-workers with free slots."""
+next poll (but no claim sent for it once the queue was found dry), a slot given up while its case records
+its end, and the due cases spread over the workers with free slots."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from tests.support.fleet import (
     write_tuning,
 )
 from tests.support.redis_server import RedisServer
+from tests.test_command_loop import R1_CASE, agent
 
 POLL_S = 3.0
 
@@ -54,6 +55,25 @@ async def test_a_freed_slot_takes_the_next_case_before_the_next_poll(fleet: Flee
     order = sorted(started, key=started.__getitem__)
     waits_s = [started[after] - ended[before] for before, after in itertools.pairwise(order)]
     assert len(waits_s) == 2 and all(w < POLL_S / 2 for w in waits_s), waits_s
+
+
+async def test_a_case_gives_its_slot_up_while_it_records_its_end(fleet: Fleet, tmp_path: Path) -> None:
+    """One slot, two cases whose passing runs leave a memory of 900 files: once the first case's last
+    agent has ended, its slot is free (`Slots.give_up`), so the second case is claimed and started while
+    the first still keeps its memory (a copy of 900 files in a thread), before its `case_completed`."""
+    hoard = agent("hoard", "run")
+    hoard["argv"] = [*hoard["argv"], "--hoard-files", "900"]
+    body = {"runner": hoard, "analyzer": agent("normal", "analyze"), "applier": agent("normal", "apply")}
+    items = [{**R1_CASE, "id": cid} for cid in ("c1", "c2")]
+    await fleet.start_tuning(write_tuning(tmp_path / "t", items, name="t1", **body))
+    fleet.start_worker(concurrency=1)
+    rows = await fleet.wait_finished(2)
+    assert {row.state for row in rows.values()} == {"completed"}, rows
+    ends = ("case_started", "case_completed")
+    order = [(e["kind"], e["case"]) for e in fleet.events() if e["kind"] in ends]
+    first = order[0][1]
+    second = "c2" if first == "c1" else "c1"
+    assert order.index(("case_started", second)) < order.index(("case_completed", first)), order
 
 
 async def test_a_slot_freed_after_the_queue_ran_dry_sends_no_claim(

@@ -14,7 +14,8 @@ MODE (or the CONTRACT_AGENT_MODE environment variable):
     sigkill   kill itself with SIGKILL
     crash     exit 3 without writing anything
     bad-json  write a file that breaks the step's schema, and exit 0
-    hoard     run as normal, and also fill the memory with HOARD_FILES files of HOARD_BYTES bytes each
+    hoard     run as normal, and also fill the memory with HOARD_FILES files (or --hoard-files) of
+              HOARD_BYTES bytes each
 
 The pid file is written (the agent's pid, then any child's, one a line) before the mode acts;
 it may be a FIFO, which lets a test wait for the agent without polling.
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> None:
         if args.mode == "hoard":
             hoard = Path(args.memory, "hoard")
             hoard.mkdir(exist_ok=True)
-            for n in range(HOARD_FILES):
+            for n in range(args.hoard_files):
                 (hoard / f"{n}.txt").write_bytes(b"x" * HOARD_BYTES)
     if args.mode == "bad-json":
         Path(args.output).write_text("{not json", encoding="utf-8")
@@ -119,6 +120,7 @@ def main() -> None:
     run_parser.add_argument("--input", required=True)
     run_parser.add_argument("--output", required=True)
     run_parser.add_argument("--memory")
+    run_parser.add_argument("--hoard-files", type=int, default=HOARD_FILES)
     analyze_parser = steps.add_parser("analyze")
     analyze_parser.add_argument("--run", required=True)
     analyze_parser.add_argument("--feedback", required=True)
