@@ -36,6 +36,7 @@ BENCHMARKS = [
     "agent_start",
     "big_system",
     "commits",
+    "reconcile",
 ]
 
 

@@ -251,11 +251,7 @@ class TunefleetClient:
         """Give every `failed` case of a tuning another go; the ids requeued. With `max_reruns` (a daemon
         start), only the cases whose earlier failures (their `failed-<n>.json` archives) are fewer."""
         requeued = []
-        for case_store in self.tuning_store(tuning).latest_revs():
-            if not case_store.result_file.exists():
-                continue  # unfinished: the daemon's reconciliation enqueues it if need be
-            if max_reruns is not None and len(list(case_store.root.glob("failed-*.json"))) >= max_reruns:
-                continue
+        for case_store in await asyncio.to_thread(_ended, self.tuning_store(tuning), max_reruns):
             if await self._run_again(tuning, case_store):
                 requeued.append(case_store.case_id)
         return requeued
@@ -266,11 +262,7 @@ class TunefleetClient:
         Queued cases end `cancelled` here and now; running ones are stopped by their worker within a
         poll (their agents get the grace period) and end `cancelled` there. Nothing else is touched.
         """
-        targets = [
-            c
-            for c in self.tuning_store(tuning).latest_revs()
-            if (case is None or c.case_id == case) and not c.result_file.exists()
-        ]
+        targets = await asyncio.to_thread(_unfinished, self.tuning_store(tuning), case)
         jobs = [CaseJob(tuning=tuning, case=c.case_id, rev=c.rev) for c in targets]
         if not jobs:
             return []
@@ -350,3 +342,25 @@ class TunefleetClient:
         if detail is None:
             raise TunefleetError(f"tuning {tuning!r} has no case {case!r}")
         return detail
+
+
+# The walks below read every case folder of a tuning (0.5 s for 20,000 cases here): the client runs them in
+# a thread, as the daemon serves its API on the event loop that calls it.
+
+
+def _ended(tuning: TuningStore, max_reruns: int | None) -> list[CaseStore]:
+    """The newest revs that have a result, less those that failed `max_reruns` times or more (their
+    `failed-<n>.json` archives); unfinished ones are the daemon's reconciliation's to enqueue."""
+    return [
+        case_store
+        for case_store in tuning.latest_revs()
+        if case_store.result_file.exists()
+        and (max_reruns is None or len(list(case_store.root.glob("failed-*.json"))) < max_reruns)
+    ]
+
+
+def _unfinished(tuning: TuningStore, case: str | None) -> list[CaseStore]:
+    """The newest revs with no result yet (of one case, when named)."""
+    return [
+        c for c in tuning.latest_revs() if (case is None or c.case_id == case) and not c.result_file.exists()
+    ]
