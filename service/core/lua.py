@@ -20,12 +20,13 @@ local function next_token(fence)  -- the next fencing token from the counter `fe
     token = now_us
     redis.call('SET', fence, string.format('%d', token))
   end
-  return token
+  return string.format('%d', token)  -- as digits: Lua 5.1 would write a number this large as 1.7e+15
 end
 """
 """Defines the Lua function `next_token(fence)`: the counter's next value, raised to Redis's clock in
-microseconds. So a token is above every token granted before it even when Redis lost the counter's last
-grants (a restart from a snapshot taken before them, a failover to a replica they had not reached yet):
-a holder whose grant was lost can never find a new holder's token equal to its own, so its fenced writes
-are refused. (Redis's clock must not run back by more than the time the loss took: a restart or a
-failover takes seconds; the fleet's machines keep their clocks within milliseconds.)"""
+microseconds, as a string of digits. So a token is above every token granted before it even when Redis
+lost the counter's last grants (a restart from a snapshot taken before them, a failover to a replica
+they had not reached yet): a holder whose grant was lost can never find a new holder's token equal to
+its own, so its fenced writes are refused. (Redis's clock must not run back by more than the time the
+loss took: a restart or a failover takes seconds; the fleet's machines keep their clocks within
+milliseconds.)"""
