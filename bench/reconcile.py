@@ -4,8 +4,9 @@ API (status, the dashboard, submissions, metrics) and its lease renewal share.
 A tuning of CASES case folders, UNFINISHED of them without a result and none in Redis (as after Redis
 lost the queue), is reconciled by `Daemon.reconcile` (every `reconcile_interval_s`, 30 s by default)
 while a ticker task measures the loop's longest stall (bench/big_system.py's `StallMeter`). The fleet
-walks the case folders in a thread and asks Redis about the cases in chunks; the baseline is the same
-walk made on the loop, as the daemon did before 5 December, in the same run.
+walks the case folders in a thread, and asks Redis about the cases and enqueues the orphans a chunk at a
+time; the baseline is the same walk made on the loop, as the daemon did before 5 December, in the same
+run.
 
     PYTHONPATH=. .venv/bin/python -m bench reconcile
 """
@@ -67,7 +68,7 @@ def run() -> list[Figure]:
             "the walk of the case folders made on the loop",
             f"<= {TARGET_MS:g} ms",
             fleet_ms <= TARGET_MS,
-            f"{enqueued:,} cases enqueued in {took_s:.2f} s ({enqueued / took_s:,.0f} cases/s, one at a time "
-            "with its event); the stall is how long the API and the daemon's lease renewal wait at worst",
+            f"{enqueued:,} cases enqueued in {took_s:.2f} s ({enqueued / took_s:,.0f} cases/s, with their "
+            "events); the stall is how long the API and the daemon's lease renewal wait at worst",
         )
     ]

@@ -6,7 +6,6 @@ and a refused key fails a goal that has no tuning to hold."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,16 @@ import pytest
 from service.core.models.goal_state import ProgressEntry
 from tests.support.fake_openai import FakeOpenAI, Scripted, Status
 from tests.support.fleet import Fleet, wait_until, write_tuning
-from tests.support.goals import goal_cli, goal_dir, goal_state, start_goal, trace, wait_goal_ended, write_goal
+from tests.support.goals import (
+    freeze_outside_goal_lock,
+    goal_cli,
+    goal_dir,
+    goal_state,
+    start_goal,
+    trace,
+    wait_goal_ended,
+    write_goal,
+)
 from tests.support.redis_server import RedisServer
 
 KEY_ENV = "FAKE_OPENAI_KEY"
@@ -80,7 +88,7 @@ async def test_a_cancel_of_a_running_goal_is_durable_before_its_worker_acts(
     spec = write_goal(tmp_path / "goals", limits={"iteration_timeout_s": 8}, demo={"hang": {"step": "work"}})
     await start_goal(fleet, spec)
     await wait_until(lambda: _started(fleet, "work"), 30, "the work step to start")
-    worker.send_signal(signal.SIGSTOP)
+    freeze_outside_goal_lock(worker, fleet)
     async with fleet.client() as client:
         assert await client.goals.cancel("g1")
     state = goal_state(fleet)

@@ -16,17 +16,17 @@ import contextlib
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import structlog
 from redis.exceptions import RedisError
 
 from service.client.client import TunefleetClient
 from service.client.queries import stored_runs
+from service.client.submission import enqueue_cases
 from service.core import keys
 from service.core.events import COST_SCALE
 from service.core.models.events import EventKind
-from service.core.models.jobs import CASE_FUNCTION, CaseJob
+from service.core.models.jobs import CaseJob
 from service.core.models.status import SubmitReport
 from service.core.settings import FleetSettings
 from service.core.startup import check_api_tokens, check_redis_address
@@ -102,29 +102,35 @@ class Daemon:
         jobs, cancelled = await asyncio.to_thread(unfinished_cases, tuning)  # a walk of every case folder
         if cancelled:  # cancels that Redis lost: given back to the workers that take these cases
             await redis.sadd(keys.cancelled(tuning.name), *cancelled)  # type: ignore[misc]
-        replies: list[Any] = []
+        enqueued = 0
         for first in range(0, len(jobs), RECONCILE_CHUNK):  # the loop serves the API between chunks
+            chunk = jobs[first : first + RECONCILE_CHUNK]
             async with redis.pipeline(transaction=False) as pipe:
-                for job in jobs[first : first + RECONCILE_CHUNK]:
+                for job in chunk:
                     pipe.zscore(self.settings.queue, job.job_id)
                     pipe.exists(keys.lease(job.job_id))
-                replies += await pipe.execute()
-        enqueued = 0
-        for i, job in enumerate(jobs):
-            queued, leased = replies[2 * i], replies[2 * i + 1]
-            if queued is not None or leased:
-                continue
-            await redis.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
-            if await redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id):
-                enqueued += 1
-                await self.client._sink().emit(
-                    EventKind.CASE_REQUEUED,
-                    tuning.name,
-                    case=job.case,
-                    rev=job.rev,
-                    detail="reconciled: no queue entry and no lease",
-                )
+                replies = await pipe.execute()
+            placed = zip(chunk, replies[0::2], replies[1::2], strict=True)  # (job, queue score, lease)
+            orphans = [job for job, score, leased in placed if score is None and not leased]
+            enqueued += await self._requeue(tuning.name, orphans)
         return enqueued
+
+    async def _requeue(self, tuning: str, orphans: list[CaseJob]) -> int:
+        """Enqueue cases that have neither a queue entry nor a lease, their stale job records removed first,
+        in one round trip, with their `case_requeued` events; how many were enqueued."""
+        if not orphans:
+            return 0
+        redis = self.client.redis
+        async with redis.pipeline(transaction=False) as pipe:
+            for job in orphans:
+                pipe.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
+            await pipe.execute()
+        accepted = await enqueue_cases(redis, self.settings.queue, orphans, int(time.time() * 1000))
+        requeued = [job for job, ok in zip(orphans, accepted, strict=True) if ok]
+        detail = "reconciled: no queue entry and no lease"
+        items = [{"case": job.case, "rev": job.rev, "detail": detail} for job in requeued]
+        await self.client._sink().emit_many(EventKind.CASE_REQUEUED, tuning, items)
+        return len(requeued)
 
     async def recover_if_lost(self) -> bool:
         """If Redis lost the fleet's state, restore what the store knows; True when it did."""

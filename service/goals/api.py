@@ -31,7 +31,7 @@ from service.core.models.goal import GoalSpec, GoalStatus
 from service.core.models.goal_state import GoalState, GoalSummary
 from service.core.models.tuning import DemoAdapter
 from service.core.settings import FleetSettings
-from service.goals.errors import GoalConflictError, UnknownGoalError
+from service.goals.errors import GoalBusyError, GoalConflictError, UnknownGoalError
 from service.goals.fleet import GoalFiles
 from service.goals.spec import resolve_limits
 
@@ -151,6 +151,8 @@ class GoalApi:
             cancelling = await self._client.goals.cancel(goal_id)
         except UnknownGoalError:
             raise HttpError(404, f"no goal {goal_id!r}") from None
+        except GoalBusyError as exc:
+            raise HttpError(503, str(exc)) from None
         if not cancelling:
             raise HttpError(409, f"goal {goal_id!r} has ended already: nothing to cancel")
         return json_response(GoalCancelled(id=goal_id))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -34,7 +35,7 @@ from service.core.models.goal import FINAL_STATUSES, GoalLimits, GoalSpec
 from service.core.models.goal_state import GoalSpend, GoalState, IterationState
 from service.core.runs import RunFolder, RunsFolder
 from service.core.validation import valid_only
-from service.goals.errors import UnknownGoalError
+from service.goals.errors import GoalBusyError, UnknownGoalError
 from service.goals.result import render_result
 
 SPEC_FILE = "GOAL_SPEC.json"
@@ -50,6 +51,10 @@ REVIEW_FILE = "review.json"
 CHANGES_FILE = "changes.diff"
 SPENT_FILE = "GOAL_SPENT.jsonl"
 LOCK_FILE = ".lock"
+LOCK_WAIT_S = 10.0
+"""How long a goal's lock is waited for before its holder is taken for one that no longer answers."""
+LOCK_RETRY_S = (0.001, 0.05)
+"""The first and the longest pause between two tries of a goal's lock (flock has no timeout of its own)."""
 
 
 def starting_state(
@@ -96,12 +101,14 @@ class GoalStore(RunFolder[GoalSpec], spec_file=SPEC_FILE, spec=GoalSpec):
         return self.root / "iterations" / f"{iteration:02d}"
 
     @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the goal's lock (an flock on `.lock`) while reading and writing its state."""
+    def locked(self, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+        """Hold the goal's lock (an flock on `.lock`) while reading and writing its state. Its holders keep
+        it for one read and one write; one that keeps it past `wait_s` is not answering (a worker frozen,
+        or stuck on its disk, while it wrote): GoalBusyError, rather than a wait with no end."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _flock_within(fd, wait_s, self.root / LOCK_FILE)
             yield
         finally:
             os.close(fd)
@@ -181,3 +188,21 @@ class GoalsStore(RunsFolder[GoalStore]):
         return GoalStore(self.root / run_id)
 
     goal = run
+
+
+def _flock_within(fd: int, wait_s: float, path: Path) -> None:
+    """Take the exclusive flock on `fd` within `wait_s`, else GoalBusyError naming `path`."""
+    deadline = time.monotonic() + wait_s
+    pause_s, longest_s = LOCK_RETRY_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise GoalBusyError(
+                    f"{path}: held by another process for more than {wait_s:g} s (a worker frozen while it "
+                    "wrote the goal's state?); nothing was changed, try again"
+                ) from None
+            time.sleep(pause_s)
+            pause_s = min(pause_s * 2, longest_s)

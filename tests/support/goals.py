@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,7 @@ from service.core.models.goal import FINAL_STATUSES
 from service.core.models.goal_state import GoalState, GoalSummary
 from service.core.store import Store
 from service.goals.fleet import GoalFiles
+from service.goals.store import LOCK_FILE
 from tests.support.fleet import Fleet, settings_env, wait_until
 
 
@@ -97,3 +102,27 @@ def agent_starts(fleet: Fleet, goal_id: str = "g1") -> dict[tuple[int, str], int
         key = (int(folder.parent.name), step)
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def freeze_outside_goal_lock(worker: subprocess.Popen[bytes], fleet: Fleet, goal_id: str = "g1") -> None:
+    """SIGSTOP `worker` at a moment it does not hold the goal's lock: it holds it for one read and one
+    write of the state, and frozen inside it would keep every other writer out (a `cancel` would wait,
+    then fail with GoalBusyError). Thawed and frozen again until a probe takes the lock at once."""
+    lock_file = goal_dir(fleet, goal_id) / LOCK_FILE
+    while True:
+        worker.send_signal(signal.SIGSTOP)
+        while _state(worker.pid) not in ("T", "t"):  # the signal is delivered asynchronously
+            time.sleep(0.001)
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return  # closing the probe's descriptor lets go of the lock
+        except BlockingIOError:
+            worker.send_signal(signal.SIGCONT)
+        finally:
+            os.close(fd)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc/<pid>/stat (after the command's closing parenthesis)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
