@@ -39,7 +39,7 @@ from service.gate.report import restored_counters
 log = structlog.get_logger()
 
 EPOCH_CHECK_S = 1.0
-RECONCILE_CHUNK = 1000
+RECONCILE_CHUNK = 500
 """Cases whose queue entry and lease are asked for in one round trip of the reconciliation."""
 WORKER_QUIET_S = 60.0
 """A worker whose presence was not renewed for this long is dropped from the workers set."""
