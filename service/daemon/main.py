@@ -116,8 +116,8 @@ class Daemon:
         return enqueued
 
     async def _requeue(self, tuning: str, orphans: list[CaseJob]) -> int:
-        """Enqueue cases that have neither a queue entry nor a lease, their stale job records removed first,
-        in one round trip, with their `case_requeued` events; how many were enqueued."""
+        """Enqueue cases that have neither a queue entry nor a lease (their stale job records removed first)
+        and send their `case_requeued` events, a round trip each for all of them; how many were enqueued."""
         if not orphans:
             return 0
         redis = self.client.redis
