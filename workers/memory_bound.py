@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.core.models.tuning import TuningConfig
-from service.core.trees import folder_size, on_folder
+from service.core.trees import SMALL_ENTRIES, folder_size, off_loop
 
 BYTES_PER_MB = 1_000_000
 
@@ -17,7 +17,10 @@ BYTES_PER_MB = 1_000_000
 async def memory_oversize(config: TuningConfig, memory: Path) -> str | None:
     """Why the memory folder `memory` is past the tuning's bound (None: it is within it, or absent)."""
     max_bytes = int(config.memory_max_mb * BYTES_PER_MB)
-    size = await on_folder(memory, folder_size, memory, config.memory_max_entries, max_bytes)
+    first = min(config.memory_max_entries, SMALL_ENTRIES)  # a small memory is measured here, in one walk
+    size = folder_size(memory, first, max_bytes)
+    if size.over and size.entries > first and first < config.memory_max_entries:  # a large one: in a thread
+        size = await off_loop(True, folder_size, memory, config.memory_max_entries, max_bytes)
     if not size.over:
         return None
     if size.entries > config.memory_max_entries:

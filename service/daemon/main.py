@@ -229,10 +229,9 @@ async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bo
 
 
 def unfinished_cases(tuning: TuningStore) -> tuple[list[CaseJob], list[str]]:
-    """The jobs of the tuning's unfinished cases (no `result.json`), and the ids of those among them
-    cancelled in the store: a walk of every case folder (0.5 s for 20,000 cases here), made in a thread
-    so that the API and the daemon's lease, which share the event loop, go on meanwhile."""
-    unfinished = [c for c in tuning.latest_revs() if not c.result_file.exists()]
+    """The jobs of the tuning's unfinished cases, and the ids of those among them cancelled in the store
+    (made in a thread: `TuningStore.unfinished` walks every case folder)."""
+    unfinished = tuning.unfinished()
     jobs = [CaseJob(tuning=tuning.name, case=c.case_id, rev=c.rev) for c in unfinished]
     cancelled = [job.job_id for job, c in zip(jobs, unfinished, strict=True) if c.cancel_requested()]
     return jobs, cancelled
