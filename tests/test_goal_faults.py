@@ -3,22 +3,34 @@ step run twice, and a Redis that restarts empty gets the goal back from the stor
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
 import pytest
 
 from service.core.settings import FleetSettings
+from service.goals.store import LOCK_FILE
 from tests.support.fleet import Fleet, wait_until, write_tuning
-from tests.support.goals import agent_starts, start_goal, trace, wait_goal_ended, write_goal
+from tests.support.goals import (
+    agent_starts,
+    frozen_lock_holder,
+    goal_dir,
+    goal_state,
+    start_goal,
+    trace,
+    wait_goal_ended,
+    write_goal,
+)
 from tests.support.redis_server import RedisServer
 
 EVERY_STEP_ONCE = {(i, s): 1 for i in (1, 2) for s in ("plan", "work", "review")}
 
 
-def _started(fleet: Fleet, iteration: int, step: str) -> bool:
+def _started(fleet: Fleet, iteration: int, step: str, goal_id: str = "g1") -> bool:
     return any(
-        e["kind"] == "step_started" and (e["iteration"], e["step"]) == (iteration, step) for e in trace(fleet)
+        e["kind"] == "step_started" and (e["iteration"], e["step"]) == (iteration, step)
+        for e in trace(fleet, goal_id)
     )
 
 
@@ -101,3 +113,28 @@ async def test_sigterm_mid_step_hands_the_goal_back_and_another_worker_finishes_
     assert agent_starts(fleet) == {(1, "plan"): 1, (1, "work"): 2, (1, "review"): 1}
     finished = [(e["iteration"], e["step"]) for e in trace(fleet) if e["kind"] == "step_finished"]
     assert sorted(finished) == [(1, "plan"), (1, "review"), (1, "work")]
+
+
+async def test_a_goal_whose_lock_a_frozen_process_holds_is_handed_back_while_the_other_jobs_go_on(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A process frozen while it held a goal's lock (SIGSTOP) keeps it: the worker waits for that lock in a
+    thread, so its other goal goes on and loses no lease; once the wait runs out it hands the goal back
+    (`goal_requeued`, naming the lock file), not failed, and the goal completes once the holder is gone."""
+    worker = fleet.start_worker(TUNEFLEET_GOAL_LOCK_WAIT_S="0.5")
+    held = write_goal(tmp_path / "goals", "g1", demo={"complete_at": 1, "step_ms": 400})
+    beside = write_goal(tmp_path / "goals", "g2", demo={"complete_at": 2, "step_ms": 800})
+    await start_goal(fleet, held)
+    await wait_until(lambda: _started(fleet, 1, "plan"), 30, "g1's plan step to start")
+    with frozen_lock_holder(goal_dir(fleet, "g1") / LOCK_FILE):  # taken between two of the worker's writes
+        await start_goal(fleet, beside)
+        await wait_until(lambda: "goal_requeued" in fleet.log_of(0), 30, "g1 to be handed back")
+        assert (await wait_goal_ended(fleet, "g2", timeout_s=60)).status == "completed"
+        assert goal_state(fleet, "g1").status == "running"  # type: ignore[union-attr]
+    assert (await wait_goal_ended(fleet, "g1", timeout_s=60)).status == "completed"
+    lines = [json.loads(line) for line in fleet.log_of(0).splitlines() if line.startswith("{")]
+    busy = [line for line in lines if line["event"] == "job_files_busy"]
+    assert busy and all(line["goal"] == "g1" and LOCK_FILE in line["error"] for line in busy)
+    assert not [line for line in lines if line["event"] == "lease_lost"]
+    assert agent_starts(fleet, "g2") == EVERY_STEP_ONCE
+    assert worker.poll() is None

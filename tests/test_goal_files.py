@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +16,7 @@ from service.core.models.goal_state import GoalState, TraceEvent
 from service.goals.errors import GoalBusyError
 from service.goals.store import LOCK_FILE, GoalStore
 from tests.support.fleet import Fleet
-from tests.support.goals import goal_dir, start_goal, trace, wait_goal_ended, write_goal
+from tests.support.goals import frozen_lock_holder, goal_dir, start_goal, trace, wait_goal_ended, write_goal
 
 
 async def test_goal_state_is_always_whole_and_valid_while_the_goal_runs(fleet: Fleet, tmp_path: Path) -> None:
@@ -108,15 +106,6 @@ def test_the_trace_appends_only_the_events_it_lacks_and_cuts_a_torn_line(tmp_pat
     assert seqs == [1, 2, 3, 4, 5]
 
 
-HOLD_AND_FREEZE = """
-import fcntl, os, signal, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("held", flush=True)
-os.kill(os.getpid(), signal.SIGSTOP)
-"""
-
-
 def test_a_goal_lock_held_by_a_frozen_process_is_given_up_after_its_wait(tmp_path: Path) -> None:
     """A process that took a goal's lock and was frozen (SIGSTOP) keeps it: the next writer (a `cancel`, a
     worker's save) gives up after its wait with GoalBusyError naming the lock file, instead of waiting with
@@ -124,15 +113,9 @@ def test_a_goal_lock_held_by_a_frozen_process_is_given_up_after_its_wait(tmp_pat
     store = GoalStore(tmp_path / "g1")
     with store.locked():  # the folder and its lock file exist
         pass
-    argv = [sys.executable, "-c", HOLD_AND_FREEZE, str(tmp_path / "g1" / LOCK_FILE)]
-    holder = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with frozen_lock_holder(tmp_path / "g1" / LOCK_FILE):
         busy = r"\.lock: held by another process for more than 0\.2 s"
         with pytest.raises(GoalBusyError, match=busy), store.locked(wait_s=0.2):
             raise AssertionError("the lock was taken while the frozen process held it")
-    finally:
-        holder.kill()
-        holder.wait()
     with store.locked(wait_s=0.0):
         pass

@@ -11,6 +11,7 @@
         RedisError         hand the job back (it runs again once Redis answers)
         ProviderDown       hand it back for `provider_retry_s`: no try spent, nothing marked
         KeyRefused         hold the job's tuning and hand the job back (no tuning to hold: it fails)
+        FilesBusy          hand the job back for `lease_s`: another process holds its files' lock
         JobFault           end failed, with the fault as the reason
         cancelled          by the user: end cancelled, naming the step it stopped; by a stopping
                            worker (SIGTERM): hand the job back
@@ -36,7 +37,7 @@ from redis.exceptions import RedisError
 from service.core.errors import TunefleetError
 from service.core.models.events import EventKind
 from service.core.models.jobs import JobResult, LeasedJob
-from workers.errors import JobFault, KeyRefused, LeaseLost, ProviderDown
+from workers.errors import FilesBusy, JobFault, KeyRefused, LeaseLost, ProviderDown
 from workers.job_run import JobRun
 from workers.lease import CaseLease, Grant
 from workers.runtime import WorkerRuntime
@@ -108,7 +109,7 @@ async def _start(
 ) -> JobResult:
     try:
         run = await kind.load(runtime, job, lease, grant, job_try)
-    except LeaseLost:
+    except (LeaseLost, FilesBusy):
         raise
     except (TunefleetError, OSError) as exc:
         log.error(f"{kind.noun}_unreadable", error=str(exc))
@@ -129,6 +130,11 @@ async def _outcome(runtime: WorkerRuntime, lease: CaseLease, ending: Awaitable[J
         log.warning("redis_lost_mid_job", error=str(exc))
         await quietly(lease.requeue())
         raise Retry(defer=runtime.settings.poll_delay_s) from None
+    except FilesBusy as exc:  # from the load or the end (the body's hands back in _lead): nothing is marked
+        log.warning("job_files_busy", error=str(exc))
+        defer_s = runtime.settings.lease_s
+        await quietly(lease.requeue(defer_s))
+        raise Retry(defer=defer_s) from None
 
 
 async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
@@ -145,20 +151,17 @@ async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
         await quietly(run.emit(EventKind.LEASE_LOST, detail=str(exc)))
         raise
     except KeyRefused as exc:
-        log.error("provider_key_refused", error=str(exc))
-        await run.settle_spend()
-        if run.tuning is None:
-            reason = f"{exc}; it has no tuning to hold: start it again once the key is accepted"
-            return await kind.end(run, "failed", reason)
-        await quietly(run.controls.hold(run.tuning.name, "auth", str(exc)))
-        await _hand_back(run, str(exc))
+        return await _key_refused(kind, run, exc)
     except ProviderDown as exc:
         log.warning("provider_down", error=str(exc))
         await run.settle_spend()
-        await _hand_back(run, str(exc))
+        await _hand_back(run, str(exc), settings.provider_retry_s)
     except JobFault as fault:
         await run.settle_spend()
         return await kind.end(run, "failed", str(fault))
+    except FilesBusy as exc:  # what was spent is in the job's ledger: the next holder records it
+        log.warning("job_files_busy", error=str(exc))
+        await _hand_back(run, str(exc), settings.lease_s, run.requeued)
     except RedisError:
         await quietly(run.settle_spend())
         raise
@@ -173,6 +176,18 @@ async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
         log.exception(f"{kind.noun}_crashed")
         await quietly(run.settle_spend())
         return await kind.end(run, "failed", f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def _key_refused(kind: JobKind[J, R], run: R, exc: KeyRefused) -> JobResult:
+    """Hold the job's tuning until the key is accepted, and hand the job back (no tuning to hold: it
+    fails, naming what to do)."""
+    log.error("provider_key_refused", error=str(exc))
+    await run.settle_spend()
+    if run.tuning is None:
+        reason = f"{exc}; it has no tuning to hold: start it again once the key is accepted"
+        return await kind.end(run, "failed", reason)
+    await quietly(run.controls.hold(run.tuning.name, "auth", str(exc)))
+    await _hand_back(run, str(exc), run.settings.provider_retry_s)
 
 
 async def _cancelled(kind: JobKind[J, R], run: R) -> JobResult:
@@ -198,10 +213,12 @@ async def _let_go(run: JobRun) -> None:
         await quietly(run.let_go(run.requeued, "the worker stopped"))
 
 
-async def _hand_back(run: JobRun, reason: str) -> NoReturn:
-    """An LLM provider stayed down (or refused the key): give the job back to the queue for
-    `provider_retry_s`, marking nothing and spending no try (the step runs again from its start)."""
-    defer_s = run.settings.provider_retry_s
+async def _hand_back(
+    run: JobRun, reason: str, defer_s: float, kind: EventKind = EventKind.PROVIDER_DOWN
+) -> NoReturn:
+    """The job cannot go on here now, through no fault of its own (an LLM provider stayed down or refused
+    the key; its files are locked): give it back to the queue for `defer_s`, marking nothing and spending
+    no try (the step runs again from its start), announced with `kind`'s event."""
     if await quietly(run.lease.requeue(defer_s)):
-        await quietly(run.let_go(EventKind.PROVIDER_DOWN, reason, {"retry_in_s": defer_s}))
+        await quietly(run.let_go(kind, reason, {"retry_in_s": defer_s}))
     raise Retry(defer=defer_s) from None

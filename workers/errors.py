@@ -7,6 +7,8 @@ TunefleetError
     ├── LockLost             the improvements lock was lost mid-apply: abandon the apply
     ├── ProviderDown         an LLM step's provider stayed down: hand the job back, deferred, no try spent
     ├── KeyRefused           an LLM step's provider refused the key: hold the job's tuning, hand it back
+    ├── FilesBusy            the job's files are locked by a process that does not answer (frozen, its
+    │                        disk hung): hand the job back for later, nothing marked
     ├── OverBudget           the job spent its budget: its kind ends it (a case `difficult`, a goal
     │                        `incomplete`) before the next step starts
     └── JobFault             the job cannot go on for a reason of its own: it ends `failed`
@@ -38,6 +40,11 @@ class KeyRefused(WorkerError):
 class ProviderDown(WorkerError):
     """A meta agent's provider stayed unavailable through every retry: infrastructure, not the job's
     fault; the job goes back to the queue for later, and no try is spent."""
+
+
+class FilesBusy(WorkerError):
+    """The job's files stayed locked by another process past the wait (a goal's `.lock`): not the job's
+    fault; it goes back to the queue for later."""
 
 
 class OverBudget(WorkerError):

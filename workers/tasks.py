@@ -1,20 +1,21 @@
-"""Running a body beside a watchdog task (a lease heartbeat, a lock renewer), and bookkeeping that may
-fail without stopping anything."""
+"""Running a body beside a watchdog task (a lease heartbeat, a lock renewer), blocking work in a thread
+that a cancellation does not cut in two, and bookkeeping that may fail without stopping anything."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import structlog
 from redis.exceptions import RedisError
 
-from workers.errors import LeaseLost
+from workers.errors import FilesBusy, LeaseLost
 
 log = structlog.get_logger()
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -40,11 +41,26 @@ async def watched(watchdog: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
         raise first_leaf(eg) from None
 
 
+async def whole_in_thread(work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`work(*args, **kwargs)` in a thread, for work that may block (a lock another process holds): the
+    event loop and the worker's other jobs go on meanwhile. A cancellation of the caller waits for the
+    work to end (a thread cannot be stopped, and a write left running would race the next one), then
+    goes on."""
+    done = asyncio.ensure_future(asyncio.to_thread(work, *args, **kwargs))
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        await asyncio.wait({done})
+        if not done.cancelled():
+            done.exception()  # seen: the cancellation is what the caller gets
+        raise
+
+
 async def quietly(awaitable: Awaitable[T]) -> T | None:
     """The awaitable's result; None (logged) when Redis, the store or the lease failed it: for
     bookkeeping on the way out of a job (an event, a hand-back), which must not hide why the job ends."""
     try:
         return await awaitable
-    except (RedisError, OSError, LeaseLost) as exc:
+    except (RedisError, OSError, LeaseLost, FilesBusy) as exc:
         log.warning("bookkeeping_failed", error=str(exc))
         return None

@@ -120,6 +120,12 @@ class FleetSettings(BaseSettings):
     )
     goal_attempts_per_task: int = Field(default=2, ge=1, description="A goal's default attempts per task.")
     goal_max_voids: int = Field(default=3, ge=1, description="Void goal steps in a row before it fails.")
+    goal_lock_wait_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a worker waits for a goal's lock held by another process before it hands "
+        "the goal back for later (the holder frozen, or its disk hung).",
+    )
     events_max: int = Field(default=100_000, ge=100, description="Events kept in the Redis stream.")
 
     api_host: str = "127.0.0.1"

@@ -113,18 +113,20 @@ class GoalStore(RunFolder[GoalSpec], spec_file=SPEC_FILE, spec=GoalSpec):
         finally:
             os.close(fd)
 
-    def save(self, state: GoalState) -> None:
-        """Persist a change, keeping a cancel that was written meanwhile (into `state` too)."""
-        with self.locked():
+    def save(self, state: GoalState, wait_s: float = LOCK_WAIT_S) -> None:
+        """Persist a change, keeping a cancel that was written meanwhile (into `state` too); GoalBusyError
+        when the lock is held past `wait_s`."""
+        with self.locked(wait_s):
             stored = self.state()
             kept = stored is not None and stored.cancel is not None and state.cancel is None
             if kept and stored is not None and state.status not in FINAL_STATUSES:
                 state.cancel = stored.cancel
             self.write_state(state)
 
-    def create(self, state: GoalState) -> GoalState:
-        """Write a goal's first state, unless one was written meanwhile (a cancel): the state that holds."""
-        with self.locked():
+    def create(self, state: GoalState, wait_s: float = LOCK_WAIT_S) -> GoalState:
+        """Write a goal's first state, unless one was written meanwhile (a cancel): the state that holds;
+        GoalBusyError when the lock is held past `wait_s`."""
+        with self.locked(wait_s):
             stored = self.state()
             if stored is not None:
                 return stored

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +104,30 @@ def agent_starts(fleet: Fleet, goal_id: str = "g1") -> dict[tuple[int, str], int
         key = (int(folder.parent.name), step)
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+HOLD_AND_FREEZE = """
+import fcntl, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+@contextmanager
+def frozen_lock_holder(lock_file: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process that waits for the flock on `lock_file`, takes it and freezes itself (SIGSTOP) holding it,
+    as a worker stopped while it wrote a goal's state would; killed on the way out, which lets go of it."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AND_FREEZE, str(lock_file)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def freeze_outside_goal_lock(worker: subprocess.Popen[bytes], fleet: Fleet, goal_id: str = "g1") -> None:

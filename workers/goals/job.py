@@ -16,7 +16,7 @@ from service.goals.store import GoalStore, starting_state
 from workers.adapters.factory import build_goal_agent
 from workers.envelope import Ending, JobKind
 from workers.goals.loop import end, pursue
-from workers.goals.run import GoalRun
+from workers.goals.run import GoalRun, under_goal_lock
 from workers.lease import CaseLease, Grant
 from workers.runtime import WorkerRuntime
 from workers.tasks import quietly
@@ -56,7 +56,8 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
             made = starting_state(
                 spec, resolve_limits(spec, runtime.settings), version, await workspace.head()
             )
-            state = store.create(made)  # a cancel written meanwhile holds
+            # a cancel written meanwhile holds
+            state = await under_goal_lock(store.create, made, runtime.settings.goal_lock_wait_s)
             first = state is made
         gr = GoalRun(
             runtime,

@@ -4,9 +4,10 @@ and how it records a change (fenced, in the store, then in Redis and the fleet's
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from service.core import keys
 from service.core.models.events import EventKind
@@ -14,16 +15,32 @@ from service.core.models.goal import GoalSpec, GoalStep
 from service.core.models.goal_state import GoalSpend, GoalState, IterationState, TraceEvent
 from service.core.models.records import Usage
 from service.core.system import SystemRepo
+from service.goals.errors import GoalBusyError
 from service.goals.fleet import summary_of
 from service.goals.store import GoalStore
 from workers.adapters.goal_base import GoalAgent
+from workers.errors import FilesBusy
 from workers.job_run import JobRun
 from workers.lease import CaseLease
 from workers.runtime import WorkerRuntime
+from workers.tasks import whole_in_thread
 from workers.tuning import TuningRuntime
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 STEP_OF: dict[str, GoalStep] = {"planning": "plan", "working": "work", "reviewing": "review"}
 """The step an iteration in this status is at (or, after a hand-back, was at)."""
+
+
+async def under_goal_lock(write: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """A write of the goal's state, which waits for the goal's lock, in a thread: the worker's other jobs go
+    on while another process holds the lock (a `cancel`, or a frozen holder). A lock held past its wait is
+    FilesBusy: the goal is handed back for later (workers.envelope), not failed."""
+    try:
+        return await whole_in_thread(write, *args, **kwargs)
+    except GoalBusyError as exc:
+        raise FilesBusy(str(exc)) from None
 
 
 class GoalRun(JobRun):
@@ -107,7 +124,7 @@ class GoalRun(JobRun):
         if current is not None:
             current.updated_at = now
         await self.lease.check(clears=self.step_ran)
-        self.store.save(self.state)
+        await under_goal_lock(self.store.save, self.state, self.settings.goal_lock_wait_s)
         new = self.state.trace[self._sent :]
         await asyncio.gather(self._show(self.step), *(self._send(event) for event in new))  # one round trip
         self._sent += len(new)
