@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 from arq import Retry
@@ -56,6 +57,10 @@ class WorkerRuntime:
         self.suspects: dict[str, str] = {}
         """Job id -> suspicion level ('group' or 'isolate', workers.lease) of the suspects this process
         claimed and that have not cleared yet: the claim takes no suspect that would not fit beside them."""
+        self.lock_waits = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="lock-wait")
+        """Threads for waits on a lock another process holds (a goal's `.lock`): apart from the folder
+        threads (the loop's default executor, one per core), which a frozen holder would otherwise keep
+        from every job's folder work for as long as the wait."""
         self.slots = Slots(settings.concurrency)
         """The process's job slots, held by its jobs and lent while they wait on the fleet (workers.slots)."""
 
@@ -105,8 +110,10 @@ class WorkerRuntime:
         self.suspects.pop(job_id, None)
 
     async def aclose(self) -> None:
-        """Close what the process kept open for its steps (the LLM clients' connections)."""
+        """Close what the process kept open for its steps (the LLM clients' connections, the lock-wait
+        threads: a wait under way ends within its bound)."""
         await self.llm.aclose()
+        self.lock_waits.shutdown(wait=False)
 
     def describe(self) -> WorkerPresence:
         return WorkerPresence(worker=self.name, slots=self.settings.concurrency, cases=sorted(self.leases))

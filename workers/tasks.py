@@ -4,7 +4,10 @@ that a cancellation does not cut in two, and bookkeeping that may fail without s
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from typing import Any, ParamSpec, TypeVar
 
@@ -41,12 +44,13 @@ async def watched(watchdog: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
         raise first_leaf(eg) from None
 
 
-async def whole_in_thread(work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """`work(*args, **kwargs)` in a thread, for work that may block (a lock another process holds): the
-    event loop and the worker's other jobs go on meanwhile. A cancellation of the caller waits for the
-    work to end (a thread cannot be stopped, and a write left running would race the next one), then
-    goes on."""
-    done = asyncio.ensure_future(asyncio.to_thread(work, *args, **kwargs))
+async def whole_in_thread(threads: Executor, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`work(*args, **kwargs)` in one of `threads`, for work that may block (a lock another process
+    holds): the event loop and the worker's other jobs go on meanwhile. A cancellation of the caller
+    waits for the work to end (a thread cannot be stopped, and a write left running would race the
+    next one), then goes on."""
+    call = functools.partial(contextvars.copy_context().run, work, *args, **kwargs)
+    done = asyncio.get_running_loop().run_in_executor(threads, call)
     try:
         return await asyncio.shield(done)
     except asyncio.CancelledError:

@@ -57,7 +57,7 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
                 spec, resolve_limits(spec, runtime.settings), version, await workspace.head()
             )
             # a cancel written meanwhile holds
-            state = await under_goal_lock(store.create, made, runtime.settings.goal_lock_wait_s)
+            state = await under_goal_lock(runtime, store.create, made, runtime.settings.goal_lock_wait_s)
             first = state is made
         gr = GoalRun(
             runtime,

@@ -33,12 +33,15 @@ STEP_OF: dict[str, GoalStep] = {"planning": "plan", "working": "work", "reviewin
 """The step an iteration in this status is at (or, after a hand-back, was at)."""
 
 
-async def under_goal_lock(write: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """A write of the goal's state, which waits for the goal's lock, in a thread: the worker's other jobs go
-    on while another process holds the lock (a `cancel`, or a frozen holder). A lock held past its wait is
-    FilesBusy: the goal is handed back for later (workers.envelope), not failed."""
+async def under_goal_lock(
+    runtime: WorkerRuntime, write: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """A write of the goal's state, which waits for the goal's lock, in one of the worker's lock-wait
+    threads: its other jobs go on while another process holds the lock (a `cancel`, or a frozen holder).
+    A lock held past its wait is FilesBusy: the goal is handed back for later (workers.envelope), not
+    failed."""
     try:
-        return await whole_in_thread(write, *args, **kwargs)
+        return await whole_in_thread(runtime.lock_waits, write, *args, **kwargs)
     except GoalBusyError as exc:
         raise FilesBusy(str(exc)) from None
 
@@ -124,7 +127,7 @@ class GoalRun(JobRun):
         if current is not None:
             current.updated_at = now
         await self.lease.check(clears=self.step_ran)
-        await under_goal_lock(self.store.save, self.state, self.settings.goal_lock_wait_s)
+        await under_goal_lock(self.runtime, self.store.save, self.state, self.settings.goal_lock_wait_s)
         new = self.state.trace[self._sent :]
         await asyncio.gather(self._show(self.step), *(self._send(event) for event in new))  # one round trip
         self._sent += len(new)
