@@ -120,9 +120,11 @@ async def test_a_goal_whose_lock_a_frozen_process_holds_is_handed_back_while_the
 ) -> None:
     """A process frozen while it held a goal's lock (SIGSTOP) keeps it: the worker waits for that lock in a
     thread, so its other goal goes on and loses no lease; once the wait runs out it hands the goal back
-    (`goal_requeued`, naming the lock file), not failed, and the goal completes once the holder is gone."""
+    (`goal_requeued`, naming the lock file), not failed, and the goal completes once the holder is gone.
+    The step whose state write was refused runs again, and what both of its runs spent is in the totals:
+    1000 tokens for every agent started."""
     worker = fleet.start_worker(TUNEFLEET_GOAL_LOCK_WAIT_S="0.5")
-    held = write_goal(tmp_path / "goals", "g1", demo={"complete_at": 1, "step_ms": 400})
+    held = write_goal(tmp_path / "goals", "g1", demo={"complete_at": 1, "step_ms": 400, "tokens": 1000})
     beside = write_goal(tmp_path / "goals", "g2", demo={"complete_at": 2, "step_ms": 800})
     await start_goal(fleet, held)
     await wait_until(lambda: _started(fleet, 1, "plan"), 30, "g1's plan step to start")
@@ -131,7 +133,10 @@ async def test_a_goal_whose_lock_a_frozen_process_holds_is_handed_back_while_the
         await wait_until(lambda: "goal_requeued" in fleet.log_of(0), 30, "g1 to be handed back")
         assert (await wait_goal_ended(fleet, "g2", timeout_s=60)).status == "completed"
         assert goal_state(fleet, "g1").status == "running"  # type: ignore[union-attr]
-    assert (await wait_goal_ended(fleet, "g1", timeout_s=60)).status == "completed"
+    state = await wait_goal_ended(fleet, "g1", timeout_s=60)
+    assert state.status == "completed"
+    started = sum(agent_starts(fleet, "g1").values())
+    assert started > 3 and state.spent.tokens == 1000 * started
     lines = [json.loads(line) for line in fleet.log_of(0).splitlines() if line.startswith("{")]
     busy = [line for line in lines if line["event"] == "job_files_busy"]
     assert busy and all(line["goal"] == "g1" and LOCK_FILE in line["error"] for line in busy)

@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
+from redis.exceptions import RedisError
+
 from service.core import keys
 from service.core.models.events import EventKind
 from service.core.models.goal import GoalSpec, GoalStep
@@ -19,7 +21,7 @@ from service.goals.errors import GoalBusyError
 from service.goals.fleet import summary_of
 from service.goals.store import GoalStore
 from workers.adapters.goal_base import GoalAgent
-from workers.errors import FilesBusy
+from workers.errors import FilesBusy, LeaseLost
 from workers.job_run import JobRun
 from workers.lease import CaseLease
 from workers.runtime import WorkerRuntime
@@ -84,6 +86,9 @@ class GoalRun(JobRun):
         (the goal has not shown yet that it does not take its worker down; workers.lease)."""
         self._sent = len(state.trace)
         """Trace events already in the stream (those of earlier holders are not sent again)."""
+        self._unsaved: list[GoalSpend] = []
+        """What agent calls spent since the last state write (in `state` already): into the ledger when
+        the next write is refused (a busy lock, a lost lease, Redis gone), for the next holder to record."""
 
     @property
     def cancel_requested(self) -> bool:
@@ -100,6 +105,13 @@ class GoalRun(JobRun):
 
     def agent_for(self, step: GoalStep) -> GoalAgent:
         return self.worker_agent if step == "work" else self.planner
+
+    def add_spend(self, it: IterationState, step: GoalStep, usage: Usage) -> None:
+        """Count what an agent call of `step` spent in the iteration and the goal (written with the next
+        `persist`)."""
+        it.spent = it.spent + usage
+        self.state.spent = self.state.spent + usage
+        self._unsaved.append(GoalSpend(at=datetime.now(UTC), iteration=it.iteration, step=step, usage=usage))
 
     def step_dir(self, iteration: int, step: GoalStep) -> Path:
         """This lease's own folder for a step, so that a stale holder's agents never collide."""
@@ -126,11 +138,23 @@ class GoalRun(JobRun):
         current = self.state.current()
         if current is not None:
             current.updated_at = now
-        await self.lease.check(clears=self.step_ran)
-        await under_goal_lock(self.runtime, self.store.save, self.state, self.settings.goal_lock_wait_s)
+        try:
+            await self.lease.check(clears=self.step_ran)
+            await under_goal_lock(self.runtime, self._save)
+        except (LeaseLost, RedisError, FilesBusy):  # nothing written: what it spent goes to the ledger
+            for spend in self._unsaved:
+                self.store.note_spend(spend)
+            self._unsaved = []
+            raise
         new = self.state.trace[self._sent :]
         await asyncio.gather(self._show(self.step), *(self._send(event) for event in new))  # one round trip
         self._sent += len(new)
+
+    def _save(self) -> None:
+        """The state's write (in a lock-wait thread): its spends are recorded once it is, even if the
+        caller was cancelled meanwhile."""
+        self.store.save(self.state, self.settings.goal_lock_wait_s)
+        self._unsaved = []
 
     async def _show(self, step: GoalStep | None) -> None:
         summary = summary_of(self.state).model_copy(

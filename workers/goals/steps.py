@@ -136,8 +136,7 @@ async def call_agent(
     gr.step_ran = True
     stopped = exit_.provider_down or exit_.key_refused or exit_.sandbox_down or exit_.void
     if exit_.spent is not None:  # measured by the fleet's own adapter: counted whatever came of it
-        it.spent = it.spent + exit_.spent
-        gr.state.spent = gr.state.spent + exit_.spent
+        gr.add_spend(it, step, exit_.spent)
         if stopped is None:
             gr.step_spent = gr.step_spent + exit_.spent  # with the step's `step_finished`
         else:
