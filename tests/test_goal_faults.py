@@ -132,7 +132,8 @@ async def test_a_goal_whose_lock_a_frozen_process_holds_is_handed_back_while_the
         await start_goal(fleet, beside)
         await wait_until(lambda: "goal_requeued" in fleet.log_of(0), 30, "g1 to be handed back")
         assert (await wait_goal_ended(fleet, "g2", timeout_s=60)).status == "completed"
-        assert goal_state(fleet, "g1").status == "running"  # type: ignore[union-attr]
+        waiting = goal_state(fleet, "g1")
+        assert waiting is not None and waiting.status == "running"
     state = await wait_goal_ended(fleet, "g1", timeout_s=60)
     assert state.status == "completed"
     started = sum(agent_starts(fleet, "g1").values())

@@ -6,10 +6,11 @@ of a million files costs the walk of `memory_max_entries` of them."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from service.core.models.tuning import TuningConfig
-from service.core.trees import SMALL_ENTRIES, folder_size, off_loop
+from service.core.trees import SMALL_ENTRIES, folder_size
 
 BYTES_PER_MB = 1_000_000
 
@@ -20,7 +21,7 @@ async def memory_oversize(config: TuningConfig, memory: Path) -> str | None:
     first = min(config.memory_max_entries, SMALL_ENTRIES)  # a small memory is measured here, in one walk
     size = folder_size(memory, first, max_bytes)
     if size.over and size.entries > first and first < config.memory_max_entries:  # a large one: in a thread
-        size = await off_loop(True, folder_size, memory, config.memory_max_entries, max_bytes)
+        size = await asyncio.to_thread(folder_size, memory, config.memory_max_entries, max_bytes)
     if not size.over:
         return None
     if size.entries > config.memory_max_entries:

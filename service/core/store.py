@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
 from collections.abc import Iterator
@@ -47,6 +46,23 @@ class AttemptPaths:
         self.apply = root / "apply.json"
 
 
+class _InFolder:
+    """A file of a case's folder, by name: its path is made when first asked for, then kept (a walk of
+    the store makes a CaseStore per case and asks for one or two of them)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.attr = name
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.attr = attr
+
+    def __get__(self, store: CaseStore, owner: type | None = None) -> Path:
+        path = store.root / self.name
+        store.__dict__[self.attr] = path  # found before this descriptor from now on
+        return path
+
+
 class CaseStore:
     """One case revision's folder."""
 
@@ -56,26 +72,11 @@ class CaseStore:
         self.rev = rev
         self._attempts: dict[tuple[Phase, int], AttemptPaths] = {}
 
-    # Made when first asked for: a walk of the store makes a CaseStore per case and asks for one or two.
-    @functools.cached_property
-    def case_file(self) -> Path:
-        return self.root / "case.json"
-
-    @functools.cached_property
-    def result_file(self) -> Path:
-        return self.root / "result.json"
-
-    @functools.cached_property
-    def notes_file(self) -> Path:
-        return self.root / "notes.jsonl"
-
-    @functools.cached_property
-    def voids_file(self) -> Path:
-        return self.root / "void-baseline.json"
-
-    @functools.cached_property
-    def cancel_file(self) -> Path:
-        return self.root / "cancel.json"
+    case_file = _InFolder("case.json")
+    result_file = _InFolder("result.json")
+    notes_file = _InFolder("notes.jsonl")
+    voids_file = _InFolder("void-baseline.json")
+    cancel_file = _InFolder("cancel.json")
 
     def attempt(self, phase: Phase, attempt: int) -> AttemptPaths:
         """The attempt's paths (made once per store object: a step asks for them several times)."""
