@@ -79,8 +79,8 @@ class CaseRun(JobRun):
         """Queue an event without waiting for Redis: the case's next event waits for it (and, queued in
         the same loop turn, shares its round trip). For events that fence nothing and that the case's
         next event soon follows: `case_started`, a step's `step_started` (the agent starts while it
-        leaves; the record's write checks the lease) and `step_finished` (its record is on disk
-        already), `memory_submitted` (the memory is kept)."""
+        leaves; the record's write checks the lease; an apply's leaves while it holds the lock) and
+        `step_finished` (its record is on disk already), `memory_submitted` (the memory is kept)."""
         self._soon.append(self.queue_event(kind, **fields))
 
     def queue_event(self, kind: EventKind, **fields: Any) -> QueuedEvent:

@@ -27,13 +27,13 @@ from workers.tasks import watched
 log = structlog.get_logger()
 
 ACQUIRE = f"""
--- KEYS: lock fence holder ; ARGV: lease_ms member
+-- KEYS: lock fence holder version ; ARGV: lease_ms member -> {{token, the version pointer}} ({{0}}: held)
 {NEXT_TOKEN}
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {{0}} end
 local token = next_token(KEYS[2])
 redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1])
-return token
+return {{token, redis.call('GET', KEYS[4])}}
 """
 
 RENEW = """
@@ -82,7 +82,15 @@ return still
 class LockHold:
     """A granted improvements lock: its token, and whether it was lost."""
 
-    def __init__(self, redis: Redis, tuning: str, token: int, lease_ms: int, outage: RedisOutage) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        tuning: str,
+        token: int,
+        lease_ms: int,
+        outage: RedisOutage,
+        version: bytes | None = None,
+    ) -> None:
         self._renew = redis.register_script(RENEW)
         self._publish = redis.register_script(PUBLISH)
         self.tuning = tuning
@@ -91,6 +99,9 @@ class LockHold:
         self.lost = False
         self.wait_ms = 0
         """How long the holder waited for the lock."""
+        self.version_at_grant = version
+        """The tuning's version pointer as the lock was granted (read in the same step: no apply can
+        have moved it since; None when the pointer was not set yet)."""
         self.published: tuple[str, str] | None = None
         """(the version this hold made current, the version it replaced), once it did."""
         self._outage = outage
@@ -164,11 +175,17 @@ class ImprovementsLock:
 
     async def try_acquire(self, member: str = "") -> LockHold | None:
         """The lock for `member` (the applying job's id, kept beside the lock for status), if it is free."""
-        lock_keys = [keys.lock(self.tuning), keys.fence(), keys.lock_holder(self.tuning)]
-        token = await self._acquire(lock_keys, [self.lease_ms, member])
-        if not int(token):
+        lock_keys = [
+            keys.lock(self.tuning),
+            keys.fence(),
+            keys.lock_holder(self.tuning),
+            keys.version(self.tuning),
+        ]
+        granted = await self._acquire(lock_keys, [self.lease_ms, member])
+        if not int(granted[0]):
             return None
-        return LockHold(self._redis, self.tuning, int(token), self.lease_ms, self._outage)
+        version = granted[1] if len(granted) > 1 else None
+        return LockHold(self._redis, self.tuning, int(granted[0]), self.lease_ms, self._outage, version)
 
     async def release(self, hold: LockHold | None, member: str) -> bool:
         """Take `member` off the pending applies and release its lock, if it holds it, in one step."""

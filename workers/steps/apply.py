@@ -62,13 +62,16 @@ async def apply_under_lock(
     await cr.controls.wait_key_accepted(cr.tuning.name)
     cr.at("apply", phase, attempt, waiting="lock")
     await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
+    tree = cr.where(phase, attempt, "apply")["step_dir"] / "system"
     try:
         async with cr.tuning.lock.held(cr.job_id) as hold:
             cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
-            record = await _apply_holding(cr, phase, attempt, feedback, hold, candidate_ref)
+            record = await _apply_holding(cr, phase, attempt, feedback, hold, candidate_ref, tree)
     except LockLost as exc:
         await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
         return None
+    finally:  # the applier's copy, once the lock is let go: the runs waiting for the apply go first
+        await remove_tree(tree)
     await follow_main(cr, hold)
     return record
 
@@ -127,11 +130,19 @@ async def _made_before(cr: CaseRun, tag: str, current: str, candidate_ref: str |
 
 
 async def _apply_holding(
-    cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback, hold: LockHold, candidate_ref: str | None
+    cr: CaseRun,
+    phase: Phase,
+    attempt: int,
+    feedback: Feedback,
+    hold: LockHold,
+    candidate_ref: str | None,
+    tree: Path,
 ) -> ApplyRecord:
+    """The apply under the lock `hold`, its applier editing a private copy of the current version at
+    `tree` (which the caller removes once the lock is let go)."""
     paths = cr.store.attempt(phase, attempt)
     tag = attempt_tag(cr, phase, attempt)
-    current = await cr.tuning.current_version()
+    current = await cr.tuning.version_from(hold.version_at_grant)
     # Only an apply that started before (its folder is there) can have published already.
     started_before = any(paths.root.glob("apply-*"))
     published = await _made_before(cr, tag, current, candidate_ref) if started_before else None
@@ -149,9 +160,9 @@ async def _apply_holding(
             seal=new_seal(),
         )
     where = cr.where(phase, attempt, "apply")
-    work: Path = where["step_dir"]
-    work.mkdir(parents=True, exist_ok=True)
-    await cr.emit(
+    where["step_dir"].mkdir(parents=True, exist_ok=True)
+    # Not waited for (it fences nothing; the apply's next event waits for it): the lock is held meanwhile.
+    cr.emit_soon(
         EventKind.STEP_STARTED,
         step="apply",
         phase=phase,
@@ -159,26 +170,23 @@ async def _apply_holding(
         data={"fence": hold.token, "lock_wait_ms": hold.wait_ms},
     )
     began = time.monotonic()
-    tree = await cr.tuning.repo.private_copy(current, work / "system")
-    try:
-        request = ApplyRequest(**where, case=cr.case, feedback=feedback, worktree_dir=tree)
-        with cr.metered({"phase": phase, "attempt": attempt, "step": "apply"}):
-            outcome = await cr.tuning.applier.apply(request)
-        if outcome.output is None and outcome.exit.spent is not None:  # paid for, and nothing to keep
-            why = f"apply produced nothing: {outcome.exit.error or 'no output'}"
-            await cr.record_spend(phase, attempt, "apply", outcome.exit.spent, why)
-        output = read_output(outcome)
-        try:  # until published, the applier's usage is in no record: an apply that ends here counts it
-            version = await _publish(cr, phase, attempt, output, tree, current, hold, candidate_ref)
-        except asyncio.CancelledError:  # stopped, or its lock lost (the watchdog cancels): no await
-            cr.note_spend(phase, attempt, "apply", output.usage, "apply stopped before it was published")
-            raise
-        except Exception as exc:
-            why = "apply abandoned: lock lost" if isinstance(exc, LockLost) else f"apply failed: {exc}"
-            await cr.record_spend(phase, attempt, "apply", output.usage, why)
-            raise
-    finally:
-        await remove_tree(tree)
+    await cr.tuning.repo.private_copy(current, tree)
+    request = ApplyRequest(**where, case=cr.case, feedback=feedback, worktree_dir=tree)
+    with cr.metered({"phase": phase, "attempt": attempt, "step": "apply"}):
+        outcome = await cr.tuning.applier.apply(request)
+    if outcome.output is None and outcome.exit.spent is not None:  # paid for, and nothing to keep
+        why = f"apply produced nothing: {outcome.exit.error or 'no output'}"
+        await cr.record_spend(phase, attempt, "apply", outcome.exit.spent, why)
+    output = read_output(outcome)
+    try:  # until published, the applier's usage is in no record: an apply that ends here counts it
+        version = await _publish(cr, phase, attempt, output, tree, current, hold, candidate_ref)
+    except asyncio.CancelledError:  # stopped, or its lock lost (the watchdog cancels): no await
+        cr.note_spend(phase, attempt, "apply", output.usage, "apply stopped before it was published")
+        raise
+    except Exception as exc:
+        why = "apply abandoned: lock lost" if isinstance(exc, LockLost) else f"apply failed: {exc}"
+        await cr.record_spend(phase, attempt, "apply", output.usage, why)
+        raise
     duration_ms = int((time.monotonic() - began) * 1000)
     return ApplyRecord(
         base_version=current,
