@@ -31,7 +31,7 @@ from service.core.models.tuning import LlmAdapter
 from tests.support.fake_openai import FakeOpenAI, Reply, Scripted
 from workers.adapters.base import AnalyzeRequest
 from workers.adapters.llm.analyzer import LlmAnalyzer
-from workers.adapters.llm.provider import Providers
+from workers.adapters.llm.pool import Providers
 
 BLOCKS = 8
 BLOCK = 25

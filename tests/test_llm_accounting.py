@@ -16,7 +16,8 @@ from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet, wait_until, write_tuning
 from tests.support.redis_server import RedisServer
 from tests.test_llm_adapters import analyze_request, cost, feedback_of
-from workers.adapters.llm import LlmAnalyzer, Providers
+from workers.adapters.llm.analyzer import LlmAnalyzer
+from workers.adapters.llm.pool import Providers
 
 MODEL = "count-model"
 SLOW = "slow"

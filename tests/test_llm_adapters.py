@@ -35,8 +35,11 @@ from workers.adapters.base import (
     RunRequest,
 )
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
-from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner, Providers
+from workers.adapters.llm.analyzer import LlmAnalyzer
+from workers.adapters.llm.applier import LlmApplier
 from workers.adapters.llm.limits import PERMIT_LEASE_S, ProviderLimits
+from workers.adapters.llm.pool import Providers
+from workers.adapters.llm.runner import LlmRunner
 from workers.adapters.process import AgentHost
 
 KEY_ENV = "FAKE_OPENAI_KEY"

@@ -15,9 +15,10 @@ from tests.support.fleet import Fleet, write_tuning
 from tests.support.redis_server import RedisServer
 from tests.test_llm_adapters import analyze_request
 from tests.test_llm_grading import GOOD
-from workers.adapters.llm import LlmAnalyzer, Providers
+from workers.adapters.llm.analyzer import LlmAnalyzer
 from workers.adapters.llm.formats import response_format
 from workers.adapters.llm.goal import WorkAnswer
+from workers.adapters.llm.pool import Providers
 
 LLAMA_REFUSAL = (
     "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "

@@ -16,7 +16,7 @@ from service.core.models.status import WorkerPresence
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
-from workers.adapters.llm import Providers
+from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
 from workers.control import Controls

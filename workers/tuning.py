@@ -14,7 +14,7 @@ from service.core.system import SystemRepo
 from service.evals.split import held_out_ids
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
-from workers.adapters.llm import Providers
+from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.lock import ImprovementsLock
 

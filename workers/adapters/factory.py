@@ -3,6 +3,9 @@
 A role is a row of `RoleAdapters`, whatever job kind asks for it: the case roles (runner, analyzer,
 applier) and the goal roles (the runner's agent works a goal's TODO, the analyzer's plans and reviews).
 A new job kind reuses the rows it needs, or adds its own.
+
+The LLM adapters are imported by their builders, when a config first asks for one: with them comes the
+`openai` SDK (0.4 s of CPU to import), which a worker whose tunings use no model never needs.
 """
 
 from __future__ import annotations
@@ -20,8 +23,7 @@ from workers.adapters.demo_meta import DemoAnalyzer, DemoApplier
 from workers.adapters.goal_base import GoalAgent
 from workers.adapters.goal_command import CommandGoalAgent
 from workers.adapters.goal_demo import DemoGoalAgent
-from workers.adapters.llm import LlmAnalyzer, LlmApplier, LlmRunner, Providers
-from workers.adapters.llm.goal import LlmGoalAgent
+from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
 
@@ -57,15 +59,39 @@ class NoSandboxProber:
         return None
 
 
-RUNNER = RoleAdapters[Runner](DemoRunner, CommandRunner, LlmRunner)
-ANALYZER = RoleAdapters[Analyzer](DemoAnalyzer, CommandAnalyzer, LlmAnalyzer)
-APPLIER = RoleAdapters[Applier](DemoApplier, CommandApplier, LlmApplier)
+def _llm_runner(config: LlmAdapter, llm: Providers | None) -> Runner:
+    from workers.adapters.llm.runner import LlmRunner  # on first use (the module's docstring)
+
+    return LlmRunner(config, llm)
+
+
+def _llm_analyzer(config: LlmAdapter, llm: Providers | None) -> Analyzer:
+    from workers.adapters.llm.analyzer import LlmAnalyzer  # on first use (the module's docstring)
+
+    return LlmAnalyzer(config, llm)
+
+
+def _llm_applier(config: LlmAdapter, llm: Providers | None) -> Applier:
+    from workers.adapters.llm.applier import LlmApplier  # on first use (the module's docstring)
+
+    return LlmApplier(config, llm)
+
+
+def _llm_goal_agent(config: LlmAdapter, llm: Providers | None) -> GoalAgent:
+    from workers.adapters.llm.goal import LlmGoalAgent  # on first use (the module's docstring)
+
+    return LlmGoalAgent(config, llm)
+
+
+RUNNER = RoleAdapters[Runner](DemoRunner, CommandRunner, _llm_runner)
+ANALYZER = RoleAdapters[Analyzer](DemoAnalyzer, CommandAnalyzer, _llm_analyzer)
+APPLIER = RoleAdapters[Applier](DemoApplier, CommandApplier, _llm_applier)
 GOAL_ROLES: dict[GoalRole, RoleAdapters[GoalAgent]] = {
     "runner": RoleAdapters[GoalAgent](
-        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "runner"), LlmGoalAgent
+        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "runner"), _llm_goal_agent
     ),
     "analyzer": RoleAdapters[GoalAgent](
-        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "analyzer"), LlmGoalAgent
+        DemoGoalAgent, lambda config, host: CommandGoalAgent(config, host, "analyzer"), _llm_goal_agent
     ),
 }
 """The goal roles: the runner's agent works a TODO; the analyzer's plans and reviews."""

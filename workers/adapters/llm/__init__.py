@@ -1,7 +1,8 @@
 """The runner, the analyzer and the applier as a model behind an OpenAI-compatible Chat Completions API
 (`kind: llm`): in-process, over the official `openai` SDK, with retries, repairs and measured usage.
 
-    provider   Providers: the worker's pool, per provider one reused client, its limits, its format
+    pool       Providers: the worker's pool of providers (light: the SDK loads with the first provider)
+    provider   Provider: per provider one reused client, its limits, its format
     limits     ProviderLimits: fleet-wide permits (adaptive on 429) and tokens per minute, in Redis
     formats    structured output negotiated per provider, remembered in the worker and in Redis
     client     LlmClient: one call with retries (tenacity), error translation, timeouts told from outages
@@ -15,10 +16,3 @@
     applier    LlmApplier: EditPlan JSON, one repair round
     runner     LlmRunner: a single-prompt agent, its plain-text answer
 """
-
-from workers.adapters.llm.analyzer import LlmAnalyzer
-from workers.adapters.llm.applier import LlmApplier
-from workers.adapters.llm.provider import Providers
-from workers.adapters.llm.runner import LlmRunner
-
-__all__ = ["LlmAnalyzer", "LlmApplier", "LlmRunner", "Providers"]

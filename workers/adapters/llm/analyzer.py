@@ -11,8 +11,8 @@ from service.core.models.records import SEAL_FIELDS, Feedback
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
 from workers.adapters.llm.grading import base_schema, check_feedback, feedback_schema
+from workers.adapters.llm.pool import Providers
 from workers.adapters.llm.prompts import schema_text, tree_view, workspace_view
-from workers.adapters.llm.provider import Providers
 from workers.adapters.llm.session import Message, Session
 from workers.adapters.llm.step import LlmStep, step_exit
 

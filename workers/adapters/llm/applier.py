@@ -12,8 +12,8 @@ from service.core.models.tuning import LlmAdapter
 from service.core.validation import describe_validation
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
+from workers.adapters.llm.pool import Providers
 from workers.adapters.llm.prompts import schema_text, tree_view
-from workers.adapters.llm.provider import Providers
 from workers.adapters.llm.session import Message, Session, strip_fences
 from workers.adapters.llm.step import LlmStep, step_exit
 

@@ -45,8 +45,9 @@ from workers.adapters.goal_base import (
 )
 from workers.adapters.llm.errors import LlmStepError
 from workers.adapters.llm.goal_prompts import goal_values, load_goal_template
+from workers.adapters.llm.pool import Providers, borrowed
 from workers.adapters.llm.prompts import schema_text
-from workers.adapters.llm.provider import Provider, Providers, borrowed, check_limits
+from workers.adapters.llm.provider import Provider, check_limits
 from workers.adapters.llm.session import Message, Session, strip_fences
 
 REPAIR = "Your answer is not valid: {problem}\nAnswer again with the whole corrected {what} and nothing else."

@@ -9,16 +9,14 @@ server was found to take (`FormatMemory`); its tokenizer (`Estimator`); and when
 call (`answered`), here and, at most once a second, for the fleet in Redis: a call that times out
 while the provider answers others is its own step's fault, not an outage.
 
-An adapter built without a pool (a tool, a test) opens one of its own per step (`borrowed`).
+The pool itself (`workers.adapters.llm.pool`) is kept apart from this module, so that a worker whose
+tunings use no model never loads the SDK.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from types import TracebackType
 
 import openai
 import structlog
@@ -151,42 +149,3 @@ class Provider:
         for sdk, _ in self._clients.values():
             await sdk.close()
         self._clients.clear()
-
-
-class Providers:
-    """The worker's providers, each made on first use; `aclose()` closes every client."""
-
-    def __init__(self, redis: Redis | None = None) -> None:
-        self.redis = redis
-        self._providers: dict[tuple[str, str], Provider] = {}
-
-    def get(self, config: LlmAdapter) -> Provider:
-        key = (config.base_url, config.model)
-        provider = self._providers.get(key)
-        if provider is None:
-            provider = Provider(config.base_url, config.model, self.redis)
-            self._providers[key] = provider
-        return provider
-
-    async def aclose(self) -> None:
-        for provider in self._providers.values():
-            await provider.aclose()
-        self._providers.clear()
-
-    async def __aenter__(self) -> Providers:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-
-@asynccontextmanager
-async def borrowed(providers: Providers | None) -> AsyncIterator[Providers]:
-    """The worker's pool, or a pool of one step's own, closed after it."""
-    if providers is not None:
-        yield providers
-        return
-    async with Providers() as own:
-        yield own

@@ -18,8 +18,9 @@ from workers.adapters.llm.errors import (
     CallTimedOut,
     LlmStepError,
 )
+from workers.adapters.llm.pool import Providers, borrowed
 from workers.adapters.llm.prompts import MEMORY_BYTES_MAX, SYSTEM_BYTES_MAX, load_template, shown_tree
-from workers.adapters.llm.provider import Providers, borrowed, check_limits
+from workers.adapters.llm.provider import check_limits
 from workers.adapters.llm.session import Message, Session
 
 SKILLS_DIR = Path("skills")

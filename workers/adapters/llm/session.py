@@ -30,7 +30,8 @@ from workers.adapters.llm.errors import (
     ProviderRejected,
 )
 from workers.adapters.llm.formats import LADDER, Format, after, response_format
-from workers.adapters.llm.provider import Provider, Providers, borrowed
+from workers.adapters.llm.pool import Providers, borrowed
+from workers.adapters.llm.provider import Provider
 from workers.adapters.llm.tokens import Meter
 from workers.meter import follow_spend
 

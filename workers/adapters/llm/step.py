@@ -16,8 +16,9 @@ from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, ApplyOutcome, StepExit, StepRequest
 from workers.adapters.llm.errors import LlmStepError, ProviderAuthFailed, ProviderUnavailable
+from workers.adapters.llm.pool import Providers
 from workers.adapters.llm.prompts import PromptStep, load_template
-from workers.adapters.llm.provider import Providers, check_limits
+from workers.adapters.llm.provider import check_limits
 from workers.adapters.llm.session import Session, in_session
 
 OutcomeT = TypeVar("OutcomeT", bound=AnalyzeOutcome | ApplyOutcome)
