@@ -1,0 +1,30 @@
+"""The `openai` SDK costs a worker about 0.5 s of CPU to import: it is loaded with the first LLM adapter
+a worker builds (workers/adapters/factory.py), never by a worker whose tunings use no model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.fleet import demo_adapter
+
+CHECK = """
+import sys
+from service.core.models.tuning import DemoAdapter, LlmAdapter
+from workers.adapters.factory import build_analyzer
+from workers.adapters.process import AgentHost
+import workers.__main__
+host = AgentHost()
+build_analyzer(DemoAdapter.model_validate({demo}), host)
+print("openai" in sys.modules)
+build_analyzer(LlmAdapter(kind="llm", base_url="http://127.0.0.1:9/v1", model="m", api_key_env=None), host)
+print("openai" in sys.modules)
+"""
+
+
+def test_a_worker_loads_the_sdk_with_its_first_llm_adapter_only() -> None:
+    """A worker's modules and a demo adapter leave the SDK unloaded; building an LLM adapter loads it."""
+    script = CHECK.format(demo=demo_adapter(0, 0, 0))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
