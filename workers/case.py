@@ -75,6 +75,11 @@ class CaseRun(JobRun):
                 self._soon = []
                 raise
 
+    def abandon_events(self) -> None:
+        for queued in self._soon:
+            queued.abandon()
+        self._soon = []
+
     def emit_soon(self, kind: EventKind, **fields: Any) -> None:
         """Queue an event without waiting for Redis: the case's next event waits for it (and, queued in
         the same loop turn, shares its round trip). For events that fence nothing and that the case's

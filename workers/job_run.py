@@ -91,6 +91,11 @@ class JobRun(ABC):
         at once)."""
         return None
 
+    def abandon_events(self) -> None:
+        """The job is leaving this worker: nobody will wait for the events it queued without waiting any
+        more (they are still sent; an error of theirs is not reported as never retrieved)."""
+        return None
+
     async def let_go(self, kind: EventKind, detail: str, data: dict[str, Any] | None = None) -> None:
         """The job went back to the queue (its lease is given up): say so, with `kind`'s event."""
         await self.emit(kind, detail=detail, data=data or {})
