@@ -1,5 +1,6 @@
 """Goals under faults: a worker SIGKILLed between two steps hands the goal to another worker with no
-step run twice, and a Redis that restarts empty gets the goal back from the store."""
+step run twice, a worker paused past its lease cannot write over the new owner, and a Redis that
+restarts empty gets the goal back from the store."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from service.goals.store import LOCK_FILE
 from tests.support.fleet import Fleet, wait_until, write_tuning
 from tests.support.goals import (
     agent_starts,
+    freeze_outside_goal_lock,
     frozen_lock_holder,
     goal_dir,
     goal_state,
@@ -144,3 +146,29 @@ async def test_a_goal_whose_lock_a_frozen_process_holds_is_handed_back_while_the
     assert not [line for line in lines if line["event"] == "lease_lost"]
     assert agent_starts(fleet, "g2") == EVERY_STEP_ONCE
     assert worker.poll() is None
+
+
+async def test_a_worker_paused_past_its_lease_cannot_write_over_the_goals_new_owner(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """SIGSTOP during the work step (outside the goal's lock) past the lease: another worker takes the goal
+    and runs that step again. Thawed, the late worker's write of the step is refused (its lease is gone):
+    every step is finished once in the trace, the work step by the new owner, the goal completes, and
+    what both runs of the work step spent is in the totals (1000 tokens for every agent started)."""
+    paused = fleet.start_worker()
+    spec = write_goal(tmp_path / "goals", demo={"complete_at": 1, "step_ms": 1500, "tokens": 1000})
+    await start_goal(fleet, spec)
+    await wait_until(lambda: agent_starts(fleet).get((1, "work")) == 1, 30, "the work agent to start")
+    freeze_outside_goal_lock(paused, fleet)
+    owner = fleet.start_worker()
+    await wait_until(lambda: agent_starts(fleet).get((1, "work")) == 2, 30, "the new owner's work agent")
+    paused.send_signal(signal.SIGCONT)
+    await wait_until(lambda: "lease_lost" in fleet.log_of(0), 30, "the late worker to find its lease gone")
+    state = await wait_goal_ended(fleet, timeout_s=60)
+    assert state.status == "completed"
+    finished = [e for e in trace(fleet) if e["kind"] == "step_finished"]
+    assert sorted((e["iteration"], e["step"]) for e in finished) == [(1, "plan"), (1, "review"), (1, "work")]
+    assert all(e["worker"].endswith(f":{owner.pid}") for e in finished if e["step"] != "plan")
+    assert agent_starts(fleet) == {(1, "plan"): 1, (1, "work"): 2, (1, "review"): 1}
+    assert state.spent.tokens == 1000 * 4
+    assert paused.poll() is None  # the late worker lost one job, not its life
