@@ -1,5 +1,5 @@
-"""The `openai` SDK costs a worker about 0.5 s of CPU to import: it is loaded with the first LLM adapter
-a worker builds (workers/adapters/factory.py), never by a worker whose tunings use no model."""
+"""The `openai` SDK costs a worker about half a second of CPU to import: it is loaded with the first LLM
+adapter a worker builds (workers/adapters/factory.py), never by a worker whose tunings use no model."""
 
 from __future__ import annotations
 

@@ -176,7 +176,7 @@ async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
         log.exception(f"{kind.noun}_crashed")
         await quietly(run.settle_spend())
         return await kind.end(run, "failed", f"internal error: {type(exc).__name__}: {exc}")
-    finally:  # a way out that sent no event after them (Redis gone, the lease lost) leaves them waited for
+    finally:  # after a way out that sent no event (Redis gone, the lease lost), nobody waits for the queued
         run.abandon_events()
 
 

@@ -5,7 +5,7 @@ applier) and the goal roles (the runner's agent works a goal's TODO, the analyze
 A new job kind reuses the rows it needs, or adds its own.
 
 The LLM adapters are imported by their builders, when a config first asks for one: with them comes the
-`openai` SDK (0.4 s of CPU to import), which a worker whose tunings use no model never needs.
+`openai` SDK (about half a second of CPU to import), which a worker whose tunings use no model never needs.
 """
 
 from __future__ import annotations

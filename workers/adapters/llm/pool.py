@@ -1,7 +1,7 @@
 """The worker's pool of LLM providers, apart from the providers themselves: the runtime holds a pool
-from its start, but a `Provider` (and with it the `openai` SDK, 0.4 s of CPU to import) is loaded only
-when a step first asks for one. A worker whose tunings use no model never loads the SDK: the demo, and
-most of the tests, which start hundreds of workers.
+from its start, but a `Provider` (and with it the `openai` SDK, about half a second of CPU to import)
+is loaded only when a step first asks for one. A worker whose tunings use no model never loads the
+SDK: the demo, and most of the tests, which start hundreds of workers.
 
 An adapter built without a pool (a tool, a test) opens one of its own per step (`borrowed`).
 """
