@@ -1,5 +1,6 @@
 """The `openai` SDK costs a worker about half a second of CPU to import: it is loaded with the first LLM
-adapter a worker builds (workers/adapters/factory.py), never by a worker whose tunings use no model."""
+adapter a worker builds (workers/adapters/factory.py), never by a worker whose tunings use no model, and
+in a thread, so that the jobs already running keep renewing their leases meanwhile."""
 
 from __future__ import annotations
 
@@ -28,3 +29,42 @@ def test_a_worker_loads_the_sdk_with_its_first_llm_adapter_only() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+OFF_LOOP = """
+import asyncio, sys, threading
+first_import_on_main = []
+
+def hook(event, args):
+    if event == "import" and args[0] == "openai" and not first_import_on_main:
+        first_import_on_main.append(threading.current_thread() is threading.main_thread())
+
+sys.addaudithook(hook)
+from workers.adapters.factory import llm_modules_loaded
+
+async def main():
+    ticks = 0
+
+    async def tick():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    ticking = asyncio.ensure_future(tick())
+    await asyncio.sleep(0)
+    await llm_modules_loaded()
+    ticking.cancel()
+    return ticks
+
+ticks = asyncio.run(main())
+print(first_import_on_main, ticks >= 10)
+"""
+
+
+def test_a_job_that_needs_the_sdk_has_it_imported_off_the_event_loop() -> None:
+    """`llm_modules_loaded` imports the SDK in a thread while the loop turns on (a heartbeat would too):
+    imported on the loop, it would hold every other job's lease renewal for its whole import."""
+    done = subprocess.run([sys.executable, "-c", OFF_LOOP], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[False]", "True"]

@@ -31,6 +31,9 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
 
     function, noun, payload = CASE_FUNCTION, "case", CaseJob
 
+    async def prepare(self, runtime: WorkerRuntime, job: CaseJob) -> None:
+        await runtime.llm_ready(job.tuning)
+
     async def load(
         self, runtime: WorkerRuntime, job: CaseJob, lease: CaseLease, grant: Grant, job_try: int
     ) -> CaseRun:

@@ -1,5 +1,6 @@
 """The life of a leased job, whatever its kind (docs/architecture.md, "Job kinds"):
 
+    prepare it                     (no lease yet) what may take long: the LLM adapters' modules
     take the lease (with the losses that count against the job, its suspicion and whether it was
         cancelled: one script, workers.lease)
     load the job                   one that cannot be loaded ends failed (or cancelled), naming why
@@ -61,6 +62,12 @@ class JobKind(ABC, Generic[J, R]):
     payload: type[J]
     """The job's payload model."""
 
+    async def prepare(self, runtime: WorkerRuntime, job: J) -> None:
+        """What may take long before the lease is taken (whose heartbeat starts with the body): the
+        modules of the job's LLM adapters, imported in a thread the first time. It raises nothing: what
+        it cannot read, the load names."""
+        return None
+
     @abstractmethod
     async def load(self, runtime: WorkerRuntime, job: J, lease: CaseLease, grant: Grant, job_try: int) -> R:
         """The job's run context, its start announced; TunefleetError or OSError when it cannot be read."""
@@ -96,6 +103,7 @@ async def run_job(
 ) -> JobResult:
     """One job, under a lease, to its end or until the worker lets it go."""
     job = kind.payload.model_validate(payload)
+    await kind.prepare(runtime, job)
     lease, grant = await runtime.acquire(job.job_id, job.scope)
     structlog.contextvars.bind_contextvars(**job.model_dump(), worker=runtime.name)
     try:

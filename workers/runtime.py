@@ -11,11 +11,13 @@ from arq import Retry
 from arq.connections import ArqRedis
 
 from service.core.batch import RedisBatch
+from service.core.errors import TunefleetError
 from service.core.events import EventSink
 from service.core.models.status import WorkerPresence
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
+from workers.adapters.factory import llm_modules_loaded, uses_llm
 from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
@@ -77,6 +79,17 @@ class WorkerRuntime:
             )
             self._tunings[name] = current
         return current
+
+    async def llm_ready(self, tuning: str) -> None:
+        """The modules of the tuning's LLM adapters imported (in a thread) if it uses a model and they
+        are not loaded yet (workers.adapters.factory); a config that cannot be read is left to the job's
+        load, which names the problem."""
+        try:
+            config = self.store.tuning(tuning).config()
+        except (OSError, TunefleetError, ValueError):
+            return
+        if uses_llm((config.runner, config.analyzer, config.applier)):
+            await llm_modules_loaded()
 
     async def _prober_for(self, tuning: str) -> Prober:
         return self.tuning(tuning).prober

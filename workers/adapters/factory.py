@@ -6,11 +6,16 @@ A new job kind reuses the rows it needs, or adds its own.
 
 The LLM adapters are imported by their builders, when a config first asks for one: with them comes the
 `openai` SDK (about half a second of CPU to import), which a worker whose tunings use no model never needs.
+A job that needs them has them imported in a thread first (`llm_modules_loaded`): imported on the event
+loop, they would stall every other job's heartbeat for as long (a lease lost under load).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import importlib
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -57,6 +62,27 @@ class NoSandboxProber:
 
     async def probe(self) -> str | None:
         return None
+
+
+LLM_MODULES = (
+    "workers.adapters.llm.runner",
+    "workers.adapters.llm.analyzer",
+    "workers.adapters.llm.applier",
+    "workers.adapters.llm.goal",
+)
+"""The modules the LLM builders below import (and, through them, the SDK)."""
+
+
+def uses_llm(configs: Iterable[object]) -> bool:
+    return any(isinstance(config, LlmAdapter) for config in configs)
+
+
+async def llm_modules_loaded() -> None:
+    """Import the LLM adapters' modules in a thread, the first time a job needs them (the module's
+    docstring); at once when they are loaded."""
+    if all(name in sys.modules for name in LLM_MODULES):
+        return
+    await asyncio.to_thread(lambda: [importlib.import_module(name) for name in LLM_MODULES])
 
 
 def _llm_runner(config: LlmAdapter, llm: Providers | None) -> Runner:

@@ -44,6 +44,9 @@ class EvalItemKind(JobKind[EvalItemJob, ItemRun]):
 
     function, noun, payload = EVAL_FUNCTION, "eval_item", EvalItemJob
 
+    async def prepare(self, runtime: WorkerRuntime, job: EvalItemJob) -> None:
+        await runtime.llm_ready(job.tuning)
+
     async def load(
         self, runtime: WorkerRuntime, job: EvalItemJob, lease: CaseLease, grant: Grant, job_try: int
     ) -> ItemRun:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from service.core import keys
+from service.core.errors import TunefleetError
 from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES
 from service.core.models.goal_state import GoalState, GoalSummary
@@ -13,7 +14,7 @@ from service.core.models.jobs import GOAL_FUNCTION, GoalJob, JobResult
 from service.core.system import SystemRepo
 from service.goals.spec import resolve_limits
 from service.goals.store import GoalStore, starting_state
-from workers.adapters.factory import build_goal_agent
+from workers.adapters.factory import build_goal_agent, llm_modules_loaded, uses_llm
 from workers.envelope import Ending, JobKind
 from workers.goals.loop import end, pursue
 from workers.goals.run import GoalRun, under_goal_lock
@@ -31,6 +32,16 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
     """One goal, from its first missing step to its completion."""
 
     function, noun, payload = GOAL_FUNCTION, "goal", GoalJob
+
+    async def prepare(self, runtime: WorkerRuntime, job: GoalJob) -> None:
+        try:
+            spec = GoalStore(runtime.store.root / "goals" / job.goal).spec()
+        except (OSError, TunefleetError, ValueError):
+            return  # the load names it
+        if spec.tuning is not None:
+            await runtime.llm_ready(spec.tuning)
+        if uses_llm((spec.runner, spec.analyzer)):
+            await llm_modules_loaded()
 
     async def load(
         self, runtime: WorkerRuntime, job: GoalJob, lease: CaseLease, grant: Grant, job_try: int
