@@ -17,7 +17,7 @@ from service.core.models.status import WorkerPresence
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
-from workers.adapters.factory import llm_modules_loaded, uses_llm
+from workers.adapters.factory import llm_modules_loaded, llm_modules_present, uses_llm
 from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
@@ -83,7 +83,13 @@ class WorkerRuntime:
     async def llm_ready(self, tuning: str) -> None:
         """The modules of the tuning's LLM adapters imported (in a thread) if it uses a model and they
         are not loaded yet (workers.adapters.factory); a config that cannot be read is left to the job's
-        load, which names the problem."""
+        load, which names the problem. Nothing is read once they are, or while the tuning's runtime is
+        built and current (it imported what its adapters need): a case start pays a stat at most."""
+        if llm_modules_present():
+            return
+        built = self._tunings.get(tuning)
+        if built is not None and not built.is_stale():
+            return
         try:
             config = self.store.tuning(tuning).config()
         except (OSError, TunefleetError, ValueError):

@@ -77,10 +77,14 @@ def uses_llm(configs: Iterable[object]) -> bool:
     return any(isinstance(config, LlmAdapter) for config in configs)
 
 
+def llm_modules_present() -> bool:
+    return all(name in sys.modules for name in LLM_MODULES)
+
+
 async def llm_modules_loaded() -> None:
     """Import the LLM adapters' modules in a thread, the first time a job needs them (the module's
     docstring); at once when they are loaded."""
-    if all(name in sys.modules for name in LLM_MODULES):
+    if llm_modules_present():
         return
     await asyncio.to_thread(lambda: [importlib.import_module(name) for name in LLM_MODULES])
 

@@ -14,7 +14,7 @@ from service.core.models.jobs import GOAL_FUNCTION, GoalJob, JobResult
 from service.core.system import SystemRepo
 from service.goals.spec import resolve_limits
 from service.goals.store import GoalStore, starting_state
-from workers.adapters.factory import build_goal_agent, llm_modules_loaded, uses_llm
+from workers.adapters.factory import build_goal_agent, llm_modules_loaded, llm_modules_present, uses_llm
 from workers.envelope import Ending, JobKind
 from workers.goals.loop import end, pursue
 from workers.goals.run import GoalRun, under_goal_lock
@@ -34,6 +34,8 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
     function, noun, payload = GOAL_FUNCTION, "goal", GoalJob
 
     async def prepare(self, runtime: WorkerRuntime, job: GoalJob) -> None:
+        if llm_modules_present():
+            return
         try:
             spec = GoalStore(runtime.store.root / "goals" / job.goal).spec()
         except (OSError, TunefleetError, ValueError):
