@@ -121,6 +121,8 @@ class BreakerGate:
         self._outage = outage or RedisOutage(backoff_max_s=poll_s)
         self._closed = asyncio.Event()
         self._closed.set()
+        self._reports = 0
+        """`report_down` calls so far: a watch answer asked for before the latest one is stale."""
 
     @property
     def is_open(self) -> bool:
@@ -131,6 +133,7 @@ class BreakerGate:
 
     async def report_down(self, tuning: str, reason: str) -> None:
         """A run found the sandbox unavailable: open the breaker fleet-wide and stop local runs at once."""
+        self._reports += 1
         self._closed.clear()
         if await self._breaker.trip(reason, tuning):
             await self._sink.emit(EventKind.BREAKER_OPENED, tuning, detail=reason)
@@ -140,9 +143,13 @@ class BreakerGate:
         await every(self._poll_s, self._tick, self._outage, "breaker_watch")
 
     async def _tick(self) -> None:
+        reports = self._reports
         claim = await self._breaker.claim_probe(self._probe_timeout_s)
         if claim == -1:
-            self._closed.set()
+            # Closed in Redis, unless a run reported the sandbox down while the claim was on its way (its
+            # trip may land after the claim): then the next tick decides, and the runs wait meanwhile.
+            if reports == self._reports:
+                self._closed.set()
             return
         self._closed.clear()
         if claim == 1:
@@ -154,5 +161,7 @@ class BreakerGate:
                 EventKind.BREAKER_PROBED, tuning, detail=reason or "sandbox works", data={"closed": closed}
             )
             if closed:
-                self._closed.set()
-                await self._sink.emit(EventKind.BREAKER_CLOSED, tuning)
+                try:  # recorded before the held runs go on (released even if the event cannot be sent)
+                    await self._sink.emit(EventKind.BREAKER_CLOSED, tuning)
+                finally:
+                    self._closed.set()
