@@ -70,9 +70,7 @@ class CaseRun(JobRun):
             try:
                 await queued.sent()
             except BaseException:
-                for later in self._soon:
-                    later.abandon()
-                self._soon = []
+                self.abandon_events()
                 raise
 
     def abandon_events(self) -> None:

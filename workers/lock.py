@@ -184,8 +184,8 @@ class ImprovementsLock:
         granted = await self._acquire(lock_keys, [self.lease_ms, member])
         if not int(granted[0]):
             return None
-        version = granted[1] if len(granted) > 1 else None
-        return LockHold(self._redis, self.tuning, int(granted[0]), self.lease_ms, self._outage, version)
+        token, version = granted  # the pointer is None (Lua's false) while unset
+        return LockHold(self._redis, self.tuning, int(token), self.lease_ms, self._outage, version)
 
     async def release(self, hold: LockHold | None, member: str) -> bool:
         """Take `member` off the pending applies and release its lock, if it holds it, in one step."""
