@@ -95,10 +95,16 @@ class DemoStep:
         key = (self._config.seed, request.tuning, request.case_id, request.phase, request.attempt, run_index)
         return random.Random("|".join(map(str, (*key, step))))
 
-    async def _pause(self, knobs: DemoKnobs, base_ms: int, rng: random.Random) -> None:
+    def _latency_s(self, knobs: DemoKnobs, base_ms: int, rng: random.Random) -> float:
+        """How long the step takes in all (its latency, varied by the jitter)."""
         latency_ms = base_ms if knobs.latency_ms is None else knobs.latency_ms
-        varied_ms = latency_ms * (1 + self._config.jitter * (2 * rng.random() - 1))
-        await asyncio.sleep(max(0.0, varied_ms) / 1000)
+        return max(0.0, latency_ms * (1 + self._config.jitter * (2 * rng.random() - 1))) / 1000
+
+    @staticmethod
+    async def _until(started: float, latency_s: float) -> None:
+        """Wait out the rest of the step's latency, counted from `started` (monotonic): the step's own
+        work, done before, is part of that time, as a real agent's would be (not added after it)."""
+        await asyncio.sleep(max(0.0, started + latency_s - time.monotonic()))
 
     def _usage(self, knobs: DemoKnobs) -> Usage:
         tokens = knobs.tokens
@@ -146,22 +152,31 @@ class DemoRunner(DemoStep):
         knobs = knobs_of(request)
         rng = self._rng(request, "run", request.run_index)
         random_void = rng.random() < self._config.void_rate
+        latency_s = self._latency_s(knobs, self._config.latency.run_ms, rng)
         log.say(f"case {request.case_id} {request.phase} try {request.attempt}")
-        await self._pause(knobs, self._config.latency.run_ms, rng)
+        if knobs.kills_worker:  # the worker dies once the run has taken its time, before any outcome
+            await self._until(started, latency_s)
+            _maybe_kill_worker(request, knobs, log)
+        outcome = self._outcome(request, knobs, rng, log, random_void)
+        log.flush()
+        await self._until(started, latency_s)
+        return outcome.model_copy(update={"duration_ms": elapsed_ms(started)})
+
+    def _outcome(
+        self, request: RunRequest, knobs: DemoKnobs, rng: random.Random, log: StepLog, random_void: bool
+    ) -> RunOutcome:
+        """The run's outcome, its memory and log written (its duration is set once it has taken its time)."""
         key = f"{request.phase}-{request.attempt}"
-        _maybe_kill_worker(request, knobs, log)
         kills = knobs.kills.get(key, 0)
         if request.run_index <= kills:
             log.say("Killed")
-            return RunOutcome(
-                exit_code=137, duration_ms=elapsed_ms(started), void="killed for memory (exit 137)"
-            )
+            return RunOutcome(exit_code=137, duration_ms=0, void="killed for memory (exit 137)")
         if request.run_index <= kills + knobs.voids.get(key, 0) or random_void:
             log.say("error: the tool server went away")
             output = RunOutput(error=INJECTED_FAULT, usage=self._usage(knobs))
         else:
             output = self._attempt(request, knobs, rng, log)
-        return RunOutcome(exit_code=0, duration_ms=elapsed_ms(started), output=output)
+        return RunOutcome(exit_code=0, duration_ms=0, output=output)
 
     def _attempt(self, request: RunRequest, knobs: DemoKnobs, rng: random.Random, log: StepLog) -> RunOutput:
         present, skills = self._version_view(request.version, request.system_dir)

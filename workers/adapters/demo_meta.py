@@ -29,7 +29,7 @@ class DemoAnalyzer(DemoStep):
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
         started = time.monotonic()
         knobs = knobs_of(request)
-        await self._pause(knobs, self._config.latency.analyze_ms, self._rng(request, "analyze"))
+        latency_s = self._latency_s(knobs, self._config.latency.analyze_ms, self._rng(request, "analyze"))
         feedback = self._grade(request, knobs)
         none = "(none)\n"
         scores = "".join(f"- {item}: {score:.1f}\n" for item, score in feedback.rubric.items()) or none
@@ -43,9 +43,11 @@ class DemoAnalyzer(DemoStep):
             f"## Scores\n\n{scores}\n## Improvements\n\n{changes}"
             + (f"\n## Edits the gate rejected\n\n{rejected}" if rejected else "")
         )
+        graded = feedback.model_dump_json(indent=2).encode()
+        await self._until(started, latency_s)
         return AnalyzeOutcome(
             exit=StepExit(exit_code=0, duration_ms=elapsed_ms(started)),
-            feedback=feedback.model_dump_json(indent=2).encode(),
+            feedback=graded,
             analysis=report.encode(),
             source="the demo analyzer's feedback",
         )
@@ -102,7 +104,9 @@ class DemoApplier(DemoStep):
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
         started = time.monotonic()
         knobs = knobs_of(request)
-        await self._pause(knobs, self._config.latency.apply_ms, self._rng(request, "apply"))
+        await self._until(
+            started, self._latency_s(knobs, self._config.latency.apply_ms, self._rng(request, "apply"))
+        )
         if knobs.structural:
             output = ApplyOutput(
                 structural="the instructions need a new section hierarchy (planning before execution)",
