@@ -4,12 +4,17 @@ restarts empty gets the goal back from the store."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import time
 from pathlib import Path
 
 import pytest
+import redis
 
+from service.core import keys
+from service.core.models.jobs import GoalJob
 from service.core.settings import FleetSettings
 from service.goals.store import LOCK_FILE
 from tests.support.fleet import Fleet, wait_until, write_tuning
@@ -146,6 +151,33 @@ async def test_a_goal_whose_lock_a_frozen_process_holds_is_handed_back_while_the
     assert not [line for line in lines if line["event"] == "lease_lost"]
     assert agent_starts(fleet, "g2") == EVERY_STEP_ONCE
     assert worker.poll() is None
+
+
+async def test_a_load_that_waits_past_the_lease_for_the_goals_lock_keeps_its_lease(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A goal's first load waits for its lock (held by a frozen process) for longer than the lease: the
+    lease's heartbeat runs beside the load, so the lease outlives its time to live with the worker's
+    token all along; once the holder is gone the goal completes on that one lease, every step run once,
+    and no lease is lost."""
+    await start_goal(fleet, write_goal(tmp_path / "goals", demo={"complete_at": 1, "step_ms": 50}))
+    lock_file = goal_dir(fleet) / LOCK_FILE
+    lock_file.touch()
+    lease_key = keys.lease(GoalJob(goal="g1").job_id)
+    with redis.Redis.from_url(fleet.settings.redis_url) as r, frozen_lock_holder(lock_file):
+        fleet.start_worker()
+        await wait_until(lambda: r.get(lease_key) is not None, 30, "the worker to take the goal's lease")
+        token = r.get(lease_key)
+        held_until = time.monotonic() + 2 * fleet.settings.lease_s
+        while time.monotonic() < held_until:  # the load still waits for the lock: the lease must live on
+            assert r.get(lease_key) == token, "the lease lapsed while the goal's load waited for its lock"
+            await asyncio.sleep(0.05)
+        assert goal_state(fleet) is None  # the load was waiting all along (its state is made under the lock)
+    state = await wait_goal_ended(fleet, timeout_s=60)
+    assert state.status == "completed"
+    assert agent_starts(fleet) == {(1, "plan"): 1, (1, "work"): 1, (1, "review"): 1}
+    lines = [json.loads(line) for line in fleet.log_of(0).splitlines() if line.startswith("{")]
+    assert not [line for line in lines if line["event"] in ("lease_lost", "job_held_elsewhere")]
 
 
 async def test_a_worker_paused_past_its_lease_cannot_write_over_the_goals_new_owner(

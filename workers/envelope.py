@@ -3,7 +3,8 @@
     prepare it                     (no lease yet) what may take long: the LLM adapters' modules
     take the lease (with the losses that count against the job, its suspicion and whether it was
         cancelled: one script, workers.lease)
-    load the job                   one that cannot be loaded ends failed (or cancelled), naming why
+    load the job                   one that cannot be loaded ends failed (or cancelled), naming why;
+                                   the lease's heartbeat runs beside the load (it may wait for a lock)
     cancelled before it started    ends cancelled
     lost its lease too often       ends failed: poison
     pursue it                      the kind's body, the lease's heartbeat beside it
@@ -63,7 +64,7 @@ class JobKind(ABC, Generic[J, R]):
     """The job's payload model."""
 
     async def prepare(self, runtime: WorkerRuntime, job: J) -> None:
-        """What may take long before the lease is taken (whose heartbeat starts with the body): the
+        """What may take long before the lease is taken (whose heartbeat starts with it): the
         modules of the job's LLM adapters, imported in a thread the first time. It raises nothing: what
         it cannot read, the load names."""
         return None
@@ -116,7 +117,8 @@ async def _start(
     kind: JobKind[J, R], runtime: WorkerRuntime, job: J, lease: CaseLease, grant: Grant, job_try: int
 ) -> JobResult:
     try:
-        run = await kind.load(runtime, job, lease, grant, job_try)
+        async with watched(lease.heartbeat()):  # a load may wait (a goal's lock, a first snapshot)
+            run = await kind.load(runtime, job, lease, grant, job_try)
     except (LeaseLost, FilesBusy):
         raise
     except (TunefleetError, OSError) as exc:
