@@ -15,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
+
+import structlog
 
 from service.core.errors import ConfigError
 from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
@@ -34,6 +37,7 @@ from workers.adapters.sandbox import DemoProber, SandboxProber
 
 AdapterConfig = DemoAdapter | CommandAdapter | LlmAdapter
 GoalRole = Literal["runner", "analyzer"]
+log = structlog.get_logger()
 T = TypeVar("T")
 
 
@@ -81,12 +85,22 @@ def llm_modules_present() -> bool:
     return all(name in sys.modules for name in LLM_MODULES)
 
 
+def _import_llm_modules() -> float:
+    """Import them (in the calling thread); the thread's CPU seconds that took."""
+    began = time.thread_time()
+    for name in LLM_MODULES:
+        importlib.import_module(name)
+    return time.thread_time() - began
+
+
 async def llm_modules_loaded() -> None:
     """Import the LLM adapters' modules in a thread, the first time a job needs them (the module's
-    docstring); at once when they are loaded."""
+    docstring); at once when they are loaded. Logged (`llm_modules_loaded`) with the CPU the import
+    took: a cost of the worker's first LLM job, once per process, not of its calls."""
     if llm_modules_present():
         return
-    await asyncio.to_thread(lambda: [importlib.import_module(name) for name in LLM_MODULES])
+    cpu_s = await asyncio.to_thread(_import_llm_modules)
+    log.info("llm_modules_loaded", cpu_ms=round(1000 * cpu_s, 1))
 
 
 def _llm_runner(config: LlmAdapter, llm: Providers | None) -> Runner:
