@@ -68,3 +68,50 @@ def test_a_job_that_needs_the_sdk_has_it_imported_off_the_event_loop() -> None:
     done = subprocess.run([sys.executable, "-c", OFF_LOOP], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[False]", "True"]
+
+
+WARM = """
+import asyncio, sys, threading
+from service.core.models.tuning import LlmAdapter
+from workers.adapters.factory import llm_modules_loaded
+from workers.adapters.llm.pool import Providers
+from tests.support.fake_openai import FakeOpenAI, Reply
+
+on_loop = []
+watching = False
+
+def hook(event, args):
+    if event == "import" and watching and threading.current_thread() is threading.main_thread():
+        on_loop.append(args[0])
+
+sys.addaudithook(hook)
+
+async def main(url, warm):
+    global watching
+    pool = Providers()
+    config = LlmAdapter(kind="llm", base_url=url, model="m", api_key_env=None)
+    await llm_modules_loaded((lambda: pool.warm([config])) if warm else None)
+    watching = True
+    sdk, _ = pool.get(config).client(config)
+    await sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    watching = False
+    await pool.aclose()
+
+with FakeOpenAI(responder=lambda body: Reply("{}", 10, 2)) as server:
+    asyncio.run(main(server.base_url, sys.argv[1] == "warm"))
+print(len(on_loop), "openai.resources.chat" in on_loop)
+"""
+
+
+def test_a_jobs_prepare_warms_its_clients_so_that_the_first_call_imports_nothing_on_the_loop() -> None:
+    """What a client's first call would import on the event loop (the SDK's chat resources, its HTTP
+    transport, anyio's asyncio backend: about a tenth of a second, every other job held up meanwhile) is
+    imported by the prepare's thread with the job's clients (`Providers.warm`): the first call then
+    imports nothing on the loop. Without the warm-up it imports those modules there."""
+    runs: dict[str, list[str]] = {}
+    for mode in ("warm", "cold"):
+        done = subprocess.run([sys.executable, "-c", WARM, mode], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        runs[mode] = done.stdout.split()
+    assert runs["warm"] == ["0", "False"]
+    assert int(runs["cold"][0]) > 0 and runs["cold"][1] == "True", runs["cold"]

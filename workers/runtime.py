@@ -14,10 +14,11 @@ from service.core.batch import RedisBatch
 from service.core.errors import TunefleetError
 from service.core.events import EventSink
 from service.core.models.status import WorkerPresence
+from service.core.models.tuning import LlmAdapter
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
-from workers.adapters.factory import llm_modules_loaded, llm_modules_present, uses_llm
+from workers.adapters.factory import llm_modules_loaded, llm_modules_present
 from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
@@ -94,8 +95,11 @@ class WorkerRuntime:
             config = self.store.tuning(tuning).config()
         except (OSError, TunefleetError, ValueError):
             return
-        if uses_llm((config.runner, config.analyzer, config.applier)):
-            await llm_modules_loaded()
+        models = [
+            role for role in (config.runner, config.analyzer, config.applier) if isinstance(role, LlmAdapter)
+        ]
+        if models:
+            await llm_modules_loaded(lambda: self.llm.warm(models))
 
     async def _prober_for(self, tuning: str) -> Prober:
         return self.tuning(tuning).prober

@@ -16,7 +16,7 @@ import asyncio
 import importlib
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -77,10 +77,6 @@ LLM_MODULES = (
 """The modules the LLM builders below import (and, through them, the SDK)."""
 
 
-def uses_llm(configs: Iterable[object]) -> bool:
-    return any(isinstance(config, LlmAdapter) for config in configs)
-
-
 def llm_modules_present() -> bool:
     return all(name in sys.modules for name in LLM_MODULES)
 
@@ -93,14 +89,23 @@ def _import_llm_modules() -> float:
     return time.thread_time() - began
 
 
-async def llm_modules_loaded() -> None:
+async def llm_modules_loaded(then: Callable[[], object] | None = None) -> None:
     """Import the LLM adapters' modules in a thread, the first time a job needs them (the module's
-    docstring); at once when they are loaded. Logged (`llm_modules_loaded`) with the CPU the import
-    took: a cost of the worker's first LLM job, once per process, not of its calls."""
+    docstring), and run `then` in that thread after them (the job's clients warmed: Providers.warm); at
+    once when they are loaded. Logged (`llm_modules_loaded`) with the CPU the import took (`cpu_ms`, a
+    cost of the worker's first LLM job, once per process, not of its calls) and the warm-up's."""
+
+    def load() -> tuple[float, float]:
+        imported_s = _import_llm_modules()
+        began = time.thread_time()
+        if then is not None:
+            then()
+        return imported_s, time.thread_time() - began
+
     if llm_modules_present():
         return
-    cpu_s = await asyncio.to_thread(_import_llm_modules)
-    log.info("llm_modules_loaded", cpu_ms=round(1000 * cpu_s, 1))
+    imported_s, warmed_s = await asyncio.to_thread(load)
+    log.info("llm_modules_loaded", cpu_ms=round(1000 * imported_s, 1), warm_cpu_ms=round(1000 * warmed_s, 1))
 
 
 def _llm_runner(config: LlmAdapter, llm: Providers | None) -> Runner:

@@ -8,7 +8,7 @@ An adapter built without a pool (a tool, a test) opens one of its own per step (
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -34,9 +34,15 @@ class Providers:
         if provider is None:
             from workers.adapters.llm.provider import Provider  # the SDK, on first use (module docstring)
 
-            provider = Provider(config.base_url, config.model, self.redis)
-            self._providers[key] = provider
+            # setdefault: made by a warm-up thread meanwhile (`warm`), that one is kept
+            provider = self._providers.setdefault(key, Provider(config.base_url, config.model, self.redis))
         return provider
+
+    def warm(self, configs: Iterable[LlmAdapter]) -> None:
+        """Each config's provider made and its client warmed (`Provider.warm`), in the calling thread: a
+        job's prepare runs it once, in the thread that imports the SDK (workers.adapters.factory)."""
+        for config in configs:
+            self.get(config).warm(config)
 
     async def aclose(self) -> None:
         for provider in self._providers.values():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 
+import anyio
 import openai
 import structlog
 from redis.asyncio import Redis
@@ -102,9 +103,24 @@ class Provider:
             sdk = openai.AsyncOpenAI(
                 api_key=key, base_url=self.base_url, timeout=config.timeout_s, max_retries=0
             )
-            held = (sdk, key)
-            self._clients[name] = held
+            if held is None:  # made by a warm-up thread meanwhile (`warm`): that one is kept
+                held = self._clients.setdefault(name, (sdk, key))
+            else:
+                held = self._clients[name] = (sdk, key)
         return held
+
+    def warm(self, config: LlmAdapter) -> None:
+        """Make the config's client and load what the SDK loads at a client's first call (its chat
+        resources, anyio's asyncio backend), in the calling thread: a worker's prepare runs it in the
+        thread that imports the SDK, so that its first LLM step does not hold the event loop (every other
+        job's steps and heartbeats) for a tenth of a second. An unset key is left to the step, which names
+        it. A client the loop made meanwhile is kept (an unused one holds no connection)."""
+        try:
+            sdk, _ = self.client(config)
+        except MissingApiKey:
+            return
+        _ = sdk.chat.completions  # the chat resources: imported at their first access
+        anyio.run(anyio.sleep, 0)  # the asyncio backend (anyio imports it at its first use under a loop)
 
     def limits(self, config: LlmAdapter) -> ProviderLimits | None:
         """The fleet-wide limits the config sets (None: none)."""
