@@ -28,7 +28,7 @@ from workers.errors import OverBudget, VoidsExhausted
 from workers.gate.apply import gated_apply
 from workers.memory_bound import memory_oversize
 from workers.spend import case_usage
-from workers.steps.analyze import analyze_step, never_last
+from workers.steps.analyze import analyze_step
 from workers.steps.apply import apply_step
 from workers.steps.run import run_step
 
@@ -118,9 +118,7 @@ async def try_once(
     """Run and analyze; a void run is set aside and the try runs again, up to `max_voids` in a row."""
     while True:
         run = await run_step(cr, phase, attempt, memory, after)
-        feedback = await analyze_step(
-            cr, phase, attempt, run, last=_ends_the_case if phase == "mem" else never_last
-        )
+        feedback = await analyze_step(cr, phase, attempt, run)
         if feedback.verdict != "void":
             return run, feedback
         await cr.lease.check()
@@ -136,11 +134,6 @@ async def try_once(
         if in_a_row >= cr.tuning.config.max_voids:
             await mark_voids_seen(cr, phase, attempt)
             raise VoidsExhausted(f"{in_a_row} void runs in a row, the last: {feedback.infra}")
-
-
-def _ends_the_case(feedback: Feedback) -> bool:
-    """A passing grade in phase mem: the case starts no agent after it (whatever its memory's size)."""
-    return feedback.done
 
 
 def voids_in_a_row(cr: CaseRun, phase: Phase, attempt: int) -> int:

@@ -129,7 +129,7 @@ async def grade(ir: ItemRun) -> Feedback:
     attempt = ir.item.repeat
     while True:
         run = await run_step(ir, phase, attempt, None, None)
-        feedback = await analyze_step(ir, phase, attempt, run, last=_graded)
+        feedback = await analyze_step(ir, phase, attempt, run)
         if feedback.verdict != "void":
             return feedback
         await ir.lease.check()
@@ -138,11 +138,6 @@ async def grade(ir: ItemRun) -> Feedback:
         voids = len(ir.item.voids())
         if voids >= ir.tuning.config.max_voids:
             raise VoidsExhausted(f"{voids} void runs in a row, the last: {feedback.infra}")
-
-
-def _graded(feedback: Feedback) -> bool:
-    """A grade that is not void ends the item: it starts no agent after it."""
-    return feedback.verdict != "void"
 
 
 async def record(

@@ -9,7 +9,6 @@ the file, the field and how the analyzer ended.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -92,16 +91,8 @@ def _rejected(apply_file: Path) -> str | None:
     return f"the edit ({applied.output.summary or 'no summary'}) was rejected: {applied.gate.why}{broke}"
 
 
-def never_last(feedback: Feedback) -> bool:
-    return False
-
-
-async def analyze_step(
-    cr: CaseRun, phase: Phase, attempt: int, run: RunRecord, last: Callable[[Feedback], bool] = never_last
-) -> Feedback:
-    """The attempt's feedback, running the analyzer only if the fleet recorded none for this run.
-    `last(feedback)`: whether that grade ends the job's agents; then the job's slot is given up as soon
-    as the analyzer has ended (workers.slots), so that the next job starts while this one records."""
+async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) -> Feedback:
+    """The attempt's feedback, running the analyzer only if the fleet recorded none for this run."""
     paths = cr.store.attempt(phase, attempt)
     if run.void is not None:
         feedback = Feedback(
@@ -147,8 +138,6 @@ async def analyze_step(
     cr.emit_soon(EventKind.STEP_STARTED, step="analyze", phase=phase, attempt=attempt)
     began = datetime.now(UTC)
     feedback, report, dropped, source = await _analyze(cr, request)
-    if last(feedback):
-        cr.runtime.slots.give_up(cr.job_id)
     feedback = feedback.model_copy(update={"run_seal": run.seal, "seal": new_seal()})
     if before is not None and await off_loop(large, tree_digest, system) != before:
         await cr.emit(
