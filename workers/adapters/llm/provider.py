@@ -113,14 +113,15 @@ class Provider:
         """Make the config's client and load what the SDK loads at a client's first call (its chat
         resources, anyio's asyncio backend), in the calling thread: a worker's prepare runs it in the
         thread that imports the SDK, so that its first LLM step does not hold the event loop (every other
-        job's steps and heartbeats) for a tenth of a second. An unset key is left to the step, which names
-        it. A client the loop made meanwhile is kept (an unused one holds no connection)."""
+        job's steps and heartbeats) for a tenth of a second. A client the loop made meanwhile is kept (an
+        unused one holds no connection). It never fails the job: what it cannot do (an unset key, a client
+        the SDK refuses to make) is left to the step, which meets it again and names it."""
         try:
             sdk, _ = self.client(config)
-        except MissingApiKey:
-            return
-        _ = sdk.chat.completions  # the chat resources: imported at their first access
-        anyio.run(anyio.sleep, 0)  # the asyncio backend (anyio imports it at its first use under a loop)
+            _ = sdk.chat.completions  # the chat resources: imported at their first access
+            anyio.run(anyio.sleep, 0)  # the asyncio backend (anyio imports it at its first use under a loop)
+        except Exception as exc:  # a warm-up only: the step meets the error again and reports it, masked
+            log.info("llm_warm_skipped", provider=self.id, error=type(exc).__name__)
 
     def limits(self, config: LlmAdapter) -> ProviderLimits | None:
         """The fleet-wide limits the config sets (None: none)."""
