@@ -14,11 +14,10 @@ from service.core.batch import RedisBatch
 from service.core.errors import TunefleetError
 from service.core.events import EventSink
 from service.core.models.status import WorkerPresence
-from service.core.models.tuning import LlmAdapter
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
-from workers.adapters.factory import llm_modules_loaded, llm_modules_present
+from workers.adapters.factory import llm_modules_loaded, llm_modules_present, llm_roles
 from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.breaker import Breaker, BreakerGate
@@ -95,9 +94,7 @@ class WorkerRuntime:
             config = self.store.tuning(tuning).config()
         except (OSError, TunefleetError, ValueError):
             return
-        models = [
-            role for role in (config.runner, config.analyzer, config.applier) if isinstance(role, LlmAdapter)
-        ]
+        models = llm_roles((config.runner, config.analyzer, config.applier))
         if models:
             await llm_modules_loaded(lambda: self.llm.warm(models))
 

@@ -16,7 +16,7 @@ import asyncio
 import importlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -77,12 +77,17 @@ LLM_MODULES = (
 """The modules the LLM builders below import (and, through them, the SDK)."""
 
 
+def llm_roles(roles: Iterable[object]) -> list[LlmAdapter]:
+    """The roles' configs that are a model's (`kind: llm`)."""
+    return [role for role in roles if isinstance(role, LlmAdapter)]
+
+
 def llm_modules_present() -> bool:
     return all(name in sys.modules for name in LLM_MODULES)
 
 
 def _import_llm_modules() -> float:
-    """Import them (in the calling thread); the thread's CPU seconds that took."""
+    """Import LLM_MODULES (in the calling thread); the thread's CPU seconds that took."""
     began = time.thread_time()
     for name in LLM_MODULES:
         importlib.import_module(name)

@@ -11,11 +11,10 @@ from service.core.models.events import EventKind
 from service.core.models.goal import FINAL_STATUSES
 from service.core.models.goal_state import GoalState, GoalSummary
 from service.core.models.jobs import GOAL_FUNCTION, GoalJob, JobResult
-from service.core.models.tuning import LlmAdapter
 from service.core.system import SystemRepo
 from service.goals.spec import resolve_limits
 from service.goals.store import GoalStore, starting_state
-from workers.adapters.factory import build_goal_agent, llm_modules_loaded, llm_modules_present
+from workers.adapters.factory import build_goal_agent, llm_modules_loaded, llm_modules_present, llm_roles
 from workers.envelope import Ending, JobKind
 from workers.goals.loop import end, pursue
 from workers.goals.run import GoalRun, under_goal_lock
@@ -43,7 +42,7 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
             return  # the load names it
         if spec.tuning is not None:
             await runtime.llm_ready(spec.tuning)
-        models = [role for role in (spec.runner, spec.analyzer) if isinstance(role, LlmAdapter)]
+        models = llm_roles((spec.runner, spec.analyzer))
         if models:
             await llm_modules_loaded(lambda: runtime.llm.warm(models))
 
