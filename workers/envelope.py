@@ -1,6 +1,7 @@
 """The life of a leased job, whatever its kind (docs/architecture.md, "Job kinds"):
 
-    prepare it                     (no lease yet) what may take long: the LLM adapters' modules
+    prepare it                     (no lease yet) what may take long: the LLM adapters' modules, the
+                                   job's clients warmed
     take the lease (with the losses that count against the job, its suspicion and whether it was
         cancelled: one script, workers.lease)
     load the job                   one that cannot be loaded ends failed (or cancelled), naming why;
@@ -65,8 +66,8 @@ class JobKind(ABC, Generic[J, R]):
 
     async def prepare(self, runtime: WorkerRuntime, job: J) -> None:
         """What may take long before the lease is taken (whose heartbeat starts with it): the
-        modules of the job's LLM adapters, imported in a thread the first time. It raises nothing: what
-        it cannot read, the load names."""
+        modules of the job's LLM adapters, imported in a thread the first time, and its clients warmed
+        in that thread. It raises nothing: what it cannot read, the load names."""
         return None
 
     @abstractmethod
