@@ -14,6 +14,7 @@ from service.core.batch import RedisBatch
 from service.core.errors import TunefleetError
 from service.core.events import EventSink
 from service.core.models.status import WorkerPresence
+from service.core.models.tuning import LlmAdapter
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from workers.adapters.base import Prober
@@ -81,20 +82,28 @@ class WorkerRuntime:
         return current
 
     async def llm_ready(self, tuning: str) -> None:
-        """The modules of the tuning's LLM adapters imported (in a thread) if it uses a model and they
-        are not loaded yet (workers.adapters.factory); a config that cannot be read is left to the job's
-        load, which names the problem. Nothing is read once they are, or while the tuning's runtime is
-        built and current (it imported what its adapters need): a case start pays a stat at most."""
+        """The modules of the tuning's LLM adapters imported and its clients warmed (`models_ready`)."""
+        await self.models_ready(self.tuning_models(tuning))
+
+    def tuning_models(self, tuning: str) -> list[LlmAdapter]:
+        """The tuning's roles that are a model's, while the LLM modules are not loaded (after, none: they
+        are read no more); a config that cannot be read is left to the job's load, which names the problem.
+        Nothing is read while the tuning's runtime is built and current (it imported what its adapters
+        need): a case start pays a stat at most."""
         if llm_modules_present():
-            return
+            return []
         built = self._tunings.get(tuning)
         if built is not None and not built.is_stale():
-            return
+            return []
         try:
             config = self.store.tuning(tuning).config()
         except (OSError, TunefleetError, ValueError):
-            return
-        models = llm_roles((config.runner, config.analyzer, config.applier))
+            return []
+        return llm_roles((config.runner, config.analyzer, config.applier))
+
+    async def models_ready(self, models: list[LlmAdapter]) -> None:
+        """The LLM adapters' modules imported and the models' clients warmed, in one thread, the first
+        time a job needs them (workers.adapters.factory, `Providers.warm`); at once without models."""
         if models:
             await llm_modules_loaded(lambda: self.llm.warm(models))
 

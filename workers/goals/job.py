@@ -14,7 +14,7 @@ from service.core.models.jobs import GOAL_FUNCTION, GoalJob, JobResult
 from service.core.system import SystemRepo
 from service.goals.spec import resolve_limits
 from service.goals.store import GoalStore, starting_state
-from workers.adapters.factory import build_goal_agent, llm_modules_loaded, llm_modules_present, llm_roles
+from workers.adapters.factory import build_goal_agent, llm_modules_present, llm_roles
 from workers.envelope import Ending, JobKind
 from workers.goals.loop import end, pursue
 from workers.goals.run import GoalRun, under_goal_lock
@@ -40,11 +40,8 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
             spec = GoalStore(runtime.store.root / "goals" / job.goal).spec()
         except (OSError, TunefleetError, ValueError):
             return  # the load names it
-        if spec.tuning is not None:
-            await runtime.llm_ready(spec.tuning)
-        models = llm_roles((spec.runner, spec.analyzer))
-        if models:
-            await llm_modules_loaded(lambda: runtime.llm.warm(models))
+        tuning_models = runtime.tuning_models(spec.tuning) if spec.tuning is not None else []
+        await runtime.models_ready(llm_roles((spec.runner, spec.analyzer)) + tuning_models)
 
     async def load(
         self, runtime: WorkerRuntime, job: GoalJob, lease: CaseLease, grant: Grant, job_try: int

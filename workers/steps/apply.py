@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -62,11 +63,12 @@ async def apply_under_lock(
     await cr.controls.wait_key_accepted(cr.tuning.name)
     cr.at("apply", phase, attempt, waiting="lock")
     await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
-    tree = cr.where(phase, attempt, "apply")["step_dir"] / "system"
+    where = cr.where(phase, attempt, "apply")
+    tree: Path = where["step_dir"] / "system"
     try:
         async with cr.tuning.lock.held(cr.job_id) as hold:
             cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
-            record = await _apply_holding(cr, phase, attempt, feedback, hold, candidate_ref, tree)
+            record = await _apply_holding(cr, phase, attempt, feedback, hold, candidate_ref, where)
     except LockLost as exc:
         await cr.emit(EventKind.APPLY_ABANDONED, phase=phase, attempt=attempt, detail=str(exc))
         return None
@@ -136,10 +138,12 @@ async def _apply_holding(
     feedback: Feedback,
     hold: LockHold,
     candidate_ref: str | None,
-    tree: Path,
+    where: dict[str, Any],
 ) -> ApplyRecord:
-    """The apply under the lock `hold`, its applier editing a private copy of the current version at
-    `tree` (which the caller removes once the lock is let go)."""
+    """The apply under the lock `hold` (`where`: its step request's fields, `CaseRun.where`), its applier
+    editing a private copy of the current version at `system` in its step folder (which the caller
+    removes once the lock is let go)."""
+    tree: Path = where["step_dir"] / "system"
     paths = cr.store.attempt(phase, attempt)
     tag = attempt_tag(cr, phase, attempt)
     current = await cr.tuning.version_from(hold.version_at_grant)
@@ -159,7 +163,6 @@ async def _apply_holding(
             feedback_seal=feedback.seal,
             seal=new_seal(),
         )
-    where = cr.where(phase, attempt, "apply")
     where["step_dir"].mkdir(parents=True, exist_ok=True)
     # Not waited for (it fences nothing; the apply's next event waits for it): the lock is held meanwhile.
     cr.emit_soon(
