@@ -283,7 +283,14 @@ async def test_a_grade_recorded_by_a_worker_that_died_before_its_note_is_noted_o
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1")], adapter=SLOW_RUN))
     first = fleet.start_worker()
     case_root = fleet.settings.store / "tunings/t1/cases/c1/r1"
-    await wait_until(lambda: len(started_by(fleet.events(), "c1")) == 2, 30, "the memory run to start")
+    await wait_until(  # the grade lands while the memory run starts (JobRun.write_behind)
+        lambda: (
+            len(started_by(fleet.events(), "c1")) == 2
+            and step_finishes(fleet.events(), "c1").get(("nomem", 1, "analyze")) == 1
+        ),
+        30,
+        "the memory run to start with the first grade recorded",
+    )
     first.send_signal(signal.SIGKILL)
     first.wait()
     notes_file = case_root / "notes.jsonl"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from workers.slots import Slots
 
 
@@ -49,3 +51,45 @@ def test_a_slot_given_up_is_free_until_its_job_ends() -> None:
     assert slots.free() == 0
     slots.release("next")
     assert slots.free() == 1
+
+
+async def test_bookkeeping_waits_its_turn_until_the_jobs_claimed_have_started_their_agents() -> None:
+    """A claim due, and a job claimed that has started no agent yet, keep bookkeeping's turn waiting; the
+    turn comes once the claim is made and the job's agent starts, and at once when nothing starts."""
+    slots = Slots(2)
+    assert slots.turn().done()
+    slots.claim_due(True)
+    turn = slots.turn()
+    assert not turn.done()
+    slots.hold("next")
+    slots.claim_due(False)
+    assert not turn.done()  # claimed, but its agent has not started
+    slots.starting("next", False)
+    assert turn.done()
+    slots.starting("next", True)  # its agent ended and another follows
+    later = slots.turn()
+    assert not later.done()
+    slots.give_up("next")  # it starts no agent any more
+    assert later.done()
+
+
+async def test_a_job_waiting_on_the_fleet_or_ending_does_not_hold_bookkeeping_up() -> None:
+    """A job that lends its slot, or whose function ends, is starting nothing: the turn comes."""
+    slots = Slots(2)
+    slots.hold("gating")
+    slots.hold("other")
+    turn = slots.turn()
+    with slots.lent("gating"):
+        assert not turn.done()
+        slots.release("other")
+        assert turn.done()
+
+
+async def test_bookkeeping_waits_no_longer_than_its_bound() -> None:
+    """A job that never starts its agent holds bookkeeping up for `bookkeeping_wait_max_s` at most."""
+    slots = Slots(1, bookkeeping_wait_max_s=0.05)
+    slots.hold("stuck")
+    turn = slots.turn()
+    assert not turn.done()
+    await asyncio.wait_for(turn, timeout=10)  # the bound, not the job, ends the wait
+    assert not slots.turn().done()  # the job still holds the next turn up

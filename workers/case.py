@@ -106,9 +106,12 @@ class CaseRun(JobRun):
         version it runs."""
         return self.settings.wait_for_apply
 
-    def check_budget(self) -> None:
-        """OverBudget when the case has spent its budget (workers.spend)."""
-        check_case_budget(self.store, self.tuning.config.budget)
+    async def check_budget(self) -> None:
+        """OverBudget when the case has spent its budget (workers.spend), its records landed first."""
+        budget = self.tuning.config.budget
+        if budget.case_max_tokens is not None or budget.case_max_usd is not None:
+            await self.landed()
+        check_case_budget(self.store, budget)
 
     def note_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> bool:
         """Usage that no record will keep, into the case's ledger at once (no await); False if none."""
@@ -165,6 +168,8 @@ class CaseRun(JobRun):
         (`waiting`: what for), holding the improvements lock (`fence`) if it does; status and the
         dashboard see it with the next event, in the same round trip."""
         structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)
+        if waiting is not None:  # it starts no agent until the fleet lets it
+            self.runtime.slots.starting(self.job_id, False)
         if not self.shown_running:
             return
         state = None

@@ -189,6 +189,7 @@ async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
         return await kind.end(run, "failed", f"internal error: {type(exc).__name__}: {exc}")
     finally:  # after a way out that sent no event (Redis gone, the lease lost), nobody waits for the queued
         run.abandon_events()
+        run.abandon_writes()
 
 
 async def _key_refused(kind: JobKind[J, R], run: R, exc: KeyRefused) -> JobResult:
@@ -220,7 +221,9 @@ async def _cancelled_at_claim(kind: JobKind[J, R], run: R) -> JobResult:
 
 
 async def _let_go(run: JobRun) -> None:
-    """The worker is stopping: record what was spent, give the job back to the queue at once."""
+    """The worker is stopping: land the records started, record what was spent, give the job back to
+    the queue at once."""
+    await quietly(run.landed())
     await quietly(run.settle_spend())
     if await quietly(run.lease.requeue()):
         await quietly(run.let_go(run.requeued, "the worker stopped"))
@@ -232,6 +235,7 @@ async def _hand_back(
     """The job cannot go on here now, through no fault of its own (an LLM provider stayed down or refused
     the key; its files are locked): give it back to the queue for `defer_s`, marking nothing and spending
     no try (the step runs again from its start), announced with `kind`'s event."""
+    await quietly(run.landed())
     if await quietly(run.lease.requeue(defer_s)):
         await quietly(run.let_go(kind, reason, {"retry_in_s": defer_s}))
     raise Retry(defer=defer_s) from None

@@ -115,6 +115,7 @@ class FleetWorker:
 
     def _slot_freed(self) -> None:
         if self._more_due or self.burst:  # in burst, the exit check is made at once
+            self.slots.claim_due(self.allow_pick_jobs)
             self._wake.set()
 
     async def _poll(self) -> None:
@@ -124,6 +125,7 @@ class FleetWorker:
         self.polled_at_s = time.monotonic()
         free = self.slots.free()
         if not self.allow_pick_jobs or free <= 0:
+            self.slots.claim_due(False)
             return
         try:
             lease_ms = int(self.runtime.settings.lease_s * 1000)
@@ -134,6 +136,7 @@ class FleetWorker:
             self.runtime.outage.failed("poll", exc)
             self._poll_failures += 1
             self._more_due = True
+            self.slots.claim_due(False)
             return
         self.runtime.outage.answered()
         self._poll_failures = 0
@@ -145,6 +148,7 @@ class FleetWorker:
             self.tasks[job.job_id] = task
             self.slots.hold(job.job_id)
             task.add_done_callback(functools.partial(self._ran, job.job_id))
+        self.slots.claim_due(False)
 
     async def _pause(self) -> None:
         """Wait `poll_delay_s` (longer while Redis is away), or until a slot frees or an outage ends."""

@@ -6,6 +6,7 @@ its own subject and answers the few questions the envelope (workers.envelope) as
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from service.core.models.tuning import Budget
 from workers.lease import CaseLease
 from workers.meter import CURRENT, StepMeter
 from workers.runtime import WorkerRuntime
+from workers.slots import hurry
 from workers.tuning import TuningRuntime
 
 Announce = Callable[[WaitCause, Hold | None], Awaitable[None]]
@@ -50,6 +52,13 @@ class JobRun(ABC):
         self.tuning = tuning
         """The tuning the job runs on (its holds, budget and counters), if any."""
         self.log = structlog.get_logger().bind(worker=self.worker, **context)
+        self._landing: asyncio.Future[None] | None = None
+        """The last write `write_behind` started, which lands after the ones before it."""
+        self._turn: asyncio.Future[None] | None = None
+        """The turn the write landing next waits for (workers.slots): its wait ends early once the job
+        waits for it."""
+        self._hurried = False
+        """Whether the writes under way land at once (the job waits for them, or starts no agent)."""
 
     @property
     def job_id(self) -> str:
@@ -71,9 +80,13 @@ class JobRun(ABC):
 
     async def write(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
         """A fenced, durable write (with `also` files, written first and not flushed): refused
-        (LeaseLost) once the lease has moved on. A job on a tuning has it flushed to disk with the other
-        jobs' writes of the moment, off the event loop (service.core.disk_batch); one without (a goal
-        with no tuning) writes it on the event loop."""
+        (LeaseLost) once the lease has moved on. It lands after every write `write_behind` started. A job
+        on a tuning has it flushed to disk with the other jobs' writes of the moment, off the event loop
+        (service.core.disk_batch); one without (a goal with no tuning) writes it on the event loop."""
+        await self.landed()
+        await self._write_now(path, model, *also)
+
+    async def _write_now(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
         await self.lease.check()
         for other, data in also:
             write_atomic(other, data, durable=False)
@@ -81,6 +94,57 @@ class JobRun(ABC):
             write_model(path, model)
         else:
             await self.tuning.disk.write(path, model_bytes(model))
+
+    def write_behind(
+        self, path: Path, model: BaseModel, *also: tuple[Path, bytes], then: Callable[[], None]
+    ) -> None:
+        """`write`, started and not waited for: a step's record lands (and `then` announces it) while
+        the job's next agent starts. The writes land in the order they were started; the job waits for
+        them (`landed`) as soon as that agent returns, and before it reads its records, moves its
+        folders, writes anything else or leaves the worker, so a record that cannot land (its lease
+        lost, say) stops the job there, before anything that followed the step is recorded. What this
+        changes: a crash before the record lands runs its step again, as a crash at its write always
+        did, and the next agent may have started meanwhile (its work is lost with the record)."""
+        before = self._landing
+        if before is None:
+            self._hurried = False
+
+        async def land() -> None:
+            if before is not None:
+                await before
+            if not self._hurried:
+                self._turn = self.runtime.slots.turn()
+                await self._turn  # the agents about to start go first
+            await self._write_now(path, model, *also)
+            then()
+
+        self._landing = asyncio.ensure_future(land())
+
+    def land_soon(self) -> None:
+        """Let the writes `write_behind` started land without giving way to starts any more."""
+        self._hurried = True
+        if self._turn is not None:
+            hurry(self._turn)
+
+    async def landed(self) -> None:
+        """Wait until every write `write_behind` started has landed; the first that failed raises its
+        error here (once: the writes after it were not made)."""
+        landing = self._landing
+        if landing is None:
+            return
+        self.land_soon()
+        try:
+            await asyncio.shield(landing)  # a cancelled wait leaves the record landing
+        finally:
+            if landing.done() and self._landing is landing:
+                self._landing = None
+
+    def abandon_writes(self) -> None:
+        """The job leaves the worker on a way out that writes nothing: a record still landing is let be
+        (its lease check refuses it if the lease is gone), its error no longer reported."""
+        landing, self._landing = self._landing, None
+        if landing is not None:
+            landing.add_done_callback(lambda done: done.cancelled() or done.exception())
 
     @abstractmethod
     async def emit(self, kind: EventKind, **fields: Any) -> None:
@@ -106,6 +170,7 @@ class JobRun(ABC):
         adapters measured it spending is kept with `unfinished_spend` (at once, with no await: safe while
         the call is being cancelled) and recorded for good by `settle_spend`."""
         meter = StepMeter()
+        self.runtime.slots.starting(self.job_id, False)
         token = CURRENT.set(meter)
         try:
             yield meter
@@ -116,6 +181,7 @@ class JobRun(ABC):
             raise
         finally:
             CURRENT.reset(token)
+            self.runtime.slots.starting(self.job_id, True)  # until its next agent, if any, starts
 
     @abstractmethod
     def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
@@ -158,7 +224,8 @@ async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:
     budget = tuning.current_budget()
     if budget.tuning_max_tokens is None and budget.tuning_max_usd is None:
         return None
-    await run.events_sent()  # the spend of the job's last step is in the counters read below
+    await run.landed()  # the spend of the job's last step is in the counters read below: its record
+    await run.events_sent()  # landed, and the event that counts it sent
     async with run.sink.redis.pipeline(transaction=False) as pipe:
         pipe.hmget(keys.stats(tuning.name), ["tokens", "cost_usd_micros"])
         pipe.hget(keys.budget_waived(), tuning.name)

@@ -74,11 +74,7 @@ async def run_loop(cr: CaseRun) -> CaseResult:
         oversize = await memory_oversize(cr.tuning.config, mem.memory)  # it grew in the memory phase
         if oversize is not None:
             return await finish(cr, "difficult", phase, oversize)
-        cr.runtime.slots.give_up(cr.job_id)  # no agent starts from here on
-        await cr.lease.check()
-        kept = await on_folder(mem.memory, cr.tuning.store.submit_memory, cr.case.id, cr.case.rev, mem.memory)
-        cr.emit_soon(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=mem.attempt, detail=str(kept))
-        return await finish(cr, "completed", "mem", None)
+        return await finish(cr, "completed", "mem", None, kept=mem)
     except OverBudget as over:  # checked before each step starts (workers.spend)
         return await finish(cr, "difficult", phase, over.reason)
 
@@ -121,6 +117,7 @@ async def try_once(
         feedback = await analyze_step(cr, phase, attempt, run)
         if feedback.verdict != "void":
             return run, feedback
+        await cr.landed()  # the records of the try set aside
         await cr.lease.check()
         aside = cr.store.set_aside(phase, attempt)
         await cr.emit(
@@ -153,10 +150,25 @@ async def mark_voids_seen(cr: CaseRun, phase: Phase, attempt: int) -> None:
     await cr.write(cr.store.voids_file, VoidBaseline(baseline))
 
 
-async def finish(cr: CaseRun, state: str, phase: Phase | None, reason: str | None) -> CaseResult:
-    """Write the case's result and send its end; no agent starts after this, so the case's slot is
-    free for the next job meanwhile (workers.slots)."""
+async def finish(
+    cr: CaseRun, state: str, phase: Phase | None, reason: str | None, kept: Passed | None = None
+) -> CaseResult:
+    """Keep the memory of the passing try `kept` (a completed case), write the case's result and send its
+    end. No agent starts after this: the case's slot is given up at once, and this bookkeeping gives way
+    to the jobs that start in it meanwhile (workers.slots)."""
+    budget = cr.tuning.config.budget
+    if budget.tuning_max_tokens is not None or budget.tuning_max_usd is not None:
+        await cr.landed()  # the last step's spend is in the tuning's counters before the next job checks them
+        await cr.events_sent()
     cr.runtime.slots.give_up(cr.job_id)
+    cr.land_soon()  # the last step's record lands now: the step has not ended before
+    await cr.runtime.slots.turn()
+    await cr.landed()  # every record counts in the result, and a passing grade comes before its memory
+    if kept is not None:
+        await cr.lease.check()
+        memory = kept.memory
+        stored = await on_folder(memory, cr.tuning.store.submit_memory, cr.case.id, cr.case.rev, memory)
+        cr.emit_soon(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=kept.attempt, detail=str(stored))
     usage, steps = case_usage(cr.store)
     result = CaseResult.model_validate(
         {

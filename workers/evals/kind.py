@@ -132,6 +132,7 @@ async def grade(ir: ItemRun) -> Feedback:
         feedback = await analyze_step(ir, phase, attempt, run)
         if feedback.verdict != "void":
             return feedback
+        await ir.landed()  # the records of the try set aside
         await ir.lease.check()
         aside = ir.item.set_aside()
         await ir.emit(ITEM_SET_ASIDE, detail=f"void: {feedback.infra}", data={"folder": aside.name})
@@ -144,6 +145,7 @@ async def record(
     ir: ItemRun, state: str, *, feedback: Feedback | None = None, reason: str | None = None
 ) -> JobResult:
     """Write the item's outcome (fenced: last, and once) and send its event."""
+    await ir.landed()  # every record counts in the outcome
     usage, _ = case_usage(ir.item)
     outcome = ItemResult.model_validate(
         {

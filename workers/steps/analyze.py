@@ -105,7 +105,7 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         if recorded.seal is not None and not cr.store.has_note("graded", recorded.seal):
             _note_graded(cr, phase, attempt, recorded)  # the worker before died between the two
         return recorded
-    cr.check_budget()
+    await cr.check_budget()
     where = cr.where(phase, attempt, "analyze")
     work: Path = where["step_dir"]
     run_work = paths.root / run.work
@@ -148,22 +148,28 @@ async def analyze_step(cr: CaseRun, phase: Phase, attempt: int, run: RunRecord) 
         )
     if not trusted:
         await remove_tree(system)
-    # analysis.md is for people; feedback.json is the record (flushed to disk), under the same fence
-    await cr.write(paths.feedback, feedback, *([(paths.analysis, report)] if report is not None else []))
     if dropped:
-        await _note_dropped(cr, phase, attempt, source, dropped)
-    _note_graded(cr, phase, attempt, feedback)
-    cr.step_finished_soon(
-        (phase, attempt, "analyze"),
-        feedback.usage,
-        duration_ms=int((datetime.now(UTC) - began).total_seconds() * 1000),
-        detail=f"{feedback.verdict}{', done' if feedback.done else ''}",
-        data={"outcome": feedback.verdict},
-    )
+        _note_dropped(cr, phase, attempt, source, dropped)
+    duration_ms = int((datetime.now(UTC) - began).total_seconds() * 1000)
+
+    def graded() -> None:
+        _note_graded(cr, phase, attempt, feedback)
+        cr.step_finished_soon(
+            (phase, attempt, "analyze"),
+            feedback.usage,
+            duration_ms=duration_ms,
+            detail=f"{feedback.verdict}{', done' if feedback.done else ''}",
+            data={"outcome": feedback.verdict},
+        )
+
+    # analysis.md is for people; feedback.json is the record (flushed to disk), under the same fence; it
+    # lands while the case's next agent starts (CaseRun.write_behind)
+    also = [(paths.analysis, report)] if report is not None else []
+    cr.write_behind(paths.feedback, feedback, *also, then=graded)
     return feedback
 
 
-async def _note_dropped(cr: CaseRun, phase: Phase, attempt: int, source: str, dropped: list[str]) -> None:
+def _note_dropped(cr: CaseRun, phase: Phase, attempt: int, source: str, dropped: list[str]) -> None:
     """Scores of rubric ids the case lacks were left out of the feedback: keep a note and log it."""
     cr.log.warning("feedback_rubric_dropped", ids=dropped, file=source, phase=phase, attempt=attempt)
     text = (
@@ -224,6 +230,7 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
     for _ in range(ANALYZER_ROUNDS):
         with cr.metered({"phase": request.phase, "attempt": request.attempt, "step": "analyze"}):
             outcome = await cr.tuning.analyzer.analyze(request)
+        await cr.landed()  # the run's record
         stopped = outcome.exit.infra or outcome.exit.key_refused
         if stopped is not None and outcome.exit.spent is not None:  # paid for before the provider stopped
             why = f"analysis stopped: {stopped}"

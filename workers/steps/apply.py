@@ -59,7 +59,8 @@ async def apply_under_lock(
     """Run the applier under the improvements lock; None when the lock was lost (try again). With
     `candidate_ref` (a gated apply, workers.gate) the edits become a candidate commit kept under that
     ref, not the current version: its `version` is the candidate."""
-    cr.check_budget()
+    await cr.landed()  # the grade it applies is recorded before any edit of it is published
+    await cr.check_budget()
     await cr.controls.wait_key_accepted(cr.tuning.name)
     cr.at("apply", phase, attempt, waiting="lock")
     await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -88,12 +89,11 @@ async def run_step(
     if recorded is not None:
         cr.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
     while True:  # not read again: only a run that ended writes the record (over anything left there)
-        cr.check_budget()
+        await cr.check_budget()
         runnable = await wait_until_runnable(cr, phase, attempt)
         record = await _run_once(cr, phase, attempt, memory_from, runnable, after)
-        if record is not None:
-            await cr.write(paths.run, record)
-            _finished(cr, phase, attempt, record)
+        if record is not None:  # it lands while the analyzer starts (CaseRun.write_behind)
+            cr.write_behind(paths.run, record, then=functools.partial(_finished, cr, phase, attempt, record))
             return record
         await count_sandbox_trip(cr)
 
@@ -171,6 +171,7 @@ async def _run_once(
     began = time.monotonic()
     with cr.metered({"phase": phase, "attempt": attempt, "step": "run"}):
         outcome = await cr.tuning.runner.run(request)
+    await cr.landed()  # the step before's record
     if outcome.provider_down is not None:  # not this case's fault: handed back, no try spent
         raise ProviderDown(f"the runner's {outcome.provider_down}")
     if outcome.key_refused is not None:

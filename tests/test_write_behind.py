@@ -1,0 +1,87 @@
+"""Records written behind (workers.job_run.JobRun.write_behind): a step's record lands while the job's
+next agent starts, in the order the records were started, fenced by the lease like any write; a record
+that cannot land stops the job at its next wait for them, and nothing started after it lands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.core import keys
+from service.core.connection import connect
+from service.core.models.events import EventKind
+from service.core.models.records import SandboxTrips, Usage
+from service.core.settings import FleetSettings
+from workers.errors import LeaseLost
+from workers.job_run import JobRun
+from workers.runtime import WorkerRuntime
+
+JOB = "case:t1:c1:1"
+
+
+class Probe(JobRun):
+    """A leased job with no kind of its own: only the writes are exercised."""
+
+    async def emit(self, kind: EventKind, **fields: Any) -> None:
+        return None
+
+    def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
+        return None
+
+    async def settle_spend(self) -> None:
+        return None
+
+
+async def leased_probe(settings: FleetSettings) -> tuple[Probe, Any]:
+    redis = await connect(settings)
+    runtime = WorkerRuntime(settings, redis, name="w1")
+    await redis.zadd(settings.queue, {JOB: 0})
+    lease, _ = await runtime.acquire(JOB, "t1")
+    return Probe(runtime, lease, None, {}), redis
+
+
+async def test_records_written_behind_land_in_order_before_the_job_goes_on(
+    settings: FleetSettings, tmp_path: Path
+) -> None:
+    """Two records started one after the other both land, each announced after it landed, in their
+    order; `write` waits for them before its own."""
+    probe, redis = await leased_probe(settings)
+    announced: list[str] = []
+    try:
+        probe.write_behind(tmp_path / "run.json", SandboxTrips(trips=1), then=lambda: announced.append("run"))
+        probe.write_behind(
+            tmp_path / "feedback.json", SandboxTrips(trips=2), then=lambda: announced.append("fb")
+        )
+        assert announced == []  # started, not landed: the job went on
+        await probe.write(tmp_path / "result.json", SandboxTrips(trips=3))
+        assert announced == ["run", "fb"]
+        assert [
+            SandboxTrips.model_validate_json((tmp_path / n).read_bytes()).trips
+            for n in ("run.json", "feedback.json", "result.json")
+        ] == [1, 2, 3]
+    finally:
+        await redis.aclose()
+
+
+async def test_a_record_that_cannot_land_stops_the_job_and_nothing_after_it_lands(
+    settings: FleetSettings, tmp_path: Path
+) -> None:
+    """Once the lease has moved on, the record written behind is refused: the job's next wait for its
+    records raises LeaseLost (once), and the record started after it is never written nor announced."""
+    probe, redis = await leased_probe(settings)
+    announced: list[str] = []
+    try:
+        await redis.delete(keys.lease(JOB))  # another worker's now, as far as the fence knows
+        probe.write_behind(tmp_path / "run.json", SandboxTrips(trips=1), then=lambda: announced.append("run"))
+        probe.write_behind(
+            tmp_path / "feedback.json", SandboxTrips(trips=2), then=lambda: announced.append("fb")
+        )
+        with pytest.raises(LeaseLost):
+            await probe.landed()
+        await probe.landed()  # reported once
+        assert announced == []
+        assert not (tmp_path / "run.json").exists() and not (tmp_path / "feedback.json").exists()
+    finally:
+        await redis.aclose()
