@@ -52,6 +52,8 @@ class Slots:
         self._claim_due = False
         self._turns: list[asyncio.Future[None]] = []
         """Bookkeeping waiting for the starts under way to be over."""
+        self._deadline: asyncio.TimerHandle | None = None
+        """Lets the waiting bookkeeping go, `bookkeeping_wait_max_s` after the first of it came."""
 
     def free(self) -> int:
         """Slots the scheduler may claim jobs into now (lent ones count as free)."""
@@ -81,15 +83,16 @@ class Slots:
         self._settle()
 
     def turn(self) -> asyncio.Future[None]:
-        """Bookkeeping's turn: a future done once nothing is starting, or `bookkeeping_wait_max_s` from now
-        (whoever needs the bookkeeping done sooner sets its result: `hurry`)."""
+        """Bookkeeping's turn: a future done once nothing is starting, or at most `bookkeeping_wait_max_s`
+        from now (whoever needs the bookkeeping done sooner sets its result: `hurry`)."""
         loop = asyncio.get_running_loop()
         turn = loop.create_future()
-        if self._claim_due or self._starting:
-            self._turns.append(turn)
-            loop.call_later(self.bookkeeping_wait_max_s, hurry, turn)
-        else:
+        if not self._claim_due and not self._starting:
             turn.set_result(None)
+            return turn
+        self._turns.append(turn)
+        if self._deadline is None:  # one timer for the bookkeeping waiting together
+            self._deadline = loop.call_later(self.bookkeeping_wait_max_s, self._let_go)
         return turn
 
     def _start(self, job_id: str, starts: bool) -> None:
@@ -101,9 +104,15 @@ class Slots:
 
     def _settle(self) -> None:
         if self._turns and not self._claim_due and not self._starting:
-            turns, self._turns = self._turns, []
-            for turn in turns:
-                hurry(turn)
+            self._let_go()
+
+    def _let_go(self) -> None:
+        turns, self._turns = self._turns, []
+        for turn in turns:
+            hurry(turn)
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def give_up(self, job_id: str) -> None:
         """The job will start no agent any more (what is left is recording its end): its slot counts as
