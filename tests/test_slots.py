@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from workers.slots import Slots
+from workers.slots import TURNS_AT_ONCE, Slots
 
 
 def test_held_slots_are_not_free_until_their_job_ends() -> None:
@@ -93,3 +93,20 @@ async def test_bookkeeping_waits_no_longer_than_its_bound() -> None:
     assert not turn.done()
     await asyncio.wait_for(turn, timeout=10)  # the bound, not the job, ends the wait
     assert not slots.turn().done()  # the job still holds the next turn up
+
+
+async def test_bookkeeping_goes_a_few_at_a_time_per_turn_of_the_loop() -> None:
+    """Many waiting ends are let go a few per turn of the event loop, not all in one: a start that comes
+    meanwhile waits for a few of them, not for all."""
+    slots = Slots(1)
+    slots.hold("starting")
+    turns = [slots.turn() for _ in range(3 * TURNS_AT_ONCE)]
+    slots.starting("starting", False)
+    assert sum(t.done() for t in turns) == TURNS_AT_ONCE
+    await asyncio.sleep(0)  # one turn of the loop: the next few
+    assert sum(t.done() for t in turns) == 2 * TURNS_AT_ONCE
+    slots.starting("starting", True)  # a start again: the rest waits for it
+    await asyncio.sleep(0)
+    assert sum(t.done() for t in turns) == 2 * TURNS_AT_ONCE
+    slots.starting("starting", False)
+    await asyncio.wait_for(asyncio.gather(*turns), timeout=10)

@@ -119,8 +119,9 @@ class JobRun(ABC):
             then()
 
         self._landing = asyncio.ensure_future(land())
+        self.runtime.slots.record_landing(self._landing)
 
-    def land_soon(self) -> None:
+    def _hurry_landing(self) -> None:
         """Let the writes `write_behind` started land without giving way to starts any more."""
         self._hurried = True
         if self._turn is not None:
@@ -132,7 +133,7 @@ class JobRun(ABC):
         landing = self._landing
         if landing is None:
             return
-        self.land_soon()
+        self._hurry_landing()
         try:
             await asyncio.shield(landing)  # a cancelled wait leaves the record landing
         finally:

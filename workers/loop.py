@@ -161,15 +161,15 @@ async def finish(
         await cr.landed()  # the last step's spend is in the tuning's counters before the next job checks them
         await cr.events_sent()
     cr.runtime.slots.give_up(cr.job_id)
-    cr.land_soon()  # the last step's record lands now: the step has not ended before
-    await cr.runtime.slots.turn()
-    await cr.landed()  # every record counts in the result, and a passing grade comes before its memory
-    if kept is not None:
+    await cr.landed()  # at once: the last step has not ended before its record landed
+    await cr.runtime.slots.turn(after_records=True)  # the rest waits for the other jobs' starts and steps
+    if kept is not None:  # after its passing grade
         await cr.lease.check()
         memory = kept.memory
         stored = await on_folder(memory, cr.tuning.store.submit_memory, cr.case.id, cr.case.rev, memory)
         cr.emit_soon(EventKind.MEMORY_SUBMITTED, phase="mem", attempt=kept.attempt, detail=str(stored))
-    usage, steps = case_usage(cr.store)
+        await cr.runtime.slots.turn(after_records=True)
+    usage, steps = case_usage(cr.store)  # every record counts
     result = CaseResult.model_validate(
         {
             "case": cr.case.id,

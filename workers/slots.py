@@ -28,6 +28,9 @@ from contextlib import contextmanager
 
 BOOKKEEPING_WAIT_MAX_S = 1.0
 """How long bookkeeping waits for the starts under way at most (then it goes on beside them)."""
+TURNS_AT_ONCE = 8
+"""Bookkeeping let go per turn of the event loop: a hundred cases' ends let go together held the loop
+for 60 ms, and a start that came meanwhile waited for all of them."""
 
 
 class Slots:
@@ -52,6 +55,12 @@ class Slots:
         self._claim_due = False
         self._turns: list[asyncio.Future[None]] = []
         """Bookkeeping waiting for the starts under way to be over."""
+        self._last_turns: list[asyncio.Future[None]] = []
+        """Bookkeeping waiting for the starts and for the records landing (`after_records`)."""
+        self._records = 0
+        """Records landing (written behind) now."""
+        self._settling = False
+        """Whether `_settle` lets more go at the loop's next turn."""
         self._deadline: asyncio.TimerHandle | None = None
         """Lets the waiting bookkeeping go, `bookkeeping_wait_max_s` after the first of it came."""
 
@@ -82,15 +91,26 @@ class Slots:
         self._claim_due = due
         self._settle()
 
-    def turn(self) -> asyncio.Future[None]:
-        """Bookkeeping's turn: a future done once nothing is starting, or at most `bookkeeping_wait_max_s`
-        from now (whoever needs the bookkeeping done sooner sets its result: `hurry`)."""
+    def record_landing(self, landing: asyncio.Future[None]) -> None:
+        """A step's record is landing (until `landing` is done): a case's end waits for it."""
+        self._records += 1
+        landing.add_done_callback(self._record_landed)
+
+    def _record_landed(self, _: asyncio.Future[None]) -> None:
+        self._records -= 1
+        self._settle()
+
+    def turn(self, after_records: bool = False) -> asyncio.Future[None]:
+        """Bookkeeping's turn: a future done once nothing is starting (`after_records`: and no step's record
+        is landing either: a case's end comes after the steps that end meanwhile), or at most
+        `bookkeeping_wait_max_s` from now (whoever needs the bookkeeping done sooner sets its result:
+        `hurry`)."""
         loop = asyncio.get_running_loop()
         turn = loop.create_future()
-        if not self._claim_due and not self._starting:
+        if not self._claim_due and not self._starting and not (after_records and self._records):
             turn.set_result(None)
             return turn
-        self._turns.append(turn)
+        (self._last_turns if after_records else self._turns).append(turn)
         if self._deadline is None:  # one timer for the bookkeeping waiting together
             self._deadline = loop.call_later(self.bookkeeping_wait_max_s, self._let_go)
         return turn
@@ -103,16 +123,34 @@ class Slots:
         self._settle()
 
     def _settle(self) -> None:
-        if self._turns and not self._claim_due and not self._starting:
-            self._let_go()
+        if not self._settling:  # else the loop's next turn lets more go
+            self._release()
 
-    def _let_go(self) -> None:
-        turns, self._turns = self._turns, []
-        for turn in turns:
+    def _release(self) -> None:
+        """Let the waiting bookkeeping go, TURNS_AT_ONCE per turn of the event loop, while nothing starts
+        (the records before the ends)."""
+        self._settling = False
+        if self._claim_due or self._starting:
+            return
+        queue = self._turns if self._turns else self._last_turns if not self._records else None
+        if not queue:
+            return
+        for turn in queue[:TURNS_AT_ONCE]:
             hurry(turn)
-        if self._deadline is not None:
+        del queue[:TURNS_AT_ONCE]
+        if self._turns or self._last_turns:
+            self._settling = True
+            asyncio.get_running_loop().call_soon(self._release)
+        elif self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+
+    def _let_go(self) -> None:
+        """The oldest bookkeeping waited `bookkeeping_wait_max_s`: all of it goes now."""
+        self._deadline = None
+        turns, self._turns, self._last_turns = self._turns + self._last_turns, [], []
+        for turn in turns:
+            hurry(turn)
 
     def give_up(self, job_id: str) -> None:
         """The job will start no agent any more (what is left is recording its end): its slot counts as
