@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 
 import structlog
@@ -57,7 +56,6 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
     runtime = WorkerRuntime(settings, redis)
     worker = FleetWorker(runtime, burst=burst)
     log.info("worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue)
-    gc.freeze()  # what the start made lives as long as the worker: a full collection no longer walks it
     try:
         async with asyncio.TaskGroup() as group:
             helpers = [
