@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from arq.connections import ArqRedis
 
 from service.core import keys
 from service.core.connection import connect
@@ -34,7 +35,8 @@ class Probe(JobRun):
         return None
 
 
-async def leased_probe(settings: FleetSettings) -> tuple[Probe, Any]:
+async def leased_probe(settings: FleetSettings) -> tuple[Probe, ArqRedis]:
+    """A job leased by a runtime on the test's Redis, as a worker's claim would."""
     redis = await connect(settings)
     runtime = WorkerRuntime(settings, redis, name="w1")
     await redis.zadd(settings.queue, {JOB: 0})

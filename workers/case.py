@@ -109,7 +109,7 @@ class CaseRun(JobRun):
     async def check_budget(self) -> None:
         """OverBudget when the case has spent its budget (workers.spend), its records landed first."""
         budget = self.tuning.config.budget
-        if budget.case_max_tokens is not None or budget.case_max_usd is not None:
+        if budget.bounds_case:
             await self.landed()
         check_case_budget(self.store, budget)
 

@@ -220,10 +220,10 @@ async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:
     if held is not None:
         return held
     cached = tuning.config.budget
-    if cached.tuning_max_tokens is None and cached.tuning_max_usd is None:
+    if not cached.bounds_tuning:
         return None  # a tuning registered without one: no stat of its config at every step start
     budget = tuning.current_budget()
-    if budget.tuning_max_tokens is None and budget.tuning_max_usd is None:
+    if not budget.bounds_tuning:
         return None
     await run.landed()  # the spend of the job's last step is in the counters read below: its record
     await run.events_sent()  # landed, and the event that counts it sent

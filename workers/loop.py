@@ -157,7 +157,7 @@ async def finish(
     end. No agent starts after this: the case's slot is given up at once, and this bookkeeping gives way
     to the jobs that start in it meanwhile (workers.slots)."""
     budget = cr.tuning.config.budget
-    if budget.tuning_max_tokens is not None or budget.tuning_max_usd is not None:
+    if budget.bounds_tuning:
         await cr.landed()  # the last step's spend is in the tuning's counters before the next job checks them
         await cr.events_sent()
     cr.runtime.slots.give_up(cr.job_id)

@@ -264,6 +264,16 @@ class Budget(RedisValue):
     tuning_max_usd: float | None = Field(default=None, gt=0, description="US dollars the tuning may spend.")
     tuning_max_tokens: int | None = Field(default=None, ge=1, description="Tokens the tuning may spend.")
 
+    @property
+    def bounds_case(self) -> bool:
+        """Whether a case's spend is bounded (then each step start counts it)."""
+        return self.case_max_tokens is not None or self.case_max_usd is not None
+
+    @property
+    def bounds_tuning(self) -> bool:
+        """Whether the tuning's spend is bounded (then each step start reads its counters)."""
+        return self.tuning_max_tokens is not None or self.tuning_max_usd is not None
+
     def case_over(self, tokens: int, cost_usd: float) -> str | None:
         """The `budget: ...` reason when a case that spent this is at or past its limit."""
         return _over(tokens, cost_usd, self.case_max_tokens, self.case_max_usd)
