@@ -34,13 +34,21 @@ MAX_STALL_S = 10.0
 POISON = "poison-x0"
 ENDINGS = {"case_completed", "case_difficult", "case_failed", "case_cancelled", "case_requeued"}
 DEMO_CASES = Path(__file__).parents[1] / "examples" / "demo" / "cases"
+GATED = "gated"
 
 
 def demo_cases(copies: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The demo's cases, `copies` times over under new ids; and what each declares."""
+    """The demo's cases, `copies` times over under new ids; and what each declares. The cases built to be
+    rejected by the acceptance gate (declared `difficult: gated`) are left out: the tuning here has no
+    gate, so they would complete and count as marked. (Tried with the demo's gate: its items run steps
+    under the gated cases' names, which the counts below do not tell from the cases' own, and not every
+    case ended within the settling time. The gate's faults have their own tests:
+    tests/test_gate_faults.py.)"""
     cases, declared = [], {}
     for path in sorted(DEMO_CASES.glob("*.yaml")):
         base = yaml.safe_load(path.read_text())
+        if base.get("demo", {}).get("expect", {}).get("reason") == GATED:
+            continue
         for n in range(copies):
             item = dict(base, id=f"{base['id']}-x{n}")
             rules = item.get("demo", {}).get("rules", [])
