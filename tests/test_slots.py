@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from workers.slots import TURNS_AT_ONCE, Slots
+from workers.slots import TURNS_AT_ONCE, Slots, hurry
 
 
 def test_held_slots_are_not_free_until_their_job_ends() -> None:
@@ -110,3 +110,16 @@ async def test_bookkeeping_goes_a_few_at_a_time_per_turn_of_the_loop() -> None:
     assert sum(t.done() for t in turns) == 2 * TURNS_AT_ONCE
     slots.starting("starting", False)
     await asyncio.wait_for(asyncio.gather(*turns), timeout=10)
+
+
+async def test_bookkeeping_its_job_hurried_takes_no_place_among_those_let_go() -> None:
+    """Turns their jobs already hurried (the job waited for its record) are not counted among the few let
+    go per turn of the loop: as many waiting ones go as if they had not been there."""
+    slots = Slots(1)
+    slots.hold("starting")
+    hurried = [slots.turn() for _ in range(TURNS_AT_ONCE)]
+    waiting = [slots.turn() for _ in range(TURNS_AT_ONCE)]
+    for turn in hurried:
+        hurry(turn)
+    slots.starting("starting", False)
+    assert all(turn.done() for turn in waiting)

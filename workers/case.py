@@ -109,8 +109,9 @@ class CaseRun(JobRun):
     async def check_budget(self) -> None:
         """OverBudget when the case has spent its budget (workers.spend), its records landed first."""
         budget = self.tuning.config.budget
-        if budget.bounds_case:
-            await self.landed()
+        if not budget.bounds_case:  # a step without one costs nothing here, not even a read of the records
+            return
+        await self.landed()
         check_case_budget(self.store, budget)
 
     def note_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> bool:

@@ -132,6 +132,8 @@ class Slots:
         self._settling = False
         if self._claim_due or self._starting:
             return
+        for waiting in (self._turns, self._last_turns):  # hurried by their jobs meanwhile: nothing to let go
+            waiting[:] = [turn for turn in waiting if not turn.done()]
         queue = self._turns if self._turns else self._last_turns if not self._records else None
         if not queue:
             return

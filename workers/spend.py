@@ -82,9 +82,7 @@ def case_usage(store: CaseStore) -> tuple[Usage, int]:
 
 def check_case_budget(store: CaseStore, budget: Budget) -> None:
     """Raise OverBudget when the case's spend so far is at or past its budget (the budget the worker
-    read with the tuning: a step without one costs nothing here, not even a stat of the config)."""
-    if not budget.bounds_case:
-        return
+    read with the tuning; the caller asks only when it bounds the case: `Budget.bounds_case`)."""
     usage, _ = case_usage(store)
     reason = budget.case_over(usage.tokens, usage.cost_usd)
     if reason is not None:

@@ -53,6 +53,13 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
         return record
 
 
+def system_copy(where: dict[str, Any]) -> Path:
+    """Where an apply's applier edits its private copy of the current version (`where`: the step's request
+    fields, `CaseRun.where`)."""
+    path: Path = where["step_dir"] / "system"
+    return path
+
+
 async def apply_under_lock(
     cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback, candidate_ref: str | None = None
 ) -> ApplyRecord | None:
@@ -65,7 +72,7 @@ async def apply_under_lock(
     cr.at("apply", phase, attempt, waiting="lock")
     await cr.emit(EventKind.APPLY_WAITS_FOR_LOCK, phase=phase, attempt=attempt)
     where = cr.where(phase, attempt, "apply")
-    tree: Path = where["step_dir"] / "system"
+    tree = system_copy(where)
     try:
         async with cr.tuning.lock.held(cr.job_id) as hold:
             cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
@@ -142,9 +149,9 @@ async def _apply_holding(
     where: dict[str, Any],
 ) -> ApplyRecord:
     """The apply under the lock `hold` (`where`: its step request's fields, `CaseRun.where`), its applier
-    editing a private copy of the current version at `system` in its step folder (which the caller
-    removes once the lock is let go)."""
-    tree: Path = where["step_dir"] / "system"
+    editing a private copy of the current version (`system_copy`, which the caller removes once the lock
+    is let go)."""
+    tree = system_copy(where)
     paths = cr.store.attempt(phase, attempt)
     tag = attempt_tag(cr, phase, attempt)
     current = await cr.tuning.version_from(hold.version_at_grant)
