@@ -13,7 +13,7 @@ from service.core import keys
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter, ModelPrice
 from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
-from tests.support.fleet import Fleet, wait_until, write_tuning
+from tests.support.fleet import Fleet, demo_adapter, wait_until, write_tuning
 from tests.support.redis_server import RedisServer
 from tests.test_llm_adapters import analyze_request, cost, feedback_of
 from workers.adapters.llm.analyzer import LlmAnalyzer
@@ -127,7 +127,9 @@ async def test_a_misbehaving_provider_ends_every_case_and_counts_what_it_billed(
 
 async def test_a_provider_that_times_out_for_every_case_hands_them_back(fleet: Fleet, tmp_path: Path) -> None:
     """When every call times out (the provider is down, not one case), the cases are handed back with a
-    `provider_down` event and no try spent, and they complete once it answers again."""
+    `provider_down` event and no try spent, and they complete once it answers again. The runner is the
+    demo's, so that every call to the provider is one that times out while it is down (an LLM runner's
+    answers, in flight beside the analyses, would be the provider answering others)."""
     down = True
 
     def responder(body: dict[str, Any]) -> Scripted:
@@ -139,7 +141,9 @@ async def test_a_provider_that_times_out_for_every_case_hands_them_back(fleet: F
 
     with FakeOpenAI(responder=responder) as server:
         llm = adapter(server, max_retries=1)
-        tuning = write_tuning(tmp_path / "t", [case("a"), case("b")], runner=llm, analyzer=llm, applier=llm)
+        tuning = write_tuning(
+            tmp_path / "t", [case("a"), case("b")], runner=demo_adapter(), analyzer=llm, applier=llm
+        )
         await fleet.start_tuning(tuning)
         fleet.start_worker(4, TUNEFLEET_PROVIDER_RETRY_S="0.5")
         await wait_until(

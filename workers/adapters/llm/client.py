@@ -14,9 +14,9 @@ waits between attempts hold none. A 429 halves the fleet's permits (adaptive con
 
 Every attempt is counted (workers.adapters.llm.tokens): its usage, else an estimate; one that timed
 out or was cut off after it was sent, its prompt, estimated. An attempt that times out while the
-provider answered other calls in the second half of its wait is a strike against this call; at
-`timeouts_max` strikes, or when its attempts run out with one, the step fails (CallTimedOut) instead
-of waiting for an outage that is not one.
+provider answered other calls meanwhile is a strike against this call; at `timeouts_max` strikes, or
+when its attempts run out with one, the step fails (CallTimedOut) instead of waiting for an outage
+that is not one.
 """
 
 from __future__ import annotations
@@ -242,11 +242,8 @@ class LlmClient:
         meter.estimated(await self._prompt_tokens(params), output_tokens)
 
     async def _strike(self, strikes: Strikes, waited_s: float) -> None:
-        """A timeout: a strike against this call when the provider answered others in the second half of
-        its wait. (An answer that came just after it was sent says nothing of the provider since: two steps'
-        calls sent together would take the other's answer for a healthy provider, and a provider gone
-        down for one case's fault.)"""
-        if not await self._provider.answered_within(waited_s / 2):
+        """A timeout: a strike against this call when the provider answered others meanwhile."""
+        if not await self._provider.answered_within(waited_s):
             return
         strikes.count += 1
         log.warning(
