@@ -161,8 +161,8 @@ async def finish(
         await cr.landed()  # the last step's spend is in the tuning's counters before the next job checks them
         await cr.events_sent()
     cr.runtime.slots.give_up(cr.job_id)
-    await cr.landed()  # at once: the last step has not ended before its record landed
-    await cr.runtime.slots.turn(after_records=True)  # the rest waits for the other jobs' starts and steps
+    await cr.runtime.slots.turn(after_records=True)  # the rest waits for the other jobs' starts and steps,
+    await cr.landed()  # and the last step's record lands then too: the jobs claimed into this slot go first
     if kept is not None:  # after its passing grade
         await cr.lease.check()
         memory = kept.memory
