@@ -3,6 +3,8 @@ ones in a thread; copies keep an agent's links as links, never the bytes they po
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -51,6 +53,36 @@ async def test_a_copy_keeps_an_agents_link_as_a_link(tmp_path: Path) -> None:
         assert (copy / "notes.md").is_symlink()
         assert (copy / "notes.md").readlink() == secret
         assert len(list(copy.rglob("*.md"))) == files + 1
+
+
+def tree_of(root: Path) -> dict[str, str]:
+    """What a folder holds, by relative path: a file's text, a link's target, '<dir>' for a folder."""
+    held: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        if path.is_symlink():
+            held[name] = f"-> {os.readlink(path)}"
+        elif path.is_dir():
+            held[name] = "<dir>"
+        else:
+            held[name] = path.read_text()
+    return held
+
+
+async def test_a_small_plain_copy_makes_the_tree_shutil_would(tmp_path: Path) -> None:
+    """The one-walk copy of a small folder (file contents only) holds what `shutil.copytree` would copy:
+    nested folders, an empty one, the files' bytes, links to a file and to a folder kept as links (the
+    folder behind a link is not walked), and the destination's missing parents are made."""
+    memory = fill(tmp_path / "memory", 12)  # part-0 and part-1
+    (memory / "empty").mkdir()
+    (memory / "part-1" / "up").symlink_to(tmp_path)
+    (memory / "part-0" / "note").symlink_to(memory / "part-0" / "f0.md")
+    ours = tmp_path / "run-3" / "deep" / "memory"
+    await copy_tree(memory, ours, plain=True)
+    theirs = tmp_path / "theirs"
+    shutil.copytree(memory, theirs, symlinks=True, copy_function=shutil.copyfile)
+    assert tree_of(ours) == tree_of(theirs)
+    assert len(tree_of(ours)) == 12 + 5
 
 
 async def test_remove_tree_removes_any_folder_and_ignores_a_missing_one(tmp_path: Path) -> None:

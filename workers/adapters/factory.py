@@ -34,6 +34,7 @@ from workers.adapters.goal_demo import DemoGoalAgent
 from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
+from workers.heap import freeze_long_lived
 
 AdapterConfig = DemoAdapter | CommandAdapter | LlmAdapter
 GoalRole = Literal["runner", "analyzer"]
@@ -105,6 +106,7 @@ async def llm_modules_loaded(then: Callable[[], object] | None = None) -> None:
         began = time.thread_time()
         if then is not None:
             then()
+        freeze_long_lived()  # the modules live as long as the worker (workers.heap)
         return imported_s, time.thread_time() - began
 
     if llm_modules_present():
