@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -14,12 +15,15 @@ from service.core.models.records import Phase, Spend, StepName, Usage
 from service.core.models.status import RunningCase, WaitCause
 from service.core.store import CaseStore
 from workers.job_run import JobRun
-from workers.lease import CaseLease
+from workers.lease import CaseLease, RunView
 from workers.runtime import WorkerRuntime
 from workers.spend import check_case_budget, note_spend
 from workers.tuning import TuningRuntime
 
 UNFINISHED = "the step was cut short"
+START_VIEW_FRESH_S = 0.25
+"""How old the run view read with the lease may be when the case's first run start takes it for its own
+read (a first load of the tuning on this worker may take longer: the run start then asks again)."""
 
 
 class CaseRun(JobRun):
@@ -40,6 +44,9 @@ class CaseRun(JobRun):
         self._where: tuple[str, str | None] | None = None
         self._unsettled: list[tuple[dict[str, Any], Usage]] = []
         self._soon: list[QueuedEvent] = []
+        self.start_view: RunView | None = None
+        """The tuning's run view read with the lease (workers.lease.RunView), until a step starts or the
+        case waits for the fleet (`at`): the first run start takes it for its own read (`take_start_view`)."""
 
     def where(self, phase: Phase, attempt: int, step: StepName) -> dict[str, Any]:
         """The fields every step request shares (workers.adapters.base.StepRequest): the step's own
@@ -99,6 +106,14 @@ class CaseRun(JobRun):
     async def run_version(self) -> str:
         """The version a run of this case works on: the tuning's current one."""
         return await self.tuning.current_version()
+
+    def take_start_view(self) -> RunView | None:
+        """The run view read with the lease, once, if it stands for a read made now: no step has started
+        and the case has not waited since, and it is at most START_VIEW_FRESH_S old."""
+        view, self.start_view = self.start_view, None
+        if view is None or time.monotonic() - view.read_at_s > START_VIEW_FRESH_S:
+            return None
+        return view
 
     @property
     def waits_for_applies(self) -> bool:
@@ -169,6 +184,7 @@ class CaseRun(JobRun):
         (`waiting`: what for), holding the improvements lock (`fence`) if it does; status and the
         dashboard see it with the next event, in the same round trip."""
         structlog.contextvars.bind_contextvars(phase=phase, attempt=attempt, step=step)
+        self.start_view = None  # a step starts, or the case waits: the view read with the lease is past
         if waiting is not None:  # it starts no agent until the fleet lets it
             self.runtime.slots.starting(self.job_id, False)
         if not self.shown_running:

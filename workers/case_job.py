@@ -31,6 +31,9 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
 
     function, noun, payload = CASE_FUNCTION, "case", CaseJob
 
+    def run_view_of(self, job: CaseJob) -> str | None:
+        return job.tuning  # a case's first run usually starts right after its load: one round trip less
+
     async def prepare(self, runtime: WorkerRuntime, job: CaseJob) -> None:
         await runtime.llm_ready(job.tuning)
 
@@ -54,6 +57,7 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
                 str(store.case_file), "(file)", "the submitted case is missing from the store"
             )
         cr = CaseRun(runtime, lease, tuning, case, store)
+        cr.start_view = grant.view
         data = {
             "lease": lease.token,
             "lost_leases": grant.lost,

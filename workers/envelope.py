@@ -64,6 +64,11 @@ class JobKind(ABC, Generic[J, R]):
     payload: type[J]
     """The job's payload model."""
 
+    def run_view_of(self, job: J) -> str | None:
+        """The tuning whose run view (its pending applies and its version) the lease's script reads for
+        the job's first run start (None: the kind's runs read none, or read it themselves)."""
+        return None
+
     async def prepare(self, runtime: WorkerRuntime, job: J) -> None:
         """What may take long before the lease is taken (whose heartbeat starts with it): the
         modules of the job's LLM adapters, imported in a thread the first time, and its clients warmed
@@ -106,7 +111,7 @@ async def run_job(
     """One job, under a lease, to its end or until the worker lets it go."""
     job = kind.payload.model_validate(payload)
     await kind.prepare(runtime, job)
-    lease, grant = await runtime.acquire(job.job_id, job.scope)
+    lease, grant = await runtime.acquire(job.job_id, job.scope, kind.run_view_of(job))
     structlog.contextvars.bind_contextvars(**job.model_dump(), worker=runtime.name)
     try:
         return await _outcome(runtime, lease, _start(kind, runtime, job, lease, grant, job_try))

@@ -16,6 +16,7 @@ death once it is isolated, and the innocent cases that died beside it are cleare
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -58,6 +59,7 @@ end
 
 ACQUIRE = f"""
 -- KEYS: lease holder losses fence in_progress queue cancelled suspect my_cases my_suspects
+--       [pending version: the run view of the job's tuning, read with the grant]
 -- ARGV: lease_ms job_id worker cases_prefix suspects_prefix
 {LOSS_VERDICT}{RESUME_AT}{NEXT_TOKEN}
 if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0, ''}} end
@@ -83,7 +85,14 @@ else
   redis.call('DEL', KEYS[8])
 end
 redis.call('ZADD', KEYS[6], 'XX', resume_at(ARGV[1]), ARGV[2])
-return {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2]), level}}
+local granted = {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2]), level}}
+if #KEYS == 12 then  -- what workers.lock's PENDING and the version pointer would answer now ('': unset)
+  {NOW}
+  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
+  granted[5] = redis.call('ZRANGE', KEYS[11], 0, -1)
+  granted[6] = redis.call('GET', KEYS[12]) or ''
+end
+return granted
 """
 
 RENEW = f"""
@@ -122,6 +131,18 @@ return 1
 
 
 @dataclass(frozen=True)
+class RunView:
+    """A tuning's applies pending (waiting for or holding its lock) and its version pointer, read in one
+    script: what a run start asks before it starts (workers.steps.run)."""
+
+    pending: list[bytes]
+    version: bytes | None
+    """None while the pointer is unset."""
+    read_at_s: float
+    """When the answer came (monotonic)."""
+
+
+@dataclass(frozen=True)
 class Grant:
     """What ACQUIRE answered besides the lease."""
 
@@ -131,6 +152,9 @@ class Grant:
     level: str
     """'' (not a suspect), 'group' or 'isolate': the case lost a lease beside other cases and may be
     the one that took its worker down, or an innocent neighbour (see the module's docstring)."""
+
+    view: RunView | None = None
+    """The run view of the tuning named to `CaseLease.acquire` (`view_of`), read with the grant."""
 
     @property
     def suspect(self) -> bool:
@@ -181,8 +205,10 @@ class CaseLease:
         worker: str = "",
         outage: RedisOutage | None = None,
         on_cleared: Callable[[str], object] | None = None,
+        view_of: str | None = None,
     ) -> tuple[CaseLease | None, Grant]:
-        """The lease and what came with it; (None, ...) if another worker holds it."""
+        """The lease and what came with it (with `view_of`, that tuning's run view); (None, ...) if another
+        worker holds it."""
         keys_ = [
             keys.lease(job_id),
             keys.holder(job_id),
@@ -195,11 +221,17 @@ class CaseLease:
             keys.worker_cases(worker),
             keys.worker_suspects(worker),
         ]
+        if view_of is not None:
+            keys_ += [keys.lock_pending(view_of), keys.version(view_of)]
         acquire = batch.redis.register_script(ACQUIRE)
         args = [int(lease_s * 1000), job_id, worker, keys.worker_cases(""), keys.worker_suspects("")]
-        token, lost, cancelled, level = await batch.script(acquire, keys_, args)
+        token, lost, cancelled, level, *seen = await batch.script(acquire, keys_, args)
         level = level.decode() if isinstance(level, bytes) else str(level)
-        grant = Grant(lost=int(lost), cancelled=bool(cancelled), level=level)
+        view = None
+        if seen:
+            pending, version = seen
+            view = RunView(list(pending), version or None, time.monotonic())
+        grant = Grant(lost=int(lost), cancelled=bool(cancelled), level=level, view=view)
         if int(token) == 0:
             return None, grant
         lease = cls(

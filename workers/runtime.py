@@ -110,10 +110,11 @@ class WorkerRuntime:
     async def _prober_for(self, tuning: str) -> Prober:
         return self.tuning(tuning).prober
 
-    async def acquire(self, job_id: str, scope: str) -> tuple[CaseLease, Grant]:
+    async def acquire(self, job_id: str, scope: str, view_of: str | None = None) -> tuple[CaseLease, Grant]:
         """The lease of a case (or a goal: any leased job) with its counted lease losses, whether it was
-        cancelled (in the `tf:cancelled:<scope>` set: the case's tuning, or `keys.GOALS_SCOPE`) and
-        whether it is a suspect; Retry when another worker still holds it."""
+        cancelled (in the `tf:cancelled:<scope>` set: the case's tuning, or `keys.GOALS_SCOPE`), whether
+        it is a suspect, and with `view_of` that tuning's run view (workers.lease.RunView); Retry when
+        another worker still holds it."""
         lease, grant = await CaseLease.acquire(
             self.batch,
             self.settings.queue,
@@ -123,6 +124,7 @@ class WorkerRuntime:
             worker=self.name,
             outage=self.outage,
             on_cleared=self._cleared,
+            view_of=view_of,
         )
         if lease is None:
             log.info("job_held_elsewhere", job_id=job_id)

@@ -50,7 +50,9 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> Runnab
     """Hold the run start while the fleet is paused, the tuning is held (its budget spent, say), the
     sandbox breaker is open (workers.job_run) or (if configured) an apply is pending. Each wait is noted
     as the case's state (`CaseRun.at`) with the event that announces it. The pending applies and the
-    version are asked for in one round trip: with none pending, that version is the one to run."""
+    version are asked for in one round trip: with none pending, that version is the one to run. A case's
+    first run start, straight after its load, takes them from its lease's round trip instead
+    (`CaseRun.take_start_view`)."""
 
     async def announce(cause: WaitCause, hold: Hold | None) -> None:
         cr.at("run", phase, attempt, waiting=cause)
@@ -63,10 +65,14 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> Runnab
     await cr.wait_runnable(announce)
     if not cr.waits_for_applies:
         return Runnable(0, None)
-    # Both calls queued in this turn, so they share a round trip (and the one of an event the step
-    # before queued without waiting: CaseRun.emit_soon). A kind whose runs work on a version of their
-    # own never waits for applies (`waits_for_applies`).
-    pending, value = await asyncio.gather(cr.tuning.lock.pending_soon([]), cr.tuning.version_soon())
+    view = cr.take_start_view()
+    if view is not None:  # the first run start, straight after the load: read with the lease
+        pending, value = view.pending, view.version
+    else:
+        # Both calls queued in this turn, so they share a round trip (and the one of an event the step
+        # before queued without waiting: CaseRun.emit_soon). A kind whose runs work on a version of
+        # their own never waits for applies (`waits_for_applies`).
+        pending, value = await asyncio.gather(cr.tuning.lock.pending_soon([]), cr.tuning.version_soon())
     if not pending:
         return Runnable(0, await cr.tuning.version_from(value))
     cr.at("run", phase, attempt, waiting="apply")
