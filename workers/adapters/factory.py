@@ -99,15 +99,18 @@ async def llm_modules_loaded(then: Callable[[], object] | None = None) -> None:
     """Import the LLM adapters' modules in a thread, the first time a job needs them (the module's
     docstring), and run `then` in that thread after them (the job's clients warmed: Providers.warm); at
     once when they are loaded. Logged (`llm_modules_loaded`) with the CPU the import took (`cpu_ms`, a
-    cost of the worker's first LLM job, once per process, not of its calls) and the warm-up's."""
+    cost of the worker's first LLM job, once per process, not of its calls; with the collection and
+    freeze of what it made, workers.heap) and the warm-up's."""
 
     def load() -> tuple[float, float]:
         imported_s = _import_llm_modules()
         began = time.thread_time()
         if then is not None:
             then()
-        freeze_long_lived()  # the modules live as long as the worker (workers.heap)
-        return imported_s, time.thread_time() - began
+        warmed_s = time.thread_time() - began
+        began = time.thread_time()
+        freeze_long_lived()  # the modules live as long as the worker
+        return imported_s + time.thread_time() - began, warmed_s
 
     if llm_modules_present():
         return
