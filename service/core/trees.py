@@ -129,10 +129,10 @@ async def remove_tree(path: Path) -> None:
 
 
 async def copy_tree(source: Path, dest: Path, plain: bool = False) -> None:
-    """Copy the folder `source` to `dest` (which must not exist, nor need its parent), links kept as links;
-    `plain` copies file contents only (no modes, no times): a small folder is then copied here in one walk
-    (`copy_listed`), with none of `shutil.copytree`'s second walk and attribute copies, which were half
-    the cost of a memory run's start (its memory's copy) on a busy worker."""
+    """Copy the folder `source` to `dest` (which must not exist; its missing parents are made), links kept
+    as links; `plain` copies file contents only (no modes, no times): a small folder is then copied here
+    in one walk (`copy_listed`), with none of `shutil.copytree`'s second walk and attribute copies (0.28
+    against 0.17 ms for a memory run's one-file memory)."""
     if not plain:
         await on_folder(source, shutil.copytree, source, dest, symlinks=True, copy_function=shutil.copy2)
         return
