@@ -37,5 +37,6 @@ def test_a_freeze_exempts_what_lives_and_frees_the_garbage_first() -> None:
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=60
     )
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got == {"frozen": got["frozen"], "kept_frozen": True, "garbage_freed": True}
     assert got["frozen"] > 0
+    assert got["kept_frozen"] is True
+    assert got["garbage_freed"] is True

@@ -48,12 +48,16 @@ async def test_a_case_takes_the_view_once_and_only_before_it_waits_or_ages(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """Loaded with a fresh view, a case's first run start takes it once; a case that waited for the fleet
-    (`at(..., waiting=...)`), or whose view is older than START_VIEW_FRESH_S, takes none and asks again."""
+    (`at(..., waiting=...)`), or whose view is older than START_VIEW_FRESH_S, takes none and asks again.
+    A worker whose run starts do not wait for applies (`wait_for_apply` off) has no view read at all."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c1")], adapter=demo_adapter()))
     redis = await connect(fleet.settings)
     try:
         runtime = WorkerRuntime(fleet.settings, redis, name="w1")
         job = CaseJob(tuning="t1", case="c1", rev=1)
+        assert CaseKind().run_view_of(runtime, job) == "t1"
+        no_wait = fleet.settings.model_copy(update={"wait_for_apply": False})
+        assert CaseKind().run_view_of(WorkerRuntime(no_wait, redis, name="w2"), job) is None
         lease, grant = await runtime.acquire(job.job_id, job.scope, "t1")
         assert grant.view is not None
         assert grant.view.version == await redis.get(keys.version("t1"))  # the tuning's start set it

@@ -31,8 +31,10 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
 
     function, noun, payload = CASE_FUNCTION, "case", CaseJob
 
-    def run_view_of(self, job: CaseJob) -> str | None:
-        return job.tuning  # a case's first run usually starts right after its load: one round trip less
+    def run_view_of(self, runtime: WorkerRuntime, job: CaseJob) -> str | None:
+        """A case's first run usually starts right after its load: one round trip less, when run starts
+        read the pending applies at all (`wait_for_apply`)."""
+        return job.tuning if runtime.settings.wait_for_apply else None
 
     async def prepare(self, runtime: WorkerRuntime, job: CaseJob) -> None:
         await runtime.llm_ready(job.tuning)

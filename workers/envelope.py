@@ -64,7 +64,7 @@ class JobKind(ABC, Generic[J, R]):
     payload: type[J]
     """The job's payload model."""
 
-    def run_view_of(self, job: J) -> str | None:
+    def run_view_of(self, runtime: WorkerRuntime, job: J) -> str | None:
         """The tuning whose run view (its pending applies and its version) the lease's script reads for
         the job's first run start (None: the kind's runs read none, or read it themselves)."""
         return None
@@ -111,7 +111,7 @@ async def run_job(
     """One job, under a lease, to its end or until the worker lets it go."""
     job = kind.payload.model_validate(payload)
     await kind.prepare(runtime, job)
-    lease, grant = await runtime.acquire(job.job_id, job.scope, kind.run_view_of(job))
+    lease, grant = await runtime.acquire(job.job_id, job.scope, kind.run_view_of(runtime, job))
     structlog.contextvars.bind_contextvars(**job.model_dump(), worker=runtime.name)
     try:
         return await _outcome(runtime, lease, _start(kind, runtime, job, lease, grant, job_try))

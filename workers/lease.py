@@ -27,6 +27,7 @@ from service.core.arq_contact import RESUME_SHIFT_MS
 from service.core.batch import RedisBatch
 from service.core.lua import NEXT_TOKEN, NOW
 from workers.errors import LeaseLost
+from workers.lock import DROP_LAPSED
 from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
@@ -61,7 +62,7 @@ ACQUIRE = f"""
 -- KEYS: lease holder losses fence in_progress queue cancelled suspect my_cases my_suspects
 --       [pending version: the run view of the job's tuning, read with the grant]
 -- ARGV: lease_ms job_id worker cases_prefix suspects_prefix
-{LOSS_VERDICT}{RESUME_AT}{NEXT_TOKEN}
+{LOSS_VERDICT}{RESUME_AT}{NEXT_TOKEN}{DROP_LAPSED}
 if redis.call('EXISTS', KEYS[1]) == 1 then return {{0, 0, 0, ''}} end
 local lost = tonumber(redis.call('GET', KEYS[3]) or '0')
 local level = redis.call('GET', KEYS[8]) or ''
@@ -87,8 +88,7 @@ end
 redis.call('ZADD', KEYS[6], 'XX', resume_at(ARGV[1]), ARGV[2])
 local granted = {{token, lost, redis.call('SISMEMBER', KEYS[7], ARGV[2]), level}}
 if #KEYS == 12 then  -- what workers.lock's PENDING and the version pointer would answer now ('': unset)
-  {NOW}
-  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
+  drop_lapsed(KEYS[11])
   granted[5] = redis.call('ZRANGE', KEYS[11], 0, -1)
   granted[6] = redis.call('GET', KEYS[12]) or ''
 end

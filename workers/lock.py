@@ -66,10 +66,19 @@ if tonumber(ARGV[2]) == 0 then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 """
 
+DROP_LAPSED = f"""
+local function drop_lapsed(pending)  -- the marks of the pending set `pending` past their expiry (Redis time)
+  {NOW}
+  redis.call('ZREMRANGEBYSCORE', pending, '-inf', now)
+end
+"""
+"""Defines the Lua function `drop_lapsed(pending)`: a dead applier's mark lapses (PENDING, and the run view
+a case's lease reads, workers.lease)."""
+
 PENDING = f"""
 -- KEYS: pending ; ARGV: members to look for (none: all) -> the ones still pending
-{NOW}
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+{DROP_LAPSED}
+drop_lapsed(KEYS[1])
 if #ARGV == 0 then return redis.call('ZRANGE', KEYS[1], 0, -1) end
 local still = {{}}
 for _, member in ipairs(ARGV) do

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -43,9 +44,10 @@ def folder_threads() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max(2, cores), thread_name_prefix="folders")
 
 
-def _entries(root: Path) -> Iterator[os.DirEntry[str]]:
-    """The files, folders and links below `root`, links not followed (none when it is no folder; a
-    folder that cannot be read is passed over)."""
+def _entries(root: Path, strict: bool = False) -> Iterator[os.DirEntry[str]]:
+    """The files, folders and links below `root`, links not followed, each folder before what it holds
+    (none when it is no folder; a folder that cannot be read is passed over, or with `strict` raises
+    OSError)."""
     pending = [os.fspath(root)]
     while pending:
         try:
@@ -55,7 +57,8 @@ def _entries(root: Path) -> Iterator[os.DirEntry[str]]:
                         pending.append(entry.path)
                     yield entry
         except OSError:
-            continue
+            if strict:
+                raise
 
 
 def entries_below(root: Path, limit: int = SMALL_ENTRIES) -> int:
@@ -146,17 +149,8 @@ async def copy_tree(source: Path, dest: Path, plain: bool = False) -> None:
 def small_listing(root: Path) -> list[os.DirEntry[str]] | None:
     """The files, folders and links below the folder `root` (links not followed), each folder before what
     it holds; None when they are SMALL_ENTRIES or more. A folder that cannot be read raises OSError."""
-    listed: list[os.DirEntry[str]] = []
-    pending = [os.fspath(root)]
-    while pending:
-        with os.scandir(pending.pop()) as entries:
-            for entry in entries:
-                listed.append(entry)
-                if len(listed) >= SMALL_ENTRIES:
-                    return None
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-    return listed
+    listed = list(itertools.islice(_entries(root, strict=True), SMALL_ENTRIES))
+    return None if len(listed) >= SMALL_ENTRIES else listed
 
 
 def copy_listed(source: Path, dest: Path, listed: list[os.DirEntry[str]]) -> None:
