@@ -8,6 +8,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
+
 from service.core import keys
 from service.core.models.tuning import LlmAdapter
 from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
@@ -134,6 +136,41 @@ async def test_calls_that_waited_for_the_negotiation_then_go_side_by_side(tmp_pa
     assert all(outcome.exit.error is None for outcome in outcomes)
     assert [r.format_type for r in server.requests] == ["json_schema"] * 4
     assert most_at_once == 3
+
+
+async def test_a_worker_joining_a_fleet_that_knows_the_format_calls_side_by_side_at_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A new worker whose fleet learned the format (in Redis) sends it with its very first calls, four at
+    once, without negotiating; a format the fleet learned but the server now refuses is forgotten and
+    negotiated again from the next one down."""
+    redis = Redis.from_url(redis_server.url)
+    try:
+        async with Providers(redis) as providers:
+            with FakeOpenAI(responder=lambda body: Reply(GOOD, delay_s=0.3)) as server:
+                config = LlmAdapter(base_url=server.base_url, model="m", api_key_env=None)
+                provider = keys.llm_provider(server.base_url, "m")
+                await redis.set(keys.llm_format(provider), "json_object")
+                analyzer = LlmAnalyzer(config, providers)
+                outcomes = await asyncio.gather(
+                    *(analyzer.analyze(analyze_request(tmp_path / str(n))) for n in range(4))
+                )
+                most_at_once = server.max_in_flight
+        assert all(outcome.exit.error is None for outcome in outcomes)
+        assert [r.format_type for r in server.requests] == ["json_object"] * 4
+        assert most_at_once == 4
+
+        async with Providers(redis) as providers:
+            with FakeOpenAI(responder=llama_like) as server:
+                config = LlmAdapter(base_url=server.base_url, model="m", api_key_env=None)
+                provider = keys.llm_provider(server.base_url, "m")
+                await redis.set(keys.llm_format(provider), "json_schema")  # stale: this server refuses it
+                outcome = await LlmAnalyzer(config, providers).analyze(analyze_request(tmp_path / "stale"))
+        assert outcome.exit.error is None
+        assert [r.format_type for r in server.requests] == ["json_schema", "json_object"]
+        assert await redis.get(keys.llm_format(provider)) == b"json_object_schema"
+    finally:
+        await redis.aclose()
 
 
 async def test_one_worker_reuses_its_client_across_steps(fleet: Fleet, tmp_path: Path) -> None:

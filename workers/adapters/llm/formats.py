@@ -12,7 +12,9 @@ its validation error), whose body names the response format (`refuses_format`); 
 not a refusal. What worked is remembered per provider (base_url and model): for the worker's life in
 its `FormatMemory`, and for the fleet in Redis (`tf:llm-format:<provider>`, a day), so a refusal costs
 one call per worker at most: while no format is known, one call at a time negotiates and the others
-wait for its answer.
+wait for its answer. A worker that joins a fleet which knows the format reads it once and takes it
+without a negotiation: its first calls go side by side (a stale one is refused, forgotten and
+negotiated again).
 """
 
 from __future__ import annotations
@@ -95,21 +97,23 @@ class FormatMemory:
         self.known: Format | None = None
         self.negotiating = asyncio.Lock()
 
-    async def recall(self) -> Format:
-        """The format the fleet learned, else the top of the ladder."""
-        if self.known is not None:
-            return self.known
-        if self._redis is not None:
-            try:
-                value = await self._redis.get(keys.llm_format(self._provider))
-            except RedisError as exc:
-                log.warning("llm_format_not_read", provider=self._provider, error=str(exc))
-                value = None
-            text = value.decode() if isinstance(value, bytes) else value
-            if text in LADDER:
-                self.known = text
-                return text
-        return LADDER[0]
+    async def recall(self) -> Format | None:
+        """The format the fleet learned, if any (read, not yet taken: `adopt`)."""
+        if self._redis is None:
+            return None
+        try:
+            value = await self._redis.get(keys.llm_format(self._provider))
+        except RedisError as exc:
+            log.warning("llm_format_not_read", provider=self._provider, error=str(exc))
+            return None
+        text = value.decode() if isinstance(value, bytes) else value
+        return text if text in LADDER else None
+
+    def adopt(self, fmt: Format) -> None:
+        """Take `fmt`, which the fleet learned, as this worker's (nothing written: the fleet has it)."""
+        if self.known != fmt:
+            self.known = fmt
+            log.info("llm_format_recalled", provider=self._provider, format=fmt)
 
     async def learn(self, fmt: Format) -> None:
         """`fmt` worked: remember it here and for the fleet."""
