@@ -55,3 +55,18 @@ async def test_a_write_that_cannot_take_its_name_fails_alone(tmp_path: Path) -> 
     failed, ok = await write
     assert isinstance(failed, OSError) and ok is None
     assert (tmp_path / "ok.json").read_bytes() == b"{}\n" and leftovers(tmp_path) == []
+
+
+async def test_a_record_lands_after_its_files_for_people_and_never_without_them(tmp_path: Path) -> None:
+    """A record written with `also` files (an analysis's report) has them in place when it lands; when one
+    of them cannot be written, the record is not written either and its caller gets the OSError."""
+    disk = DiskBatch()
+    report, record = tmp_path / "analysis.md", tmp_path / "feedback.json"
+    await disk.write(record, b"{}\n", [(report, b"# Analysis\n")])
+    assert (report.read_bytes(), record.read_bytes()) == (b"# Analysis\n", b"{}\n")
+    blocked, second = tmp_path / "blocked.md", tmp_path / "second.json"
+    blocked.mkdir()
+    (blocked / "keep").write_text("")  # a folder that is not empty cannot be replaced by a file
+    with pytest.raises(OSError):
+        await disk.write(second, b"{}\n", [(blocked, b"# Analysis\n")])
+    assert not second.exists() and leftovers(tmp_path) == []

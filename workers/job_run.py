@@ -88,12 +88,12 @@ class JobRun(ABC):
 
     async def _write_now(self, path: Path, model: BaseModel, *also: tuple[Path, bytes]) -> None:
         await self.lease.check()
-        for other, data in also:
-            write_atomic(other, data, durable=False)
         if self.tuning is None:
+            for other, data in also:
+                write_atomic(other, data, durable=False)
             write_model(path, model)
         else:
-            await self.tuning.disk.write(path, model_bytes(model))
+            await self.tuning.disk.write(path, model_bytes(model), also)
 
     def write_behind(
         self, path: Path, model: BaseModel, *also: tuple[Path, bytes], then: Callable[[], None]

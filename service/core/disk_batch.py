@@ -13,12 +13,15 @@ go on meanwhile. So the guarantee is `files.write_atomic`'s: when a write return
 and durable under its name; a crash before leaves the old file. Writes that arrive while a flush is
 under way go in the next one. (`syncfs`, one flush of the whole filesystem,
 was as fast on a quiet disk but also flushes what other processes wrote: up to 0.1 s per burst on
-this shared machine.)
+this shared machine.) A record may come with files for people beside it (`also`: an analysis's
+report): the same thread writes them first, atomically but not flushed, then the record, so the
+record never stands without them and the event loop makes none of them either.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +36,16 @@ class _Write:
     path: Path
     data: bytes
     done: asyncio.Future[None]
+    also: tuple[tuple[Path, bytes], ...] = ()
+    """Files written before the record, atomically and not flushed."""
 
 
 def _land(write: _Write) -> OSError | None:
-    """Write one record whole and durably under its name (in a flush thread); the error, if it failed
-    (no temp file is left then)."""
+    """Write one record whole and durably under its name, its `also` files first (in a flush thread); the
+    error, if one failed (no temp file is left then, and the record is not written after a failed one)."""
     try:
+        for path, data in write.also:
+            write_atomic(path, data, durable=False)
         write_atomic(write.path, write.data)
     except OSError as exc:
         return exc
@@ -73,10 +80,11 @@ class DiskBatch:
             errors.update(landed)
         return errors
 
-    async def write(self, path: Path, data: bytes) -> None:
-        """Write `data` to `path` atomically and durably. The write lands even if the caller is cancelled
-        meanwhile (as a synchronous write would have): the cancellation goes on once it has."""
-        write = _Write(path, data, asyncio.get_running_loop().create_future())
+    async def write(self, path: Path, data: bytes, also: Sequence[tuple[Path, bytes]] = ()) -> None:
+        """Write `data` to `path` atomically and durably, after the `also` files (atomically, not flushed).
+        The write lands even if the caller is cancelled meanwhile (as a synchronous write would have): the
+        cancellation goes on once it has."""
+        write = _Write(path, data, asyncio.get_running_loop().create_future(), tuple(also))
         self._queued.append(write)
         if self._flushing is None:
             self._flushing = asyncio.create_task(self._flush_queued())
