@@ -122,18 +122,21 @@ async def test_a_server_refusing_every_response_format_gets_the_schema_in_the_pr
     assert '"verdict"' in server.requests[3].text
 
 
+async def four_analyses_at_once(providers: Providers, server: FakeOpenAI, folder: Path) -> int:
+    """Four analyses started together through `providers` against `server`, each of which must succeed;
+    the most calls the server had in flight at once."""
+    analyzer = LlmAnalyzer(LlmAdapter(base_url=server.base_url, model="m", api_key_env=None), providers)
+    outcomes = await asyncio.gather(*(analyzer.analyze(analyze_request(folder / str(n))) for n in range(4)))
+    assert all(outcome.exit.error is None for outcome in outcomes)
+    return server.max_in_flight
+
+
 async def test_calls_that_waited_for_the_negotiation_then_go_side_by_side(tmp_path: Path) -> None:
     """Four analyses started at once on a provider whose format is not known yet: the first negotiates
     it alone, and the three that waited for it then call at the same time, not one after the other."""
     async with Providers() as providers:
         with FakeOpenAI(responder=lambda body: Reply(GOOD, delay_s=0.3)) as server:
-            config = LlmAdapter(base_url=server.base_url, model="m", api_key_env=None)
-            analyzer = LlmAnalyzer(config, providers)
-            outcomes = await asyncio.gather(
-                *(analyzer.analyze(analyze_request(tmp_path / str(n))) for n in range(4))
-            )
-            most_at_once = server.max_in_flight
-    assert all(outcome.exit.error is None for outcome in outcomes)
+            most_at_once = await four_analyses_at_once(providers, server, tmp_path)
     assert [r.format_type for r in server.requests] == ["json_schema"] * 4
     assert most_at_once == 3
 
@@ -148,15 +151,9 @@ async def test_a_worker_joining_a_fleet_that_knows_the_format_calls_side_by_side
     try:
         async with Providers(redis) as providers:
             with FakeOpenAI(responder=lambda body: Reply(GOOD, delay_s=0.3)) as server:
-                config = LlmAdapter(base_url=server.base_url, model="m", api_key_env=None)
                 provider = keys.llm_provider(server.base_url, "m")
                 await redis.set(keys.llm_format(provider), "json_object")
-                analyzer = LlmAnalyzer(config, providers)
-                outcomes = await asyncio.gather(
-                    *(analyzer.analyze(analyze_request(tmp_path / str(n))) for n in range(4))
-                )
-                most_at_once = server.max_in_flight
-        assert all(outcome.exit.error is None for outcome in outcomes)
+                most_at_once = await four_analyses_at_once(providers, server, tmp_path)
         assert [r.format_type for r in server.requests] == ["json_object"] * 4
         assert most_at_once == 4
 

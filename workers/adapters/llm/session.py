@@ -101,28 +101,31 @@ class Session:
         return await self._negotiate(messages, LADDER[0])
 
     async def _negotiate(self, messages: list[Message], floor: Format) -> str:
-        """Try the formats from `floor` down, one call of this worker at a time; the first answered is
-        learned. A format the fleet learned at or below `floor` is taken without a call."""
+        """Find the format from `floor` down, one call of this worker at a time (`_down_the_ladder`); a
+        format the fleet learned at or below `floor` is taken without a call."""
         memory = self.provider.formats
         async with memory.negotiating:
             if memory.known is None or LADDER.index(memory.known) < LADDER.index(floor):
                 recalled = await memory.recall()
-                if recalled is not None and LADDER.index(recalled) >= LADDER.index(floor):
-                    memory.adopt(recalled)
-                else:
-                    fmt = floor
-                    while True:
-                        try:
-                            answer = await self._call(messages, fmt)
-                        except FormatRefused as exc:
-                            self.say(f"the server refused {fmt} ({exc.status_code}): trying {after(fmt)}")
-                            fmt = after(fmt)
-                            continue
-                        await memory.learn(fmt)
-                        return answer
+                if recalled is None or LADDER.index(recalled) < LADDER.index(floor):
+                    return await self._down_the_ladder(messages, floor)
+                memory.adopt(recalled)
         # Known now (learned while this one waited, or recalled from the fleet): asked outside the
         # negotiation, so that the calls that waited for it go on side by side, not one after the other.
         return await self.ask(messages)
+
+    async def _down_the_ladder(self, messages: list[Message], fmt: Format) -> str:
+        """Call in `fmt`, then in each format below it that the server refuses; the first answered is
+        learned."""
+        while True:
+            try:
+                answer = await self._call(messages, fmt)
+            except FormatRefused as exc:
+                self.say(f"the server refused {fmt} ({exc.status_code}): trying {after(fmt)}")
+                fmt = after(fmt)
+                continue
+            await self.provider.formats.learn(fmt)
+            return answer
 
     async def _call(self, messages: list[Message], fmt: Format | None) -> str:
         self.calls += 1
