@@ -8,7 +8,6 @@ Each worker process watches the hash once per poll (BreakerGate) and gates its c
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from typing import Literal
@@ -21,6 +20,7 @@ from service.core.events import EventSink
 from service.core.lua import NOW
 from service.core.models.events import EventKind
 from workers.adapters.base import Prober
+from workers.door import Door
 from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
@@ -119,22 +119,15 @@ class BreakerGate:
         self._poll_s = poll_s
         self._probe_timeout_s = probe_timeout_s
         self._outage = outage or RedisOutage(backoff_max_s=poll_s)
-        self._closed = asyncio.Event()
-        self._closed.set()
+        self.runs = Door()
+        """Shut while the breaker is open: run starts wait at it."""
         self._reports = 0
         """`report_down` calls so far: a watch answer asked for before the latest one is stale."""
-
-    @property
-    def is_open(self) -> bool:
-        return not self._closed.is_set()
-
-    async def wait_closed(self) -> None:
-        await self._closed.wait()
 
     async def report_down(self, tuning: str, reason: str) -> None:
         """A run found the sandbox unavailable: open the breaker fleet-wide and stop local runs at once."""
         self._reports += 1
-        self._closed.clear()
+        self.runs.shut()
         if await self._breaker.trip(reason, tuning):
             await self._sink.emit(EventKind.BREAKER_OPENED, tuning, detail=reason)
 
@@ -149,9 +142,9 @@ class BreakerGate:
             # Closed in Redis, unless a run reported the sandbox down while the claim was on its way (its
             # trip may land after the claim): then the next tick decides, and the runs wait meanwhile.
             if reports == self._reports:
-                self._closed.set()
+                self.runs.open()
             return
-        self._closed.clear()
+        self.runs.shut()
         if claim == 1:
             tuning = await self._breaker.tuning() or "unknown"
             prober = await self._prober_for(tuning)
@@ -164,4 +157,4 @@ class BreakerGate:
                 try:  # recorded before the held runs go on (released even if the event cannot be sent)
                     await self._sink.emit(EventKind.BREAKER_CLOSED, tuning)
                 finally:
-                    self._closed.set()
+                    self.runs.open()

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.models.status import Hold
+from workers.door import Door
 from workers.outage import RedisOutage, every
 
 log = structlog.get_logger()
@@ -30,8 +31,8 @@ class Controls:
         self._redis = redis
         self._poll_s = poll_s
         self._outage = outage or RedisOutage(backoff_max_s=poll_s)
-        self._unpaused = asyncio.Event()
-        self._unpaused.set()
+        self.runs = Door()
+        """Shut while the fleet is paused: run starts wait at it."""
         self.cancelling: set[str] = set()
         """Job ids whose cancellation this process started (their tasks end as `cancelled`)."""
         self.scopes: dict[str, str] = {}
@@ -41,13 +42,6 @@ class Controls:
         self._holds_changed = asyncio.Event()
         self._holds_set = 0
         """How many holds this process set: a poll that read before one of them does not undo it."""
-
-    @property
-    def paused(self) -> bool:
-        return not self._unpaused.is_set()
-
-    async def wait_runnable(self) -> None:
-        await self._unpaused.wait()
 
     def held(self, tuning: str) -> Hold | None:
         """The tuning's hold as of the last poll (or this process's own `hold`)."""
@@ -106,12 +100,12 @@ class Controls:
         if holds_set == self._holds_set:
             self._set_holds({name: hold for name, hold in holds.items() if hold is not None})
         if paused:
-            if not self.paused:
+            if not self.runs.is_shut:
                 log.info("fleet_paused")
-            self._unpaused.clear()
-        elif self.paused:
+            self.runs.shut()
+        elif self.runs.is_shut:
             log.info("fleet_resumed")
-            self._unpaused.set()
+            self.runs.open()
         cancelled = {member.decode() for members in cancelled_sets for member in members}
         for job_id in cancelled & set(running) - self.cancelling:
             self.cancelling.add(job_id)

@@ -197,9 +197,9 @@ class JobRun(ABC):
         refused) or the sandbox breaker is open, announcing each wait."""
         told_hold = False
         while True:
-            if self.controls.paused:
+            if self.controls.runs.is_shut:
                 await announce("resume", None)
-                await self.controls.wait_runnable()
+                await self.controls.runs.wait_open()
                 told_hold = False
             hold = await tuning_hold(self, self.tuning) if self.tuning is not None else None
             if hold is None or self.tuning is None:
@@ -208,9 +208,9 @@ class JobRun(ABC):
                 await announce("hold", hold)
                 told_hold = True
             await self.controls.wait_released(self.tuning.name)
-        if self.gate.is_open:
+        if self.gate.runs.is_shut:
             await announce("sandbox", None)
-            await self.gate.wait_closed()
+            await self.gate.runs.wait_open()
 
 
 async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:

@@ -11,27 +11,17 @@ from redis.asyncio import Redis
 from service.client.queries import fleet_status
 from service.core import keys
 from service.core.models.events import Event
-from service.core.models.records import Phase, StepName
-from service.core.models.status import WAIT_WORDS, FleetStatus, LockHolder, RunningCase, WaitCause
+from service.core.models.status import WAIT_WORDS, FleetStatus, LockHolder, RunningCase
 
 
-class RunningStep(BaseModel):
-    """One case under way, at the step it is running now."""
+class RunningStep(RunningCase):
+    """One case under way, at the step it is running now: its `tf:running` note with the tuning and the
+    job id it was found under."""
 
     model_config = ConfigDict(frozen=True)
 
     tuning: str
     job_id: str
-    case: str
-    rev: int
-    worker: str | None = None
-    step: StepName
-    phase: Phase
-    attempt: int
-    since: datetime | None = None
-    work: str | None = None
-    waiting: WaitCause | None = Field(default=None, description="Set while it waits to start `step`.")
-    fence: int | None = None
 
     @property
     def state(self) -> str:

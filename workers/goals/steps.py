@@ -151,7 +151,7 @@ async def call_agent(
         if gr.tuning is None:
             raise StepVoid(f"sandbox down: {exit_.sandbox_down}")
         await gr.gate.report_down(gr.tuning.name, exit_.sandbox_down)
-        await gr.gate.wait_closed()
+        await gr.gate.runs.wait_open()
         raise SandboxWasDown(exit_.sandbox_down)
     if exit_.void is not None:
         raise StepVoid(exit_.void)
