@@ -423,15 +423,26 @@ def versions_used(events: list[dict[str, Any]], tuning_root: Path) -> set[str]:
 
 
 def start_gaps(events: list[dict[str, Any]], step: str) -> list[float]:
-    """Per case, seconds from a step's end to the start of the next `step` (the loop's own delay)."""
-    last: dict[str, float] = {}
-    gaps: list[float] = []
+    """Per case, seconds from a step's end to the start of the case's next `step` (the loop's own delay).
+    A step ends at its start plus its `duration_ms`: its `step_finished` is sent once its record has
+    landed, which may be after the next agent started."""
+    started: dict[tuple[str, str, int, str], float] = {}
+    ends: dict[str, list[float]] = {}
+    starts: list[tuple[str, float]] = []
     for event in events:
         name = event.get("case")
-        if name is None:
+        if name is None or event["kind"] not in ("step_started", "step_finished"):
             continue
-        if event["kind"] == "step_finished":
-            last[name] = event_time(event)
-        elif event["kind"] == "step_started" and event["step"] == step and name in last:
-            gaps.append(event_time(event) - last[name])
+        key = (name, event["phase"], event["attempt"], event["step"])
+        if event["kind"] == "step_started":
+            started[key] = event_time(event)
+            if event["step"] == step:
+                starts.append((name, started[key]))
+        elif key in started and event.get("duration_ms") is not None:
+            ends.setdefault(name, []).append(started[key] + event["duration_ms"] / 1000)
+    gaps: list[float] = []
+    for name, at in starts:
+        before = [end for end in ends.get(name, []) if end <= at]
+        if before:
+            gaps.append(at - max(before))
     return gaps
