@@ -4,12 +4,15 @@ worker process; (2) `tunefleet eval compare` of two evaluations of 10,000 items 
 (1) The same cases twice, each drained by the same kind of worker with zero-latency demo agents: as
 cases of a tuning with `tries: 1`, so that each case is one run and one grade (it fails: a rule is
 missing, and no apply follows the last try), and as the items of an evaluation of the same version
-(one run and one grade each). The worker is started, left idle until ready, then frozen (SIGSTOP)
-while the work is queued, so that the figures hold the drain only; the drains alternate, ROUNDS of
-each. With zero-latency agents a drain is bound by the worker's CPU, and on a machine shared with
-other work its wall time swings by a third from round to round, so the figure is jobs per second of
-the worker's CPU time (/proc/<pid>/stat): what one more item costs the fleet against one more case.
-The wall-clock rates are in the note; the target is on the median round's ratio.
+(one run and one grade each). Each round, two workers (each with a Redis of its own) are started,
+left idle until ready, then frozen (SIGSTOP) while the work is queued, one the cases and the other the
+items, then thawed together, so that the figures hold the drains only and both drains meet the
+machine as it is at that moment (both workers on one core, their Redis servers on another). With
+zero-latency agents a drain is bound by the worker's CPU; on a machine shared with other work even a
+worker's CPU time per job swings by a fifth from minute to minute (drained one after the other, a
+round's ratio went from 0.69 to 1.17), so the figure is jobs per second of the worker's CPU time
+(/proc/<pid>/stat), of drains made side by side: what one more item costs the fleet against one more
+case. The wall-clock rates are in the note; the target is on the median round's ratio.
 
 (2) Two evaluations of 10,000 items are written as the workers write them (one folder and one
 `item.json` per item), then compared as `tunefleet eval compare` does. The first read of an ended
@@ -23,6 +26,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,19 +42,40 @@ from tests.support.fleet import case
 NAME = "evals"
 CASES = 300
 CONCURRENCY = 10
-ROUNDS = 3
+ROUNDS = 5
 COMPARE_ITEMS = 10_000
 MIN_RATIO = 0.95
 MAX_COMPARE_S = 1.0
 
 
-def _drain(env: Env, pid: int, done: Callable[[], bool], timeout_s: float) -> tuple[float, float]:
-    """Thaw the frozen worker and wait until `done()`; (the worker's CPU seconds, wall seconds)."""
-    cpu = cpu_seconds(pid)
+@dataclass
+class _Drain:
+    """A frozen worker with its work queued, and when that work is done."""
+
+    pid: int
+    done: Callable[[], bool]
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+def _drain_together(drains: list[_Drain], timeout_s: float) -> None:
+    """Thaw the frozen workers at once and wait until each is done, noting each one's CPU seconds and
+    wall seconds at its own end."""
+    cpu = [cpu_seconds(d.pid) for d in drains]
     began = time.monotonic()
-    os.kill(pid, signal.SIGCONT)
-    wait_for(done, timeout_s, "the drain", interval_s=0.01)
-    return cpu_seconds(pid) - cpu, time.monotonic() - began
+    for drain in drains:
+        os.kill(drain.pid, signal.SIGCONT)
+    left = set(range(len(drains)))
+
+    def all_done() -> bool:
+        for i in sorted(left):
+            if drains[i].done():
+                drains[i].wall_s = time.monotonic() - began
+                drains[i].cpu_s = cpu_seconds(drains[i].pid) - cpu[i]
+                left.discard(i)
+        return not left
+
+    wait_for(all_done, timeout_s, "the drains", interval_s=0.01)
 
 
 def _cases(round_no: int) -> list[dict[str, Any]]:
@@ -65,34 +90,51 @@ def _frozen_worker(env: Env) -> int:
     return worker.pid
 
 
-def measure_cases(round_no: int) -> tuple[float, float]:
-    """CASES one-try cases drained by a worker: (per CPU second, per wall second)."""
-    with Env(f"{NAME}-cases") as env:
-        tuning = run_async(env.register(env.tuning([], adapter=zero_latency(), tries=1)))
-        pid = _frozen_worker(env)
-        run_async(env.submit(tuning, _cases(round_no)))
-        cpu, wall = _drain(env, pid, lambda: env.results_done() >= CASES, 300)
-        return CASES / cpu, CASES / wall
+def _queue_cases(env: Env, round_no: int) -> _Drain:
+    """CASES one-try cases queued for a frozen worker."""
+    tuning = run_async(env.register(env.tuning([], adapter=zero_latency(), tries=1)))
+    pid = _frozen_worker(env)
+    run_async(env.submit(tuning, _cases(round_no)))
+    return _Drain(pid, lambda: env.results_done() >= CASES)
 
 
-def measure_items(round_no: int) -> tuple[float, float]:
-    """An evaluation of the same cases (one repeat) drained by a worker: (per CPU second, per wall
-    second)."""
-    with Env(f"{NAME}-items") as env:
-        root = env.root / "tuning"
-        tuning_file = env.tuning(_cases(round_no), adapter=zero_latency(), tries=1)
-        tuning = run_async(env.register(tuning_file))
-        pid = _frozen_worker(env)
+def _queue_items(env: Env, round_no: int) -> _Drain:
+    """An evaluation of the same cases (one repeat) queued for a frozen worker."""
+    root = env.root / "tuning"
+    tuning = run_async(env.register(env.tuning(_cases(round_no), adapter=zero_latency(), tries=1)))
+    pid = _frozen_worker(env)
 
-        async def create() -> str:
-            async with env.client() as client:
-                spec = await client.evals.create(tuning, cases=root / "cases", name="bench")
-            return spec.id
+    async def create() -> str:
+        async with env.client() as client:
+            spec = await client.evals.create(tuning, cases=root / "cases", name="bench")
+        return spec.id
 
-        eval_id = run_async(create())
-        items = env.settings.store / "evals" / eval_id / "items"
-        cpu, wall = _drain(env, pid, lambda: sum(1 for _ in items.glob("*/*/item.json")) >= CASES, 300)
-        return CASES / cpu, CASES / wall
+    items = env.settings.store / "evals" / run_async(create()) / "items"
+    return _Drain(pid, lambda: sum(1 for _ in items.glob("*/*/item.json")) >= CASES)
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of the process onto `cpus` (the threads it makes later inherit it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), cpus)
+
+
+def measure_round(round_no: int) -> tuple[_Drain, _Drain]:
+    """The cases and the items of one round, drained side by side by two workers (each with its own
+    Redis), so that both meet the machine as it is at that moment: (cases, items). With two cores or
+    more, both workers share the first, and their Redis servers the second."""
+    with Env(f"{NAME}-cases") as cases_env, Env(f"{NAME}-items") as items_env:
+        cases = _queue_cases(cases_env, round_no)
+        items = _queue_items(items_env, round_no)
+        if len(os.sched_getaffinity(0)) >= 2:
+            first, second, *_ = sorted(os.sched_getaffinity(0))
+            for env in (cases_env, items_env):
+                assert env.redis_server.proc is not None
+                _pin(env.redis_server.proc.pid, {second})
+            for drain in (cases, items):
+                _pin(drain.pid, {first})
+        _drain_together([cases, items], 300)
+        return cases, items
 
 
 def write_eval(root: Path, eval_id: str, passes: int) -> None:
@@ -151,10 +193,9 @@ def measure_compare() -> tuple[float, float, int]:
 
 
 def run() -> list[Figure]:
-    cases, items = [], []
-    for round_no in range(ROUNDS):
-        cases.append(measure_cases(round_no))
-        items.append(measure_items(round_no))
+    rounds = [measure_round(round_no) for round_no in range(ROUNDS)]
+    cases = [(CASES / c.cpu_s, CASES / c.wall_s) for c, _ in rounds]
+    items = [(CASES / i.cpu_s, CASES / i.wall_s) for _, i in rounds]
     ratios = [i[0] / c[0] for i, c in zip(items, cases, strict=True)]
     ratio = median(ratios)
     compare_s, walk_s, flips = measure_compare()

@@ -60,12 +60,7 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
             )
         cr = CaseRun(runtime, lease, tuning, case, store)
         cr.start_view = grant.view
-        data = {
-            "lease": lease.token,
-            "lost_leases": grant.lost,
-            "suspect": grant.level or None,
-            "try": job_try,
-        }
+        data = grant.started(lease.token, job_try)
         cr.emit_soon(EventKind.CASE_STARTED, data=data)  # with the first step's first round trip
         return cr
 

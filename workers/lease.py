@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -159,6 +160,11 @@ class Grant:
     @property
     def suspect(self) -> bool:
         return self.level != ""
+
+    def started(self, token: int, job_try: int) -> dict[str, Any]:
+        """The `data` of a leased job's start event (`case_started`, `eval_item_started`): the lease, what
+        it lost before, whether it is a suspect, and arq's try number."""
+        return {"lease": token, "lost_leases": self.lost, "suspect": self.level or None, "try": job_try}
 
 
 class CaseLease:

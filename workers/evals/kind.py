@@ -56,13 +56,7 @@ class EvalItemKind(JobKind[EvalItemJob, ItemRun]):
         case = found.case(job.case)
         item = found.item(case.id, case.rev, job.repeat)
         ir = ItemRun(runtime, lease, runtime.tuning(job.tuning), case, item, job.eval, job.version)
-        data = {
-            "lease": lease.token,
-            "lost_leases": grant.lost,
-            "suspect": grant.level or None,
-            "try": job_try,
-        }
-        await ir.emit(ITEM_STARTED, data=data)
+        ir.emit_soon(ITEM_STARTED, data=grant.started(lease.token, job_try))  # as a case's start
         return ir
 
     async def unloadable(
