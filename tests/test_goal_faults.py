@@ -22,6 +22,7 @@ from tests.support.goals import (
     agent_starts,
     freeze_outside_goal_lock,
     frozen_lock_holder,
+    goal_cli,
     goal_dir,
     goal_state,
     start_goal,
@@ -101,6 +102,40 @@ async def test_an_emptied_redis_gets_the_goal_back_from_the_store(
     assert "redis_state_lost" in (tmp_path / "fleet-logs" / "daemon.log").read_text()
     finished = [(e["iteration"], e["step"]) for e in trace(fleet) if e["kind"] == "step_finished"]
     assert sorted(finished) == sorted(EVERY_STEP_ONCE)
+
+
+async def test_a_failed_goal_started_again_is_queued_in_the_store_and_outlives_an_emptied_redis(
+    settings: FleetSettings, tmp_path: Path
+) -> None:
+    """A goal that failed and is started again while no worker runs is `queued` in its GOAL_STATE.json at
+    once (as `goal status` shows it); Redis then restarts with nothing, and the daemon puts the goal back
+    in the queue from the store: a worker carries it on and it completes."""
+    server = RedisServer(tmp_path / "own-redis", appendonly=False)
+    server.start()
+    fleet = Fleet(settings.model_copy(update={"redis_url": server.url}), tmp_path / "fleet-logs")
+    try:
+        worker = fleet.start_worker()
+        spec = write_goal(
+            tmp_path / "goals", limits={"max_voids": 2}, demo={"voids": {"work": 2}, "step_ms": 0}
+        )
+        await start_goal(fleet, spec)
+        assert (await wait_goal_ended(fleet, timeout_s=30)).status == "failed"
+        worker.terminate()
+        assert worker.wait(timeout=30) == 0
+        again = goal_cli(fleet, "start", str(spec))
+        assert (again.returncode, again.stdout.strip()) == (0, "goal g1: queued"), again.stderr
+        state = goal_state(fleet)
+        assert state is not None and (state.status, state.completion) == ("queued", None)
+        assert goal_cli(fleet, "status", "g1").stdout.splitlines()[-1].startswith("queued, until ")
+        server.restart()
+        fleet.start_daemon(write_tuning(tmp_path / "t", []))
+        fleet.start_worker()
+        ended = await wait_goal_ended(fleet, timeout_s=60)
+    finally:
+        fleet.teardown()
+        server.stop()
+    assert ended.status == "completed"
+    assert [e["kind"] for e in trace(fleet)].count("goal_failed") == 1
 
 
 async def test_sigterm_mid_step_hands_the_goal_back_and_another_worker_finishes_it(

@@ -90,10 +90,12 @@ class Goals(GoalFiles):
             await self._init_workspace(goal, spec)
             goal.write_spec(spec)
         state = goal.state()
-        if state is not None and state.status != "failed":
+        if state is not None and state.status == "failed":  # started again: queued in the store at once
+            state = await asyncio.to_thread(self._restart_in_store, goal)
+        if state is not None and state.status != "queued":
             return summary_of(state)  # running (its worker or the reconcile carries it on) or ended
         summary = GoalSummary(id=spec.id, status="queued", tuning=spec.tuning, updated_at=datetime.now(UTC))
-        if state is None and await self._in_flight(spec.id):
+        if await self._in_flight(spec.id):
             return summary
         await self._enqueue(spec.id, summary)
         log.info("goal_queued", goal=spec.id, tuning=spec.tuning)
@@ -153,6 +155,16 @@ class Goals(GoalFiles):
             await self._sink.emit(EventKind.GOAL_CANCELLED, state.tuning, goal=goal_id, detail=reason)
             log.info("goal_cancelled", goal=goal_id, detail=reason)
         return True
+
+    def _restart_in_store(self, goal: GoalStore) -> GoalState | None:
+        """Under the goal's lock: a failed goal queued again (`GoalState.restart`), so that its status and
+        the daemon's reconcile see it queued before a worker takes it; the state as it is now."""
+        with goal.locked():
+            state = goal.state()
+            if state is not None and state.status == "failed":
+                state.restart()
+                goal.write_state(state)
+            return state
 
     def _cancel_in_store(self, goal: GoalStore, leased: bool) -> tuple[GoalState | None, bool]:
         """Under the goal's lock: end a goal that no worker holds, or write the cancel for the worker that

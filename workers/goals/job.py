@@ -84,11 +84,9 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
         if first:
             gr.event(EventKind.GOAL_STARTED, None, None, spec.goal)
         elif state.status not in FINAL_STATUSES or state.status == "failed":
-            if state.status == "failed":  # started again: it goes on where it failed, voids counted afresh
-                state.status, state.completion = "running", None
-                current = state.current()
-                if current is not None:
-                    current.completion, current.voids_counted = None, dict(current.voids)
+            if state.status == "failed":  # started again by a client that left it failed (before 6 December)
+                state.restart()
+            state.status = "running"  # queued (a failed goal started again), or taken over
             gr.event(EventKind.GOAL_RESUMED, state.current(), None, f"taken by {runtime.name}")
         else:
             return gr  # ended (a cancel before any worker took it): nothing to write

@@ -224,6 +224,13 @@ class GoalState(BaseModel):
         self.trace.append(event)
         return event
 
+    def restart(self) -> None:
+        """A failed goal started again: queued, to go on where it failed, its voids counted afresh."""
+        self.status, self.completion = "queued", None
+        current = self.current()
+        if current is not None:
+            current.completion, current.voids_counted = None, dict(current.voids)
+
     def finish(self, completion: Completion, worker: str | None) -> None:
         """End the goal: its status, its completion (and its current iteration's), its event."""
         self.status = completion.status
