@@ -5,9 +5,11 @@ restarts empty gets the goal back from the store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,15 +81,25 @@ async def test_a_worker_killed_between_two_steps_hands_the_goal_on_with_no_step_
     assert len(resumed) == 1 and resumed[0]["worker"].endswith(f":{second.pid}")
 
 
+@contextlib.contextmanager
+def emptiable_fleet(settings: FleetSettings, tmp_path: Path) -> Iterator[tuple[RedisServer, Fleet]]:
+    """A fleet on a Redis of its own, without persistence: `server.restart()` empties it."""
+    server = RedisServer(tmp_path / "own-redis", appendonly=False)
+    server.start()
+    fleet = Fleet(settings.model_copy(update={"redis_url": server.url}), tmp_path / "fleet-logs")
+    try:
+        yield server, fleet
+    finally:
+        fleet.teardown()
+        server.stop()
+
+
 async def test_an_emptied_redis_gets_the_goal_back_from_the_store(
     settings: FleetSettings, tmp_path: Path
 ) -> None:
     """Mid-goal, Redis restarts with nothing: the daemon restores the goal from the store, a worker carries
     it on at its first missing step, and it completes with every step recorded once."""
-    server = RedisServer(tmp_path / "own-redis", appendonly=False)
-    server.start()
-    fleet = Fleet(settings.model_copy(update={"redis_url": server.url}), tmp_path / "fleet-logs")
-    try:
+    with emptiable_fleet(settings, tmp_path) as (server, fleet):
         fleet.start_daemon(write_tuning(tmp_path / "t", []))
         await wait_until(lambda: server.exists("tf:epoch"), 30, "the daemon")
         fleet.start_worker()
@@ -95,9 +107,6 @@ async def test_an_emptied_redis_gets_the_goal_back_from_the_store(
         await wait_until(lambda: _started(fleet, 1, "review"), 30, "the first review to start")
         server.restart()
         state = await wait_goal_ended(fleet, timeout_s=90)
-    finally:
-        fleet.teardown()
-        server.stop()
     assert state.status == "completed"
     assert "redis_state_lost" in (tmp_path / "fleet-logs" / "daemon.log").read_text()
     finished = [(e["iteration"], e["step"]) for e in trace(fleet) if e["kind"] == "step_finished"]
@@ -110,10 +119,7 @@ async def test_a_failed_goal_started_again_is_queued_in_the_store_and_outlives_a
     """A goal that failed and is started again while no worker runs is `queued` in its GOAL_STATE.json at
     once (as `goal status` shows it); Redis then restarts with nothing, and the daemon puts the goal back
     in the queue from the store: a worker carries it on and it completes."""
-    server = RedisServer(tmp_path / "own-redis", appendonly=False)
-    server.start()
-    fleet = Fleet(settings.model_copy(update={"redis_url": server.url}), tmp_path / "fleet-logs")
-    try:
+    with emptiable_fleet(settings, tmp_path) as (server, fleet):
         worker = fleet.start_worker()
         spec = write_goal(
             tmp_path / "goals", limits={"max_voids": 2}, demo={"voids": {"work": 2}, "step_ms": 0}
@@ -131,9 +137,6 @@ async def test_a_failed_goal_started_again_is_queued_in_the_store_and_outlives_a
         fleet.start_daemon(write_tuning(tmp_path / "t", []))
         fleet.start_worker()
         ended = await wait_goal_ended(fleet, timeout_s=60)
-    finally:
-        fleet.teardown()
-        server.stop()
     assert ended.status == "completed"
     assert [e["kind"] for e in trace(fleet)].count("goal_failed") == 1
 
