@@ -1,6 +1,7 @@
 """Goals under faults: a worker SIGKILLed between two steps hands the goal to another worker with no
 step run twice, a worker paused past its lease cannot write over the new owner, and a Redis that
-restarts empty gets the goal back from the store."""
+restarts empty gets the goal back from the store (also a failed goal started again before any worker
+took it)."""
 
 from __future__ import annotations
 
