@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, Figure, discard, run_async
+from service.core.heap import freeze_long_lived
 from service.core.system import SystemRepo, copy_writable
 from service.core.trees import folder_threads
-from workers.heap import freeze_long_lived
 
 NAME = "big_system"
 FOLDERS = 30
@@ -106,7 +106,7 @@ async def measure(root: Path) -> tuple[float, float, float, float]:
 def run() -> list[Figure]:
     root = Path(tempfile.mkdtemp(prefix=f"{NAME}-", dir=ROOT / "var" / "bench"))
     # The loop measured is the harness's, whose heap holds what the benches before made; a worker's holds
-    # its own start, frozen out of the collector's full passes (workers.heap). So is the harness's here:
+    # its own start, frozen out of the collector's full passes (service.core.heap). So is the harness's here:
     # a full pass over it (60 ms after the benches of `make bench`) is no cost of the copies.
     freeze_long_lived()
     try:

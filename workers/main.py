@@ -12,11 +12,11 @@ from redis.exceptions import RedisError
 from service.core import keys
 from service.core.connection import connect
 from service.core.health import listen_health, serve_health
+from service.core.heap import freeze_long_lived
 from service.core.settings import FleetSettings
 from service.core.trees import folder_threads
 from workers.fleet_worker import FleetWorker
 from workers.health import worker_checks
-from workers.heap import freeze_long_lived
 from workers.runtime import WorkerRuntime
 
 log = structlog.get_logger()
@@ -56,7 +56,7 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
     asyncio.get_running_loop().set_default_executor(folder_threads())
     runtime = WorkerRuntime(settings, redis)
     worker = FleetWorker(runtime, burst=burst)
-    freeze_long_lived()  # what the start made lives as long as the worker (workers.heap)
+    freeze_long_lived()  # what the start made lives as long as the worker (service.core.heap)
     log.info("worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue)
     try:
         async with asyncio.TaskGroup() as group:

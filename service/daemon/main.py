@@ -25,6 +25,7 @@ from service.client.queries import stored_runs
 from service.client.submission import enqueue_cases
 from service.core import keys
 from service.core.events import COST_SCALE
+from service.core.heap import freeze_long_lived
 from service.core.models.events import EventKind
 from service.core.models.jobs import CaseJob
 from service.core.models.status import SubmitReport
@@ -216,6 +217,7 @@ async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bo
                 async with asyncio.TaskGroup() as group:
                     group.create_task(lease.keep(daemon.stopping), name="daemon-lease")
                     await daemon.start(tuning_files)
+                    freeze_long_lived()  # what the start made lives as long as the daemon (service.core.heap)
                     if sock is None:
                         daemon.stopping.set()  # --once: registered and enqueued, nothing more to keep
                     else:

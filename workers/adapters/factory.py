@@ -23,6 +23,7 @@ from typing import Generic, Literal, TypeVar
 import structlog
 
 from service.core.errors import ConfigError
+from service.core.heap import freeze_long_lived
 from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner
@@ -34,7 +35,6 @@ from workers.adapters.goal_demo import DemoGoalAgent
 from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
 from workers.adapters.sandbox import DemoProber, SandboxProber
-from workers.heap import freeze_long_lived
 
 AdapterConfig = DemoAdapter | CommandAdapter | LlmAdapter
 GoalRole = Literal["runner", "analyzer"]
@@ -100,7 +100,7 @@ async def llm_modules_loaded(then: Callable[[], object] | None = None) -> None:
     docstring), and run `then` in that thread after them (the job's clients warmed: Providers.warm); at
     once when they are loaded. Logged (`llm_modules_loaded`) with the CPU the import took (`cpu_ms`, a
     cost of the worker's first LLM job, once per process, not of its calls; with the collection and
-    freeze of what it made, workers.heap) and the warm-up's."""
+    freeze of what it made, service.core.heap) and the warm-up's."""
 
     def load() -> tuple[float, float]:
         imported_s = _import_llm_modules()
