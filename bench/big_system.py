@@ -15,13 +15,11 @@ stalled loop delays every other job's heartbeat, events and step starts by as mu
 from __future__ import annotations
 
 import asyncio
-import gc
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, Figure, discard, run_async
-from service.core.heap import freeze_long_lived
+from bench.common import ROOT, Figure, discard, frozen_heap, run_async
 from service.core.system import SystemRepo, copy_writable
 from service.core.trees import folder_threads
 
@@ -105,14 +103,10 @@ async def measure(root: Path) -> tuple[float, float, float, float]:
 
 def run() -> list[Figure]:
     root = Path(tempfile.mkdtemp(prefix=f"{NAME}-", dir=ROOT / "var" / "bench"))
-    # The loop measured is the harness's, whose heap holds what the benches before made; a worker's holds
-    # its own start, frozen out of the collector's full passes (service.core.heap). So is the harness's here:
-    # a full pass over it (60 ms after the benches of `make bench`) is no cost of the copies.
-    freeze_long_lived()
     try:
-        fleet_ms, fleet_s, sync_ms, sync_s = run_async(measure(root))
+        with frozen_heap():  # the loop measured is the harness's (as a worker's, its start is frozen)
+            fleet_ms, fleet_s, sync_ms, sync_s = run_async(measure(root))
     finally:
-        gc.unfreeze()
         discard(root)
     return [
         Figure(

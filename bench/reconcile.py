@@ -14,12 +14,10 @@ run.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 
 from bench.big_system import StallMeter
-from bench.common import Env, Figure, run_async
-from service.core.heap import freeze_long_lived
+from bench.common import Env, Figure, frozen_heap, run_async
 from service.core.store import TuningStore
 from service.daemon.main import Daemon, unfinished_cases
 from tests.support.fleet import demo_adapter
@@ -47,25 +45,14 @@ async def measure(env: Env) -> tuple[float, float, int, float]:
         tuning = client.store.tuning(name)
         write_cases(tuning)
         daemon = Daemon(client)
-        # The loop measured is the harness's, whose heap holds what the benches before made; the daemon's
-        # holds its own start, frozen out of the collector's full passes once its tunings are registered
-        # (service.core.heap). So is the harness's here: a full pass over it (190 ms with a heap of 600,000
-        # objects) is no cost of the reconciliation. Both loops are measured so.
-        freeze_long_lived()
-        try:
-            return await _measure(tuning, daemon)
-        finally:
-            gc.unfreeze()
-
-
-async def _measure(tuning: TuningStore, daemon: Daemon) -> tuple[float, float, int, float]:
-    async with StallMeter() as fleet:
-        began = time.perf_counter()
-        enqueued = await daemon.reconcile()
-        took_s = time.perf_counter() - began
-    async with StallMeter() as on_loop:
-        await asyncio.sleep(0.01)
-        unfinished_cases(tuning)
+        with frozen_heap():  # the loop measured is the harness's (as the daemon's, its start is frozen)
+            async with StallMeter() as fleet:
+                began = time.perf_counter()
+                enqueued = await daemon.reconcile()
+                took_s = time.perf_counter() - began
+            async with StallMeter() as on_loop:
+                await asyncio.sleep(0.01)
+                unfinished_cases(tuning)
     return 1000 * fleet.longest_s, took_s, enqueued, 1000 * on_loop.longest_s
 
 

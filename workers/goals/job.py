@@ -84,7 +84,7 @@ class GoalKind(JobKind[GoalJob, GoalRun]):
         if first:
             gr.event(EventKind.GOAL_STARTED, None, None, spec.goal)
         elif state.status not in FINAL_STATUSES or state.status == "failed":
-            if state.status == "failed":  # started again by a client that left it failed (before 6 December)
+            if state.status == "failed":  # started again by a client older than GoalState.restart
                 state.restart()
             state.status = "running"  # queued (a failed goal started again), or taken over
             gr.event(EventKind.GOAL_RESUMED, state.current(), None, f"taken by {runtime.name}")

@@ -83,6 +83,11 @@ def refuses_format(exc: openai.APIStatusError) -> bool:
     return REFUSAL_RE.search(str(body)) is not None
 
 
+def reaches(fmt: Format | None, floor: Format) -> bool:
+    """Whether `fmt` is a format at `floor` or below it on the ladder (None: no format known)."""
+    return fmt is not None and LADDER.index(fmt) >= LADDER.index(floor)
+
+
 def after(fmt: Format) -> Format:
     """The next format down the ladder (`prompt` is the last, and refuses nothing)."""
     return LADDER[min(LADDER.index(fmt) + 1, len(LADDER) - 1)]

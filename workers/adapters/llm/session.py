@@ -29,7 +29,7 @@ from workers.adapters.llm.errors import (
     ParamRefused,
     ProviderRejected,
 )
-from workers.adapters.llm.formats import LADDER, Format, after, response_format
+from workers.adapters.llm.formats import LADDER, Format, after, reaches, response_format
 from workers.adapters.llm.pool import Providers, borrowed
 from workers.adapters.llm.provider import Provider
 from workers.adapters.llm.tokens import Meter
@@ -105,9 +105,9 @@ class Session:
         format the fleet learned at or below `floor` is taken without a call."""
         memory = self.provider.formats
         async with memory.negotiating:
-            if memory.known is None or LADDER.index(memory.known) < LADDER.index(floor):
+            if not reaches(memory.known, floor):
                 recalled = await memory.recall()
-                if recalled is None or LADDER.index(recalled) < LADDER.index(floor):
+                if recalled is None or not reaches(recalled, floor):
                     return await self._down_the_ladder(messages, floor)
                 memory.adopt(recalled)
         # Known now (learned while this one waited, or recalled from the fleet): asked outside the
