@@ -5,6 +5,7 @@ the tests' OpenAI-compatible server scripted as servers really answer (llama-cpp
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from tests.support.redis_server import RedisServer
 from tests.test_llm_adapters import analyze_request
 from tests.test_llm_grading import GOOD
 from workers.adapters.llm.analyzer import LlmAnalyzer
-from workers.adapters.llm.formats import response_format
+from workers.adapters.llm.formats import AnswerSchema, response_format
 from workers.adapters.llm.goal import WorkAnswer
 from workers.adapters.llm.pool import Providers
 
@@ -205,13 +206,15 @@ def test_the_schema_sent_leaves_out_size_bounds_and_keeps_the_rest() -> None:
     prompt's copy of the schema is not touched."""
     schema = WorkAnswer.model_json_schema()
     schema["properties"]["maxItems"] = {"type": "integer"}
-    sent = response_format("json_object_schema", "work", schema)
+    answer = AnswerSchema("work", schema)
+    sent = response_format("json_object_schema", answer)
     assert sent is not None
     assert size_bounds(schema) and not size_bounds(sent["schema"])
     assert sent["schema"]["properties"]["maxItems"] == {"type": "integer"}
     task = sent["schema"]["$defs"]["TaskOutcome"]["properties"]
     assert task["task"]["minLength"] == 1 and task["status"]["enum"] == ["finished", "failed"]
     assert schema["properties"]["summary"]["maxLength"] == 20_000  # the caller's schema is as it was
+    assert json.loads(answer.quoted) == schema  # and the prompt quotes it whole
 
 
 def size_bounds(schema: Any) -> list[str]:

@@ -21,7 +21,7 @@ from tests.support.fake_openai import FakeOpenAI, Forward, Scripted
 from tests.support.fleet import Fleet, write_tuning
 from tests.support.llama import MODEL, LlamaServer
 from workers.adapters.llm.edits import EditPlan
-from workers.adapters.llm.formats import Format, response_format
+from workers.adapters.llm.formats import AnswerSchema, Format, response_format
 from workers.adapters.llm.goal import WorkAnswer
 from workers.adapters.llm.grading import feedback_schema
 
@@ -133,7 +133,7 @@ def test_the_server_takes_every_schema_the_fleet_sends_and_lives(llama: LlamaSer
             "messages": [{"role": "user", "content": "Answer with JSON."}],
             "max_tokens": 24,
             "temperature": 0,
-            "response_format": response_format(fmt, name, schema),
+            "response_format": response_format(fmt, AnswerSchema(name, schema)),
         }
         answer = httpx.post(f"{llama.base_url}/chat/completions", json=body, timeout=300)
         statuses[name] = answer.status_code

@@ -4,15 +4,15 @@ the case's own schema (workers.adapters.llm.grading), one repair round."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from service.core.models.case import Case
 from service.core.models.records import SEAL_FIELDS, Feedback
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest
+from workers.adapters.llm.formats import AnswerSchema
 from workers.adapters.llm.grading import base_schema, check_feedback, feedback_schema
 from workers.adapters.llm.pool import Providers
-from workers.adapters.llm.prompts import schema_text, tree_view, workspace_view
+from workers.adapters.llm.prompts import tree_view, workspace_view
 from workers.adapters.llm.session import Message, Session
 from workers.adapters.llm.step import LlmStep, step_exit
 
@@ -90,24 +90,23 @@ class LlmAnalyzer(LlmStep[AnalyzeOutcome]):
     def __init__(self, config: LlmAdapter, providers: Providers | None = None) -> None:
         super().__init__(config, providers, "analyzer", "analyze", AnalyzeOutcome)
         self._base_schema = base_schema()
-        self._schemas: dict[tuple[str, ...], tuple[dict[str, Any], str]] = {}
+        self._schemas: dict[tuple[str, ...], AnswerSchema] = {}
 
     async def analyze(self, request: AnalyzeRequest) -> AnalyzeOutcome:
-        schema, text = self._schema(request.case)
+        answer = self._schema(request.case)
         return await self._in_session(
-            request, "feedback", schema, lambda session, started: self._grade(session, request, text, started)
+            request, answer, lambda session, started: self._grade(session, request, answer.quoted, started)
         )
 
-    def _schema(self, case: Case) -> tuple[dict[str, Any], str]:
-        """The case's feedback schema and its text in the prompt, made once per rubric (cases share
-        rubrics, and a schema is dear to make); neither is changed by anyone after."""
+    def _schema(self, case: Case) -> AnswerSchema:
+        """The case's feedback schema, made once per rubric (cases share rubrics, and a schema, its
+        text and its sent copy are dear to make)."""
         ids = tuple(case.rubric_ids)
         made = self._schemas.get(ids)
         if made is None:
             if len(self._schemas) >= SCHEMAS_KEPT:
                 self._schemas.clear()
-            schema = feedback_schema(case, self._base_schema)
-            made = self._schemas[ids] = (schema, schema_text(schema))
+            made = self._schemas[ids] = AnswerSchema("feedback", feedback_schema(case, self._base_schema))
         return made
 
     async def _grade(

@@ -12,8 +12,9 @@ from service.core.models.tuning import LlmAdapter
 from service.core.validation import describe_validation
 from workers.adapters.base import ApplyOutcome, ApplyRequest
 from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
+from workers.adapters.llm.formats import AnswerSchema
 from workers.adapters.llm.pool import Providers
-from workers.adapters.llm.prompts import schema_text, tree_view
+from workers.adapters.llm.prompts import tree_view
 from workers.adapters.llm.session import Message, Session, strip_fences
 from workers.adapters.llm.step import LlmStep, step_exit
 
@@ -56,15 +57,15 @@ class LlmApplier(LlmStep[ApplyOutcome]):
 
     def __init__(self, config: LlmAdapter, providers: Providers | None = None) -> None:
         super().__init__(config, providers, "applier", "apply", ApplyOutcome)
-        self._schema = EditPlan.model_json_schema()
+        self._answer = AnswerSchema("edits", EditPlan.model_json_schema())
 
     async def apply(self, request: ApplyRequest) -> ApplyOutcome:
         return await self._in_session(
-            request, "edits", self._schema, lambda session, started: self._edit(session, request, started)
+            request, self._answer, lambda session, started: self._edit(session, request, started)
         )
 
     async def _edit(self, session: Session, request: ApplyRequest, started: float) -> ApplyOutcome:
-        values = prompt_values(request, schema_text(self._schema))
+        values = prompt_values(request, self._answer.quoted)
         messages: list[Message] = [{"role": "user", "content": self._template.substitute(values)}]
         answer = await session.ask(messages)
         plan, texts, failures = check_plan(answer, request.worktree_dir)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import openai
@@ -29,6 +30,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.core import keys
+from workers.adapters.llm.prompts import schema_text
 
 log = structlog.get_logger()
 
@@ -63,13 +65,29 @@ def sent_schema(schema: Any) -> Any:
     }
 
 
-def response_format(fmt: Format, name: str, schema: dict[str, Any]) -> dict[str, Any] | None:
-    """The `response_format` of a call in `fmt` (None: send none), its schema without size bounds."""
+@dataclass(frozen=True)
+class AnswerSchema:
+    """The JSON schema a role's answers follow, made once per adapter (the analyzer's once per rubric):
+    its name for the server, its text as prompts quote it, and the copy sent in a response format
+    (`sent_schema`). A step's every call reads it; nobody changes it after."""
+
+    name: str
+    schema: dict[str, Any]
+    quoted: str = field(init=False)
+    sent: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quoted", schema_text(self.schema))
+        object.__setattr__(self, "sent", sent_schema(self.schema))
+
+
+def response_format(fmt: Format, answer: AnswerSchema) -> dict[str, Any] | None:
+    """The `response_format` of a call in `fmt` for answers following `answer` (None: send none)."""
     if fmt == "json_schema":
-        sent = sent_schema(schema)
-        return {"type": "json_schema", "json_schema": {"name": name, "schema": sent, "strict": False}}
+        named = {"name": answer.name, "schema": answer.sent, "strict": False}
+        return {"type": "json_schema", "json_schema": named}
     if fmt == "json_object_schema":
-        return {"type": "json_object", "schema": sent_schema(schema)}
+        return {"type": "json_object", "schema": answer.sent}
     if fmt == "json_object":
         return {"type": "json_object"}
     return None

@@ -44,9 +44,9 @@ from workers.adapters.goal_base import (
     GoalStepRequest,
 )
 from workers.adapters.llm.errors import LlmStepError
+from workers.adapters.llm.formats import AnswerSchema
 from workers.adapters.llm.goal_prompts import goal_values, load_goal_template
 from workers.adapters.llm.pool import Providers, borrowed
-from workers.adapters.llm.prompts import schema_text
 from workers.adapters.llm.provider import Provider, check_limits
 from workers.adapters.llm.session import Message, Session, strip_fences
 
@@ -110,6 +110,10 @@ class LlmGoalAgent:
         self._config = config
         self._providers = providers
         self._templates: dict[GoalStep, string.Template] = {s: load_goal_template(s) for s in GOAL_STEPS}
+        self._answers = {
+            "review": AnswerSchema("review", Review.model_json_schema()),
+            "work": AnswerSchema("work", WorkAnswer.model_json_schema()),
+        }
         self.source = f"llm goal agent {config.model}"
 
     async def goal_step(self, request: GoalStepRequest) -> GoalStepExit:
@@ -131,10 +135,8 @@ class LlmGoalAgent:
 
     def _session(self, request: GoalStepRequest, provider: Provider) -> Session:
         config, step_dir, log_file = self._config, request.step_dir, request.log_file
-        if request.step == "plan":
-            return Session(config, provider, step_dir, log_file)
-        model = Review if request.step == "review" else WorkAnswer
-        return Session(config, provider, step_dir, log_file, request.step, model.model_json_schema())
+        answer = None if request.step == "plan" else self._answers[request.step]
+        return Session(config, provider, step_dir, log_file, answer)
 
     def _failed(
         self, request: GoalStepRequest, started: float, session: Session | None, **why: str
@@ -146,7 +148,7 @@ class LlmGoalAgent:
     async def _step(self, request: GoalStepRequest, session: Session, folder: StepFolder) -> str | None:
         """Ask, repair once, write the step's `out/` files; the step's error if the answer stayed invalid."""
         step = request.step
-        schema = schema_text(session.schema) if session.schema else ""
+        schema = session.answer.quoted if session.answer is not None else ""
         prompt = self._templates[step].substitute(goal_values(request, schema))
         check: Callable[[str], str] = check_todo
         what = "TODO in Markdown"

@@ -29,7 +29,7 @@ from workers.adapters.llm.errors import (
     ParamRefused,
     ProviderRejected,
 )
-from workers.adapters.llm.formats import LADDER, Format, after, reaches, response_format
+from workers.adapters.llm.formats import LADDER, AnswerSchema, Format, after, reaches, response_format
 from workers.adapters.llm.pool import Providers, borrowed
 from workers.adapters.llm.provider import Provider
 from workers.adapters.llm.tokens import Meter
@@ -42,15 +42,14 @@ Message = dict[str, str]
 
 @dataclass
 class Session:
-    """The calls of one step to one provider; asks for JSON following `schema`, or, without a schema,
-    for a plain answer (no response format)."""
+    """The calls of one step to one provider; asks for JSON following `answer`, or, without one, for a
+    plain answer (no response format)."""
 
     config: LlmAdapter
     provider: Provider
     step_dir: Path
     log_file: Path
-    schema_name: str = ""
-    schema: dict[str, Any] = field(default_factory=dict)
+    answer: AnswerSchema | None = None
     calls: int = 0
     meter: Meter = field(init=False)
     client: LlmClient = field(init=False)
@@ -67,8 +66,8 @@ class Session:
     def _params(self, messages: list[Message], fmt: Format | None) -> dict[str, Any]:
         config = self.config
         params: dict[str, Any] = {"model": config.model, "messages": messages}
-        if fmt is not None:
-            wanted = response_format(fmt, self.schema_name, self.schema)
+        if fmt is not None and self.answer is not None:
+            wanted = response_format(fmt, self.answer)
             if wanted is not None:
                 params["response_format"] = wanted
         if config.temperature is not None:
@@ -79,7 +78,7 @@ class Session:
 
     async def ask(self, messages: list[Message]) -> str:
         """The text of the model's answer to `messages`, in the response format the provider takes."""
-        if not self.schema:
+        if self.answer is None:
             return await self._call(messages, None)
         setting = self.config.structured_output
         if setting != "auto":
@@ -188,8 +187,7 @@ async def in_session(
     config: LlmAdapter,
     providers: Providers | None,
     request: StepRequest,
-    schema_name: str,
-    schema: dict[str, Any],
+    answer: AnswerSchema,
     body: Callable[[Session], Awaitable[T]],
     failed: Callable[[LlmStepError, Usage | None], T],
 ) -> T:
@@ -198,9 +196,7 @@ async def in_session(
     session: Session | None = None
     try:
         async with borrowed(providers) as pool:
-            session = Session(
-                config, pool.get(config), request.step_dir, request.log_file, schema_name, schema
-            )
+            session = Session(config, pool.get(config), request.step_dir, request.log_file, answer)
             return await body(session)
     except LlmStepError as exc:
         return failed(exc, session.meter.usage() if session is not None else None)

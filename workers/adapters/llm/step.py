@@ -10,12 +10,13 @@ from __future__ import annotations
 import string
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import AnalyzeOutcome, ApplyOutcome, StepExit, StepRequest
 from workers.adapters.llm.errors import LlmStepError, ProviderAuthFailed, ProviderUnavailable
+from workers.adapters.llm.formats import AnswerSchema
 from workers.adapters.llm.pool import Providers
 from workers.adapters.llm.prompts import PromptStep, load_template
 from workers.adapters.llm.provider import check_limits
@@ -61,8 +62,7 @@ class LlmStep(Generic[OutcomeT]):
     async def _in_session(
         self,
         request: StepRequest,
-        schema_name: str,
-        schema: dict[str, Any],
+        answer: AnswerSchema,
         body: Callable[[Session, float], Awaitable[OutcomeT]],
     ) -> OutcomeT:
         """`body` (given the session and when the step started) in a session with the model; a step error
@@ -75,7 +75,7 @@ class LlmStep(Generic[OutcomeT]):
         async def step(session: Session) -> OutcomeT:
             return await body(session, started)
 
-        return await in_session(self._config, self._providers, request, schema_name, schema, step, failed)
+        return await in_session(self._config, self._providers, request, answer, step, failed)
 
     def _failed(
         self, started: float, error: str, down: LlmStepError | None = None, spent: Usage | None = None
