@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 
@@ -122,5 +123,34 @@ async def test_commands_packed_in_c_carry_every_kind_of_value(settings: FleetSet
             for i in range(3):
                 pipe.evalsha(sha, 0, f"é{i}", str(i))
             assert await pipe.execute() == [f"é{i}{i}".encode() for i in range(3)]
+    finally:
+        await redis.aclose()
+
+
+async def test_a_reply_left_on_a_pooled_connection_never_answers_the_next_command(
+    settings: FleetSettings,
+) -> None:
+    """The pool's check for a reply left unread finds one (then the next command runs on a new
+    connection, and gets its own answer, not the stale PONG) and finds none without waiting for a turn
+    of the event loop: the check of an idle connection returns at its first step."""
+    redis = await connect(settings)
+    pool = redis.connection_pool
+    try:
+        await redis.set("mine", "my value")
+        idle = await pool.get_connection()
+        check = idle.can_read_destructive()
+        with pytest.raises(StopIteration) as returned:
+            check.send(None)  # redis-py's own check suspends here, for a turn, under a zero timeout
+        assert returned.value.value is False
+        await idle.send_command("PING")  # its reply is left unread
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not await idle.can_read_destructive():  # the reply reaches the connection's stream
+            assert loop.time() < deadline, "the PING's reply never arrived"
+            await asyncio.sleep(0.001)
+        await idle.send_command("PING")  # a second one, now in the socket or the stream
+        await pool.release(idle)
+        assert await redis.get("mine") == b"my value"
+        assert await redis.get("mine") == b"my value"
     finally:
         await redis.aclose()

@@ -8,6 +8,8 @@ from typing import Any, cast
 
 import structlog
 from arq.connections import ArqRedis, RedisSettings, create_pool
+from redis._parsers.hiredis import NOT_ENOUGH_DATA as HIREDIS_NOT_ENOUGH_DATA
+from redis._parsers.hiredis import _AsyncHiredisParser
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
@@ -101,26 +103,50 @@ async def connect(settings: FleetSettings) -> ArqRedis:
     raise AssertionError("unreachable")
 
 
-class _HiredisPacking:
-    """Commands packed by hiredis, in C, as redis-py's synchronous client does by default. Its asyncio
+class _HiredisConnection:
+    """A pool's connection made leaner where hiredis is installed (mixed into the pool's own class).
+
+    Commands are packed by hiredis, in C, as redis-py's synchronous client does by default. Its asyncio
     client (5.x, the series arq allows) packs them in Python, argument by argument: in a busy worker,
     where every event is a script call of a dozen arguments, that was the largest share of the event
-    loop's own CPU after the kernel's (docs/benchmarks.md, "The case loop's waits")."""
+    loop's own CPU after the kernel's (docs/benchmarks.md, "The case loop's waits").
+
+    Before it hands a connection out, the pool asks whether a reply is waiting on it (one left unread
+    would answer the next caller's command). redis-py asks by reading under a zero timeout: a task
+    cancelled and a turn of the event loop, at every round trip of the process, about a sixth of a
+    round trip's CPU. What the loop has received sits in the connection's stream already, so this looks
+    there (and at the reader's own buffer, as redis-py does) without waiting: a reply or any byte waiting
+    answers yes, a connection the server closed raises, as a read would have."""
 
     _packer = HiredisRespSerializer()
 
     def pack_command(self, *args: Any) -> list[bytes]:
         return cast(list[bytes], self._packer.pack(*args))
 
+    async def can_read_destructive(self) -> bool:
+        parser = cast(Any, self)._parser
+        stream: asyncio.StreamReader | None = getattr(parser, "_stream", None)
+        waiting = getattr(stream, "_buffer", None)
+        if not isinstance(parser, _AsyncHiredisParser) or stream is None or waiting is None:
+            return cast(bool, await cast(Any, super()).can_read_destructive())
+        if not parser._connected:
+            raise RedisConnectionError("the connection is closed")
+        reader = cast(Any, parser._reader)
+        if reader.gets() is not HIREDIS_NOT_ENOUGH_DATA or waiting:
+            return True
+        if stream.at_eof():
+            raise RedisConnectionError("the server closed the connection")
+        return False
+
 
 async def _packing_in_c(pool: ArqRedis) -> ArqRedis:
-    """The pool, its connections from now on packing commands with hiredis (where it is installed); the
-    one its first ping opened is closed and dropped, so that every connection packs alike."""
+    """The pool, its connections from now on `_HiredisConnection`s (where hiredis is installed); the one
+    its first ping opened is closed and dropped, so that every connection is one."""
     connections = pool.connection_pool
     base = connections.connection_class
-    if HIREDIS_AVAILABLE and not issubclass(base, _HiredisPacking):
-        packing = type(f"Hiredis{base.__name__}", (_HiredisPacking, base), {})
-        connections.connection_class = cast(type[AbstractConnection], packing)
+    if HIREDIS_AVAILABLE and not issubclass(base, _HiredisConnection):
+        lean = type(f"Hiredis{base.__name__}", (_HiredisConnection, base), {})
+        connections.connection_class = cast(type[AbstractConnection], lean)
         await connections.disconnect()
         connections.reset()  # type: ignore[no-untyped-call]  # forgets the connection made before
     return pool
