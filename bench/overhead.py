@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections import Counter
 from typing import Any
@@ -43,16 +44,20 @@ MAX_COMMANDS = 10
 ROUNDS = 3
 
 
-def _drain(env: Env, pid: int, done: Any, timeout_s: float) -> tuple[float, float, Monitor, int, float]:
-    """Thaw the frozen worker and wait until `done()`; (CPU seconds, wall seconds, commands seen, round
-    trips: requests Redis read less the harness's own, system CPU seconds)."""
+def _drain(
+    env: Env, worker: subprocess.Popen[bytes], done: Any, timeout_s: float
+) -> tuple[float, float, Monitor, int, float]:
+    """Thaw the frozen worker and wait until `done()` (a worker that exits meanwhile fails the bench at
+    once, with its exit status); (CPU seconds, wall seconds, commands seen, round trips: requests Redis
+    read less the harness's own, system CPU seconds)."""
+    pid = worker.pid
     monitor = Monitor(env.port, ignore={client_addr(env.stats.client)})
     reads0 = env.stats.reads()
     with Profiler(env.name, pid):
         user0, sys0 = cpu_times(pid)
         began = time.monotonic()
         os.kill(pid, signal.SIGCONT)
-        wait_for(done, timeout_s, "the drain", interval_s=0.01)
+        wait_for(done, timeout_s, "the drain", worker, interval_s=0.01)
         wall = time.monotonic() - began
         user1, sys1 = cpu_times(pid)
         cpu = user1 + sys1 - user0 - sys0
@@ -73,7 +78,7 @@ def measure_tunefleet(env: Env) -> dict[str, Any]:
     def finished() -> bool:
         return env.results_done() >= len(cases) and env.stats.client.zcard(env.settings.queue) == 0
 
-    cpu, wall, monitor, reads, system = _drain(env, worker.pid, finished, 300)
+    cpu, wall, monitor, reads, system = _drain(env, worker, finished, 300)
     events = env.events()
     steps = steps_of(events)
     total = sum(steps.values())
@@ -105,7 +110,7 @@ def measure_bare(env: Env) -> dict[str, Any]:
     time.sleep(0.3)
     os.kill(worker.pid, signal.SIGSTOP)
     run_async(bare.enqueue(env, "noop", BARE_JOBS))
-    cpu, wall, monitor, reads, _ = _drain(env, worker.pid, lambda: bare.queue_len(env) == 0, 120)
+    cpu, wall, monitor, reads, _ = _drain(env, worker, lambda: bare.queue_len(env) == 0, 120)
     return {
         "jobs": BARE_JOBS,
         "cpu": cpu,
