@@ -182,6 +182,7 @@ async def test_held_out_cases_are_never_tuned_on_and_the_report_compares_before_
         assert (held_rows_before[case_id], held_rows_after[case_id]) == (expected_before, "pass")
     report = (store / REPORT_FILE).read_text()
     assert "## Held-out cases, before and after" in report and "Exact McNemar test" in report
+    assert "No edit was published" not in report  # the final version is a new one
     assert "| tuning (train cases) |" in report and "| evaluation (held-out, before and after) |" in report
     printed = subprocess.run(
         [sys.executable, "-m", "service", "report", "t1"],
@@ -250,7 +251,8 @@ async def test_the_demo_demands_a_held_out_gain_only_of_a_tuning_whose_cases_dec
 ) -> None:
     """A tuning that changes nothing (every case passes at once) is measured before and after with the
     same pass rate: the demo's verdict fails it when its cases declare their outcomes (the simulated
-    demo must improve) and passes it when they do not (a real model's demo shows both figures)."""
+    demo must improve) and passes it when they do not (a real model's demo shows both figures); both the
+    demo's table and REPORT.md say that no edit was published, so the two measures are the same version's."""
     tuning_file = write_tuning(
         tmp_path / "t",
         [case(f"e{i}") for i in range(4)],
@@ -270,6 +272,8 @@ async def test_the_demo_demands_a_held_out_gain_only_of_a_tuning_whose_cases_dec
         assert print_held_out(console, client, "t1", must_improve=False) == 0
     text = shown.getvalue()
     assert "before" in text and "after" in text and "did not do better" in text
+    assert "No edit was published: the final version is the imported one" in " ".join(text.split())
+    assert "No edit was published" in (store / REPORT_FILE).read_text()
 
 
 async def test_a_worker_refuses_to_run_a_held_out_case_queued_past_the_submission(

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from service.cli.render import tsv
 from service.evals.models import Comparison, EvalProgress, EvalResults
-from service.evals.report import TuningReport, percent
+from service.evals.report import TuningReport, percent, unchanged_note
 from service.evals.stats import Rate
 
 COUNT_COLUMNS = ["passed", "graded", "rate", "low", "high", "failed", "cancelled", "voids"]
@@ -230,6 +230,9 @@ def before_after(report: TuningReport) -> Group:
             continue
         table.add_row(label, f"{which} {results.version[:12]}", percent(results.rate), str(results.failed))
     parts: list[Table | Text] = [table]
+    unchanged = unchanged_note(report)
+    if unchanged is not None:
+        parts.append(Text(unchanged))
     c = report.comparison
     if c is not None:
         diff = c.difference

@@ -178,6 +178,18 @@ def _split_lines(report: TuningReport) -> list[str]:
     ]
 
 
+def unchanged_note(report: TuningReport) -> str | None:
+    """What to say when the final version is the imported one (no edit was published): the two held-out
+    measures then differ by the agent's own variance alone, not by the tuning."""
+    before, after = report.before, report.after
+    if before is None or after is None or before.version != after.version:
+        return None
+    return (
+        "No edit was published: the final version is the imported one, so the two measures differ by "
+        "the agent's own variance alone."
+    )
+
+
 def _held_out_lines(report: TuningReport) -> list[str]:
     lines = ["## Held-out cases, before and after", ""]
     rows = [("before", "imported", report.before), ("after", "final", report.after)]
@@ -196,6 +208,9 @@ def _held_out_lines(report: TuningReport) -> list[str]:
             f"{results.failed} | {results.status} ({results.done}/{results.items}) |"
         )
     lines.append("")
+    unchanged = unchanged_note(report)
+    if unchanged is not None:
+        lines += [unchanged, ""]
     comparison = report.comparison
     if comparison is not None:
         diff = comparison.difference
