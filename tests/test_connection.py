@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from redis.asyncio.connection import Connection
 from service.core.connection import connect, safe_url
 from service.core.errors import RedisUnavailableError
 from service.core.settings import FleetSettings
+from tests.support.fleet import wait_until
 from tests.support.redis_server import RedisServer, free_port
 
 SECRET = "s3cret-pass-9412"
@@ -143,11 +143,7 @@ async def test_a_reply_left_on_a_pooled_connection_never_answers_the_next_comman
             check.send(None)  # redis-py's own check suspends here, for a turn, under a zero timeout
         assert returned.value.value is False
         await idle.send_command("PING")  # its reply is left unread
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while not await idle.can_read_destructive():  # the reply reaches the connection's stream
-            assert loop.time() < deadline, "the PING's reply never arrived"
-            await asyncio.sleep(0.001)
+        await wait_until(idle.can_read_destructive, 10, "the PING's reply", interval_s=0.001)
         await idle.send_command("PING")  # a second one, now in the socket or the stream
         await pool.release(idle)
         assert await redis.get("mine") == b"my value"

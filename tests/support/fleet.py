@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -192,15 +193,21 @@ class Fleet:
 
 
 async def wait_until(
-    predicate: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05
+    predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float, what: str, interval_s: float = 0.05
 ) -> float:
-    """Poll a condition on real state until it holds; the seconds it took. Fails the test on timeout."""
+    """Poll a condition on real state (a plain or an async predicate) until it holds; the seconds it took.
+    Fails the test on timeout."""
     began = time.monotonic()
-    while not predicate():
+    while not await _holds(predicate):
         if time.monotonic() - began > timeout_s:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         await asyncio.sleep(interval_s)
     return time.monotonic() - began
+
+
+async def _holds(predicate: Callable[[], bool | Awaitable[bool]]) -> bool:
+    held = predicate()
+    return await held if inspect.isawaitable(held) else held
 
 
 def _step_counts(events: list[dict[str, Any]], case_id: str, kind: str) -> dict[tuple[str, int, str], int]:
