@@ -36,6 +36,7 @@ import subprocess
 import sys
 from collections import Counter
 from datetime import datetime
+from itertools import pairwise
 from statistics import mean
 from typing import Any
 
@@ -150,6 +151,31 @@ def gaps_ms(events: list[dict[str, Any]]) -> list[float]:
     return gaps
 
 
+def call_gaps_ms(requests: list[Recorded], prefix: str) -> dict[str, list[float]]:
+    """Within each case, from a call's answer to the case's next call's arrival (the server's clock), by
+    the two calls' kinds (`feedback->edits`, say), in ms: what a case does between two calls (a run step,
+    its records, the next phase's start; a wait for the pending applies or for the lock)."""
+    gaps: dict[str, list[float]] = {}
+    for calls in _by_case(requests, prefix).values():
+        ordered = sorted(calls, key=lambda r: r.at)
+        for before, after in pairwise(ordered):
+            kind = f"{before.schema_name}->{after.schema_name}"
+            gaps.setdefault(kind, []).append(1000 * (after.at - before.at - LATENCY_S))
+    return gaps
+
+
+def gaps_note(fleet: dict[str, list[float]], loop: dict[str, list[float]]) -> str:
+    """The median gap between a case's calls by kind, the fleet's against the loop's (one round each), and
+    how much longer the fleet's gaps are in all (ms of the lanes' time)."""
+    parts = []
+    for kind in sorted(fleet):
+        theirs = loop.get(kind, [])
+        versus = f" (the loop: {median(theirs):.1f})" if theirs else ""
+        parts.append(f"{kind} {median(fleet[kind]):.1f}{versus}")
+    added = sum(sum(v) for v in fleet.values()) - sum(sum(v) for v in loop.values())
+    return f"between a case's calls, median ms: {', '.join(parts)}; {added:.0f} ms more in all"
+
+
 def import_cpu_s(log: str) -> float:
     """The CPU the worker spent importing the LLM adapters and the SDK (once per process, in a thread, at
     its first LLM job: its `llm_modules_loaded` lines). Left out of a round's CPU, as the SDK loop's own
@@ -204,26 +230,35 @@ def fleet_round(
         "apply_ms": step_ms(events, "apply"),
         "run_ms": step_ms(events, "run"),
         "gaps_ms": gaps_ms(events),
+        "call_gaps_ms": call_gaps_ms(requests, name),
         "waited": log.count('"llm_call_waited"'),
         "states": states,
     }
 
 
-def calls_by_case(requests: list[Recorded], prefix: str) -> list[list[dict[str, Any]]]:
-    """The fleet's requests by case (each case's in the order sent; the cases in the order submitted)."""
+def _by_case(requests: list[Recorded], prefix: str) -> dict[str, list[Recorded]]:
+    """The requests by the case they name (each case's in the order sent)."""
     case_id = re.compile(rf"\b({re.escape(prefix)}\d{{3}})\b")
-    grouped: dict[str, list[dict[str, Any]]] = {}
+    grouped: dict[str, list[Recorded]] = {}
     for request in requests:
         found = case_id.search(request.text)
         if found is None:
             raise RuntimeError(f"a request names no case of {prefix}: {request.text[:200]!r}")
-        grouped.setdefault(found.group(1), []).append(request.body)
-    return [grouped[key] for key in sorted(grouped)]
+        grouped.setdefault(found.group(1), []).append(request)
+    return grouped
 
 
-def baseline(env: Env, server: FakeOpenAI, calls: list[Any], mode: str, *flags: str) -> tuple[float, float]:
+def calls_by_case(requests: list[Recorded], prefix: str) -> list[list[dict[str, Any]]]:
+    """The fleet's requests by case (each case's in the order sent; the cases in the order submitted)."""
+    grouped = _by_case(requests, prefix)
+    return [[request.body for request in grouped[key]] for key in sorted(grouped)]
+
+
+def baseline(
+    env: Env, server: FakeOpenAI, calls: list[Any], mode: str, *flags: str, seen: list[Recorded] | None = None
+) -> tuple[float, float]:
     """The calls through the SDK in a process of its own (bench/llm_baseline.py, `mode` and `flags`);
-    (the server's wall seconds, the process's CPU seconds over its calls)."""
+    (the server's wall seconds, the process's CPU seconds over its calls). `seen` gets the requests."""
     path = env.root / "calls.json"
     path.write_text(json.dumps(calls))
     expected = sum(len(c) for c in calls) if mode == "cases" else len(calls)
@@ -240,6 +275,8 @@ def baseline(env: Env, server: FakeOpenAI, calls: list[Any], mode: str, *flags: 
     requests = server.requests[first:]
     if len(requests) != expected:
         raise RuntimeError(f"the baseline made {len(requests)} calls, not {expected}")
+    if seen is not None:
+        seen.extend(requests)
     return server_wall(requests), float(json.loads(done.stdout)["cpu_s"])
 
 
@@ -273,8 +310,10 @@ def run() -> list[Figure]:
         free = fleet_round(env, server, "w", CONCURRENCY, TUNEFLEET_WAIT_FOR_APPLY="false")
         check(free, "w", env)
         free_loop, _ = baseline(env, server, by_case, "cases", *lanes["c"], "--no-wait-for-apply")
+        loop_requests: list[Recorded] = []
         for key in lanes:
-            loops[key].append(baseline(env, server, by_case, "cases", *lanes[key]))
+            seen = loop_requests if key == "c" else None
+            loops[key].append(baseline(env, server, by_case, "cases", *lanes[key], seen=seen))
         shared.append(baseline(env, server, bodies, "replay"))
         per_call, per_call_cpu = baseline(env, server, bodies, "replay-per-call")
         again = {
@@ -284,6 +323,7 @@ def run() -> list[Figure]:
         for key, got in again.items():
             check(got, f"{key}2", env)
         max_in_flight = server.max_in_flight
+    loop_gaps = call_gaps_ms(loop_requests, "c")
     base_wall = sum(w for w, _ in shared) / len(shared)
     base_cpu_ms = 1000 * sum(c for _, c in shared) / len(shared) / len(bodies)
     replay_rate = len(bodies) / base_wall
@@ -347,6 +387,7 @@ def run() -> list[Figure]:
                     f"steps {dict(got['steps'])}; "
                     f"calls that waited >= 50 ms for a permit: {got['waited']}; worker CPU "
                     f"{1000 * got['cpu'] / calls:.1f} ms per call"
+                    + (f"; {gaps_note(got['call_gaps_ms'], loop_gaps)}" if key == "c" else "")
                 ),
             )
         )
