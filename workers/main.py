@@ -55,6 +55,7 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
         raise
     asyncio.get_running_loop().set_default_executor(folder_threads())
     runtime = WorkerRuntime(settings, redis)
+    await runtime.disk.start()
     worker = FleetWorker(runtime, burst=burst)
     freeze_long_lived()  # what the start made lives as long as the worker (service.core.heap)
     log.info("worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue)

@@ -11,6 +11,7 @@ from arq import Retry
 from arq.connections import ArqRedis
 
 from service.core.batch import RedisBatch
+from service.core.disk_batch import DiskBatch
 from service.core.errors import TunefleetError
 from service.core.events import EventSink
 from service.core.models.status import WorkerPresence
@@ -54,6 +55,9 @@ class WorkerRuntime:
         self.host = AgentHost.of_worker(settings)
         self.llm = Providers(redis)
         """The LLM providers' clients, limits and formats, shared by every step; closed by `aclose`."""
+        self.disk = DiskBatch()
+        """The durable writes of the process's jobs (records, results), landed by its writer process (started
+        by `main`, ended by `aclose`)."""
         self._tunings: dict[str, TuningRuntime] = {}
         self.leases: dict[str, int] = {}
         """job id -> the lease token this process holds for it (read by the worker's finish_job)."""
@@ -77,6 +81,7 @@ class WorkerRuntime:
                 self.host,
                 self.settings.git_timeout_s,
                 self.llm,
+                self.disk,
             )
             self._tunings[name] = current
         return current
@@ -141,9 +146,11 @@ class WorkerRuntime:
         self.suspects.pop(job_id, None)
 
     async def aclose(self) -> None:
-        """Close what the process kept open for its steps (the LLM clients' connections, the lock-wait
-        threads: a wait under way ends within its bound)."""
+        """Close what the process kept open for its steps (the LLM clients' connections, the writer
+        process once it has landed what it was sent, the lock-wait threads: a wait under way ends within
+        its bound)."""
         await self.llm.aclose()
+        await self.disk.aclose()
         self.lock_waits.shutdown(wait=False)
 
     def describe(self) -> WorkerPresence:

@@ -30,14 +30,16 @@ class TuningRuntime:
         host: AgentHost,
         git_timeout_s: float,
         llm: Providers,
+        disk: DiskBatch,
     ) -> None:
         self.store = store
         self.config: TuningConfig = store.config()
         self.config_mtime_ns = store.config_file.stat().st_mtime_ns
         self.name = self.config.name
         self.repo = SystemRepo(store.repo, store.snapshots, git_timeout_s)
-        self.disk = DiskBatch()
-        """The cases' durable writes (records, results), flushed to disk together (a group commit)."""
+        self.disk = disk
+        """The cases' durable writes (records, results), flushed to disk together (a group commit): the
+        worker's, shared by its tunings."""
         self.lock = ImprovementsLock(batch.redis, self.name, lock_lease_s, batch=batch)
         self.runner: Runner = build_runner(self.config.runner, host, llm)
         self.analyzer: Analyzer = build_analyzer(self.config.analyzer, host, llm)

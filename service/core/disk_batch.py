@@ -1,34 +1,51 @@
 """Durable writes that many tasks of one process make at about the same time, flushed to disk together
-(a group commit).
+(a group commit) by a writer process.
 
 A worker's cases end their steps in bursts, and each writes a record that must be on disk before the
 case goes on. Flushing each one (`fsync`) on the event loop held the loop for the disk's latency,
 once per record: on a busy disk, a hundred records cost a hundred flushes one after the other
-(0.15 s to 0.4 s measured here), while the other cases waited. `DiskBatch` hands the records of a
-burst to threads (`FLUSH_THREADS` at a time: 8 to 21 ms for a hundred here, 15 to 48 ms eight at a
-time), each of which writes one record to a temp file beside its path, flushes it and only then gives
-it its name: the event loop makes no file at all (creating a file costs more than writing it on this
-disk: a scan of the inodes freed in the last 30 s, see docs/benchmarks.md), so the other cases' steps
-go on meanwhile. So the guarantee is `files.write_atomic`'s: when a write returns, the file is whole
-and durable under its name; a crash before leaves the old file. Writes that arrive while a flush is
-under way go in the next one. (`syncfs`, one flush of the whole filesystem,
-was as fast on a quiet disk but also flushes what other processes wrote: up to 0.1 s per burst on
-this shared machine.) A record may come with files for people beside it (`also`: an analysis's
-report): the same thread writes them first, atomically but not flushed, then the record, so the
-record never stands without them and the event loop makes none of them either.
+(0.15 s to 0.4 s measured here), while the other cases waited. `DiskBatch` sends the records of a
+burst to its writer process (`service.core.durable`), whose threads write each one to a temp file
+beside its path, flush it and only then give it its name: the event loop makes no file at all
+(creating a file costs more than writing it on this disk: a scan of the inodes freed in the last 30 s,
+see docs/benchmarks.md), so the other cases' steps go on meanwhile. The guarantee is `write_atomic`'s:
+when a write returns, the file is whole and durable under its name; a crash before leaves the old
+file. Writes that arrive while a batch is under way go in the next one. A record may come with files
+for people beside it (`also`: an analysis's report): they are written first, atomically but not
+flushed, then the record, so the record never stands without them.
+
+Until 6 December the batches went to threads of the worker itself; those threads waited for the GIL
+after every system call while the event loop had work (see `service.core.durable` for why), so a record
+of 0.6 ms landed 3.4 to 3.9 ms after it was handed over. A writer process has its own GIL.
+
+The writer lives as long as the batch (`aclose` ends it; so does the end of its parent, however it
+ends: it leaves when its socket closes). Should it die, the batch under way is sent again to a new one
+(each write is atomic and names one file: landing it twice lands the same file); `WRITER_STARTS`
+writers in a row dying on the same batch fail its writes with an OSError.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import marshal
+import socket
+import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.core.files import write_atomic
+import structlog
 
-FLUSH_THREADS = 32
+from service.core import durable
+
+log = structlog.get_logger()
+
+WRITER_STARTS = 3
+"""Writer processes started in a row for one batch before its writes fail."""
+
+WRITER_EXIT_S = 10.0
+"""How long `aclose` waits for the writer to land what it holds and leave before it is killed."""
 
 
 @dataclass(frozen=True)
@@ -39,46 +56,94 @@ class _Write:
     also: tuple[tuple[Path, bytes], ...] = ()
     """Files written before the record, atomically and not flushed."""
 
-
-def _land(write: _Write) -> OSError | None:
-    """Write one record whole and durably under its name, its `also` files first (in a flush thread); the
-    error, if one failed (no temp file is left then, and the record is not written after a failed one)."""
-    try:
-        for path, data in write.also:
-            write_atomic(path, data, durable=False)
-        write_atomic(write.path, write.data)
-    except OSError as exc:
-        return exc
-    return None
+    def request(self) -> durable.Request:
+        return (str(self.path), self.data, tuple((str(path), data) for path, data in self.also))
 
 
-def _land_in_order(writes: list[_Write]) -> dict[int, OSError | None]:
-    return {id(write): _land(write) for write in writes}
+class _Writer:
+    """A writer process and the socket it answers on."""
+
+    def __init__(
+        self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.process = process
+        self._reader = reader
+        self._writer = writer
+
+    @classmethod
+    async def start(cls) -> _Writer:
+        ours, theirs = socket.socketpair()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-I", "-S", durable.__file__, str(theirs.fileno())),
+                pass_fds=(theirs.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        log.debug("disk_writer_started", pid=process.pid)
+        return cls(process, reader, writer)
+
+    async def land(self, batch: list[durable.Request]) -> list[durable.Failure | None]:
+        """The writer's answer to one batch; ConnectionError or IncompleteReadError when it is gone."""
+        self._writer.write(durable.frame(batch))
+        (size,) = durable.HEADER.unpack(await self._reader.readexactly(durable.HEADER.size))
+        answers: list[durable.Failure | None] = marshal.loads(await self._reader.readexactly(size))
+        return answers
+
+    async def aclose(self) -> None:
+        """Close the socket: the writer lands what it was sent and leaves; wait for that (bounded)."""
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+        try:
+            await asyncio.wait_for(self.process.wait(), WRITER_EXIT_S)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
 
 
 class DiskBatch:
-    """The durable writes of one process (or of one tuning in it), flushed in batches."""
+    """The durable writes of one process, flushed in batches by its writer process."""
 
     def __init__(self) -> None:
         self._queued: list[_Write] = []
         self._flushing: asyncio.Task[None] | None = None
-        self._threads = ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="flush")
+        self._writer: _Writer | None = None
         self.flushes = 0
-        """Flushes made so far (each of one batch of writes)."""
+        """Batches landed so far."""
+        self.writers_started = 0
 
-    def _flush(self, batch: list[_Write]) -> dict[int, OSError | None]:
-        """Land the writes, several in parallel (run in one of the flush threads, which hands them to the
-        others: at most one batch is flushed at a time, so one of FLUSH_THREADS waits here and the rest
-        write; not in the loop's default executor, whose threads the worker's folder work may all hold);
-        by write (its `id`), the error if it failed. Writes to one path land one after the other, in their
-        order."""
-        by_path: dict[Path, list[_Write]] = {}
-        for write in batch:
-            by_path.setdefault(write.path, []).append(write)
-        errors: dict[int, OSError | None] = {}
-        for landed in self._threads.map(_land_in_order, by_path.values()):
-            errors.update(landed)
-        return errors
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid, once started."""
+        return None if self._writer is None else self._writer.process.pid
+
+    async def start(self) -> None:
+        """Start the writer now rather than at the first write (a worker does, so that its first burst
+        does not wait for the writer's start)."""
+        if self._writer is None:
+            self._writer = await _Writer.start()
+            self.writers_started += 1
+
+    async def __aenter__(self) -> DiskBatch:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Land what is queued, then end the writer."""
+        while self._flushing is not None:
+            await asyncio.wait([self._flushing])
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            await writer.aclose()
 
     async def write(self, path: Path, data: bytes, also: Sequence[tuple[Path, bytes]] = ()) -> None:
         """Write `data` to `path` atomically and durably, after the `also` files (atomically, not flushed).
@@ -97,32 +162,45 @@ class DiskBatch:
                 write.done.exception()  # seen: the cancellation is what the caller gets
             raise
 
+    async def _land(self, batch: list[durable.Request]) -> list[durable.Failure | None]:
+        """The writer's answers to a batch, the batch sent again to a new writer should one die on it."""
+        for _ in range(WRITER_STARTS):
+            await self.start()
+            assert self._writer is not None
+            try:
+                return await self._writer.land(batch)
+            except (ConnectionError, asyncio.IncompleteReadError) as exc:
+                lost, self._writer = self._writer, None
+                log.warning("disk_writer_lost", pid=lost.process.pid, error=repr(exc), writes=len(batch))
+                await lost.aclose()
+        raise OSError(f"{WRITER_STARTS} disk writer processes in a row ended before landing a batch")
+
     async def _flush_queued(self) -> None:
-        """Flush what is queued, batch after batch, until nothing is (the first batch holds every write
+        """Land what is queued, batch after batch, until nothing is (the first batch holds every write
         made in the loop turn that started this task)."""
-        loop = asyncio.get_running_loop()
         try:
             while self._queued:
                 batch, self._queued = self._queued, []
                 self.flushes += 1
-                if len(batch) == 1:  # straight to a flush thread (one thread hop, not two)
-                    landing = loop.run_in_executor(self._threads, _land_in_order, batch)
-                else:
-                    landing = loop.run_in_executor(self._threads, self._flush, batch)
+                landing = asyncio.ensure_future(self._land([write.request() for write in batch]))
                 try:
-                    errors = await asyncio.shield(landing)
-                except asyncio.CancelledError:  # the loop is closing: the threads end the batch anyway
+                    answers: list[durable.Failure | None] | OSError = await asyncio.shield(landing)
+                except OSError as exc:
+                    answers = exc
+                except asyncio.CancelledError:  # the loop is closing: the writer ends the batch anyway
                     for write in batch:
                         if not write.done.done():
                             write.done.cancel()
                     raise
-                for write in batch:
-                    error = errors[id(write)]
+                for index, write in enumerate(batch):
                     if write.done.done():
                         continue
-                    if error is None:
+                    failure = answers if isinstance(answers, OSError) else answers[index]
+                    if failure is None:
                         write.done.set_result(None)
+                    elif isinstance(failure, OSError):
+                        write.done.set_exception(failure)
                     else:
-                        write.done.set_exception(error)
+                        write.done.set_exception(OSError(failure[0], failure[1], str(write.path)))
         finally:
             self._flushing = None

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from service.core.durable import write_all
+from service.core.durable import write_atomic as write_atomic  # the way the rest of tunefleet writes a file
 from service.core.errors import StoreError
 from service.core.validation import describe_validation
 
@@ -54,40 +56,6 @@ def open_regular(path: Path | str, dir_fd: int | None = None) -> io.BufferedRead
     return os.fdopen(fd, "rb")
 
 
-def _create_temp(path: Path) -> tuple[int, str]:
-    """An exclusive temp file beside `path` (its folder made on first use)."""
-    tmp = f"{path.parent}/.{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        return os.open(tmp, flags, 0o644), tmp
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(tmp, flags, 0o644), tmp
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, never a part.
-    `durable` also flushes it to disk first (records); inputs that are made again on a re-run skip it."""
-    fd, tmp = _create_temp(path)
-    try:
-        try:
-            _write_all(fd, data)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_temp(folder: Path, name: str, data: bytes) -> str:
     """The first half of an atomic write, without its fsync: `data` in a new temp file `.<name>...tmp`
     in `folder`, which must exist; the temp file's name. `publish_temps` ends several such writes at once."""
@@ -100,7 +68,7 @@ def _fill_temp(fd: int, tmp: str, data: bytes) -> str:
     when that fails."""
     try:
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
         finally:
             os.close(fd)
     except BaseException:
