@@ -79,20 +79,52 @@ class Figure:
         }
 
 
-def cpu_times(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of a live process (its threads included), from /proc/<pid>/stat."""
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (field 3, the state, first)."""
     raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def family(pid: int) -> list[int]:
+    """A process and the helper processes that work for it and would be missed by reading its pid
+    alone: a worker's disk writer (service.core.durable, the child that lands its records). Its agents
+    are not counted: bare arq runs none."""
+    pids = [pid]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int(_stat_fields(int(entry.name))[1]) != pid:
+                continue
+            if b"service/core/durable.py" in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    return pids
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a live process (its threads included) and of its helper processes
+    (`family`), from /proc/<pid>/stat."""
+    user = system = 0.0
+    for member in family(pid):
+        fields = _stat_fields(member)
+        user += int(fields[11]) / CLOCK_TICKS
+        system += int(fields[12]) / CLOCK_TICKS
+    return user, system
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process (its threads included)."""
+    """User + system CPU time of a live process (its threads included) and of its helper processes."""
     return sum(cpu_times(pid))
 
 
 def rss_mb(pid: int) -> float:
-    """Resident memory of a live process in MiB (VmRSS)."""
+    """Resident memory of a live process and of its helper processes (`family`) in MiB (VmRSS)."""
+    return sum(_rss_mb(member) for member in family(pid))
+
+
+def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
