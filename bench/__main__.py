@@ -37,6 +37,7 @@ BENCHMARKS = [
     "big_system",
     "commits",
     "reconcile",
+    "landing",
 ]
 
 

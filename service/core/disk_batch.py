@@ -78,6 +78,7 @@ class _Writer:
                 *(sys.executable, "-I", "-S", durable.__file__, str(theirs.fileno())),
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
+                env={},  # it needs none, and the worker's holds its secrets
             )
         except BaseException:
             ours.close()
