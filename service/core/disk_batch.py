@@ -118,6 +118,7 @@ class DiskBatch:
         self.flushes = 0
         """Batches landed so far."""
         self.writers_started = 0
+        """Writer processes started so far (more than one: a writer died and was replaced)."""
 
     @property
     def writer_pid(self) -> int | None:
