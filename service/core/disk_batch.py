@@ -18,7 +18,7 @@ Until 6 December the batches went to threads of the worker itself; those threads
 after every system call while the event loop had work (see `service.core.durable` for why), so a record
 of 0.6 ms landed 3.4 to 3.9 ms after it was handed over. A writer process has its own GIL.
 
-The writer lives as long as the batch (`aclose` ends it; so does the end of its parent, however it
+The writer lives as long as its `DiskBatch` (`aclose` ends it; so does the end of its parent, however it
 ends: it leaves when its socket closes). Should it die, the batch under way is sent again to a new one
 (each write is atomic and names one file: landing it twice lands the same file); `WRITER_STARTS`
 writers in a row dying on the same batch fail its writes with an OSError.
