@@ -93,20 +93,22 @@ async def test_a_record_lands_after_its_files_for_people_and_never_without_them(
         blocked, second = tmp_path / "blocked.md", tmp_path / "second.json"
         blocked.mkdir()
         (blocked / "keep").write_text("")  # a folder that is not empty cannot be replaced by a file
-        with pytest.raises(OSError):
+        with pytest.raises(IsADirectoryError) as failed:
             await disk.write(second, b"{}\n", [(blocked, b"# Analysis\n")])
+        assert failed.value.filename == str(blocked)  # the file that failed, not the record
     assert not second.exists() and leftovers(tmp_path) == []
 
 
 async def test_a_batch_sent_to_a_writer_killed_with_it_lands_through_a_new_writer(tmp_path: Path) -> None:
-    """The writer frozen (SIGSTOP) with a burst of records sent to it, then SIGKILLed: every record lands
-    whole, through a second writer that the batch is sent to again, and the callers see no error."""
+    """The writer frozen (SIGSTOP) while a burst of records is on its way to it, then SIGKILLed before it
+    could land any: every record lands whole, through a second writer that the batch is sent (again) to,
+    and the callers see no error."""
     async with DiskBatch() as disk:
         first = writer_of(disk)
         os.kill(first, signal.SIGSTOP)
         paths = [tmp_path / f"c{i}/run.json" for i in range(30)]
         writes = asyncio.gather(*(disk.write(p, f"{i}\n".encode()) for i, p in enumerate(paths)))
-        await asyncio.sleep(0)  # the batch leaves for the frozen writer
+        await asyncio.sleep(0)  # the writes are queued; their batch leaves now or on a turn soon
         os.kill(first, signal.SIGKILL)
         await writes
         assert disk.writers_started == 2 and writer_of(disk) != first

@@ -55,11 +55,13 @@ async def run_worker(settings: FleetSettings, *, burst: bool = False) -> None:
         raise
     asyncio.get_running_loop().set_default_executor(folder_threads())
     runtime = WorkerRuntime(settings, redis)
-    await runtime.disk.start()
     worker = FleetWorker(runtime, burst=burst)
-    freeze_long_lived()  # what the start made lives as long as the worker (service.core.heap)
-    log.info("worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue)
     try:
+        await runtime.disk.start()  # before the first burst of records, which would wait for its start
+        freeze_long_lived()  # what the start made lives as long as the worker (service.core.heap)
+        log.info(
+            "worker_started", worker=runtime.name, concurrency=settings.concurrency, queue=settings.queue
+        )
         async with asyncio.TaskGroup() as group:
             helpers = [
                 group.create_task(runtime.gate.watch()),

@@ -85,7 +85,13 @@ class _Writer:
             raise
         finally:
             theirs.close()
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=ours)
+        except BaseException:
+            ours.close()
+            process.kill()
+            await process.wait()
+            raise
         log.debug("disk_writer_started", pid=process.pid)
         return cls(process, reader, writer)
 
@@ -203,6 +209,6 @@ class DiskBatch:
                     elif isinstance(failure, OSError):
                         write.done.set_exception(failure)
                     else:
-                        write.done.set_exception(OSError(failure[0], failure[1], str(write.path)))
+                        write.done.set_exception(OSError(*failure))
         finally:
             self._flushing = None

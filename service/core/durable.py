@@ -16,7 +16,7 @@ The frames between the two: a 4-byte big-endian length, then a `marshal`ed value
 lists, str, bytes, int and None: no code objects are sent or accepted).
 - request: a list of `(path, data, also)`, `also` a tuple of `(path, data)` written before the
   record, atomically and without a flush;
-- answer: one entry per request, in order: None (landed) or `(errno, strerror)` (the record was not
+- answer: one entry per request, in order: None (landed) or `(errno, strerror, filename)` (the record was not
   written; no temp file is left).
 """
 
@@ -40,8 +40,9 @@ HEADER = struct.Struct("!I")
 
 Also = tuple[tuple[str, bytes], ...]
 Request = tuple[str, bytes, Also]
-Failure = tuple[int, str]
-"""An OSError as it crosses to the other process: (errno, strerror)."""
+Failure = tuple[int, str, str]
+"""An OSError as it crosses to the other process: (errno, strerror, the file it was about: the record or
+one of its `also` files)."""
 
 
 def create_temp(path: Path) -> tuple[int, str]:
@@ -82,12 +83,14 @@ def land(request: Request) -> Failure | None:
     """One record whole and durable under its name, its `also` files first; the failure, if one of them
     could not be written (the record is not written after a failed one)."""
     path, data, also = request
+    writing = path
     try:
-        for other, text in also:
-            write_atomic(Path(other), text, durable=False)
+        for writing, text in also:
+            write_atomic(Path(writing), text, durable=False)
+        writing = path
         write_atomic(Path(path), data)
-    except OSError as exc:
-        return (exc.errno or 0, exc.strerror or str(exc))
+    except OSError as exc:  # named after the file being written (not its temp file)
+        return (exc.errno or 0, exc.strerror or str(exc), writing)
     return None
 
 
