@@ -87,19 +87,21 @@ def _stat_fields(pid: int) -> list[str]:
 
 def family(pid: int) -> list[int]:
     """A process and the helper processes that work for it and would be missed by reading its pid
-    alone: a worker's disk writer (service.core.durable, the child that lands its records). Its agents
-    are not counted: bare arq runs none."""
+    alone: a worker's disk writer (service.core.durable, the child that lands its records), found among
+    the children its threads started (/proc/<pid>/task/*/children). Its agents are not counted: bare
+    arq runs none."""
     pids = [pid]
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
         try:
-            if int(_stat_fields(int(entry.name))[1]) != pid:
-                continue
-            if b"service/core/durable.py" in (entry / "cmdline").read_bytes():
-                pids.append(int(entry.name))
-        except (OSError, IndexError, ValueError):  # gone meanwhile
+            children = [int(child) for child in task.read_text().split()]
+        except OSError:  # the thread ended meanwhile
             continue
+        for child in children:
+            try:
+                if b"service/core/durable.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    pids.append(child)
+            except OSError:  # gone meanwhile
+                continue
     return pids
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from service.core.disk_batch import DiskBatch
+from service.core import durable
+from service.core.disk_batch import WRITER_STARTS, DiskBatch
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -115,6 +116,27 @@ async def test_a_batch_sent_to_a_writer_killed_with_it_lands_through_a_new_write
     assert [p.read_text() for p in paths] == [f"{i}\n" for i in range(30)]
 
 
+async def test_writers_that_die_before_answering_fail_every_write_of_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writer processes that exit before landing anything (a broken interpreter, say): after WRITER_STARTS
+    of them in a row, each write of the batch fails with an OSError that says so, nothing is written,
+    and the next write starts a writer again."""
+    dying = tmp_path / "dying.py"
+    dying.write_text("raise SystemExit(3)\n")
+    monkeypatch.setattr(durable, "__file__", str(dying))
+    disk = DiskBatch()
+    paths = [tmp_path / f"c{i}/run.json" for i in range(3)]
+    results = await asyncio.gather(*(disk.write(p, b"{}\n") for p in paths), return_exceptions=True)
+    assert all(isinstance(r, OSError) and "ended before landing" in str(r) for r in results), results
+    assert disk.writers_started == WRITER_STARTS
+    assert not any(p.exists() for p in paths)
+    monkeypatch.undo()
+    await disk.write(paths[0], b"{}\n")
+    assert paths[0].read_text() == "{}\n" and disk.writers_started == WRITER_STARTS + 1
+    await disk.aclose()
+
+
 async def test_the_writer_ignores_a_termination_sent_to_the_process_group(tmp_path: Path) -> None:
     """SIGTERM and SIGINT (what a terminal or a supervisor sends to a whole process group) leave the
     writer running: the worker lands its last records while it hands its cases back."""
@@ -166,7 +188,8 @@ async def test_closing_the_batch_ends_its_writer(tmp_path: Path) -> None:
 PARENT = """
 import asyncio, sys
 from pathlib import Path
-from service.core.disk_batch import DiskBatch
+from service.core import durable
+from service.core.disk_batch import WRITER_STARTS, DiskBatch
 
 async def main() -> None:
     disk = DiskBatch()

@@ -192,23 +192,21 @@ class DiskBatch:
                 self.flushes += 1
                 landing = asyncio.ensure_future(self._land([write.request() for write in batch]))
                 try:
-                    answers: list[durable.Failure | None] | OSError = await asyncio.shield(landing)
-                except OSError as exc:
-                    answers = exc
+                    answers = await asyncio.shield(landing)
+                    failures = [None if answer is None else OSError(*answer) for answer in answers]
+                except OSError as exc:  # no writer could land the batch: each of its writes failed
+                    failures = [exc] * len(batch)
                 except asyncio.CancelledError:  # the loop is closing: the writer ends the batch anyway
                     for write in batch:
                         if not write.done.done():
                             write.done.cancel()
                     raise
-                for index, write in enumerate(batch):
+                for write, failure in zip(batch, failures, strict=True):
                     if write.done.done():
                         continue
-                    failure = answers if isinstance(answers, OSError) else answers[index]
                     if failure is None:
                         write.done.set_result(None)
-                    elif isinstance(failure, OSError):
-                        write.done.set_exception(failure)
                     else:
-                        write.done.set_exception(OSError(*failure))
+                        write.done.set_exception(failure)
         finally:
             self._flushing = None
