@@ -1,6 +1,6 @@
 """How workers claim cases: every free slot in one poll, a freed slot refilled without waiting for the
-next poll (but no claim sent for it once the queue was found dry), a slot given up while its case records
-its end, and the due cases spread over the workers with free slots."""
+next poll (but no claim sent for it once the queue was found dry), a slot given up while its case (or
+eval item) records its end, and the due cases spread over the workers with free slots."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, cast
+
+import yaml
 
 from service.core import keys
 from tests.support.fleet import (
@@ -74,6 +76,30 @@ async def test_a_case_gives_its_slot_up_while_it_records_its_end(fleet: Fleet, t
     first = order[0][1]
     second = "c2" if first == "c1" else "c1"
     assert order.index(("case_started", second)) < order.index(("case_completed", first)), order
+
+
+async def test_an_eval_item_gives_its_slot_up_while_it_records_its_end(fleet: Fleet, tmp_path: Path) -> None:
+    """One slot, an evaluation of two items: once the first item's analysis has ended, its slot is free,
+    so the second item is claimed and started before the first item's outcome is written and its
+    `eval_item_ended` sent, as a case's end does (`CaseRun.wind_down`)."""
+    await fleet.start_tuning(write_tuning(tmp_path / "t", [], adapter=demo_adapter(run_ms=50)))
+    folder = tmp_path / "eval-cases"
+    folder.mkdir()
+    for cid in ("c1", "c2"):
+        (folder / f"{cid}.yaml").write_text(yaml.safe_dump(case(cid)))
+    async with fleet.client() as client:
+        await client.evals.create("t1", cases=folder, name="e1")
+    fleet.start_worker(concurrency=1)
+    ends = ("eval_item_started", "eval_item_ended")
+
+    def order() -> list[tuple[str, str]]:
+        return [(e["kind"], e["case"]) for e in fleet.events() if e["kind"] in ends]
+
+    await wait_until(lambda: len(order()) == 4, 60, "both items to end")
+    got = order()
+    first = got[0][1]
+    second = "c2" if first == "c1" else "c1"
+    assert got.index(("eval_item_started", second)) < got.index(("eval_item_ended", first)), got
 
 
 async def test_a_slot_freed_after_the_queue_ran_dry_sends_no_claim(

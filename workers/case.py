@@ -129,6 +129,19 @@ class CaseRun(JobRun):
         await self.landed()
         check_case_budget(self.store, budget)
 
+    async def wind_down(self) -> None:
+        """The job starts no agent any more; what is left is recording its end. Its slot is given up at
+        once, so that the next job is claimed and starts meanwhile, and its last records land behind those
+        starts and the other jobs' steps (workers.slots). A tuning bounded by its budget first has the last
+        step's spend in its counters, before the next job checks them. Every kind that runs the case loop's
+        steps ends through here (a case, an evaluation item)."""
+        if self.tuning.config.budget.bounds_tuning:
+            await self.landed()
+            await self.events_sent()
+        self.runtime.slots.give_up(self.job_id)
+        await self.runtime.slots.turn(after_records=True)
+        await self.landed()
+
     def note_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> bool:
         """Usage that no record will keep, into the case's ledger at once (no await); False if none."""
         spend = Spend(at=datetime.now(UTC), phase=phase, attempt=attempt, step=step, usage=usage, why=why)

@@ -156,13 +156,7 @@ async def finish(
     """Keep the memory of the passing try `kept` (a completed case), write the case's result and send its
     end. No agent starts after this: the case's slot is given up at once, and this bookkeeping gives way
     to the jobs that start in it meanwhile (workers.slots)."""
-    budget = cr.tuning.config.budget
-    if budget.bounds_tuning:
-        await cr.landed()  # the last step's spend is in the tuning's counters before the next job checks them
-        await cr.events_sent()
-    cr.runtime.slots.give_up(cr.job_id)
-    await cr.runtime.slots.turn(after_records=True)  # the rest waits for the other jobs' starts and steps,
-    await cr.landed()  # and the last step's record lands then too: the jobs claimed into this slot go first
+    await cr.wind_down()
     if kept is not None:  # after its passing grade
         await cr.lease.check()
         memory = kept.memory

@@ -138,8 +138,9 @@ async def grade(ir: ItemRun) -> Feedback:
 async def record(
     ir: ItemRun, state: str, *, feedback: Feedback | None = None, reason: str | None = None
 ) -> JobResult:
-    """Write the item's outcome (fenced: last, and once) and send its event."""
-    await ir.landed()  # every record counts in the outcome
+    """Write the item's outcome (fenced: last, and once) and send its event, as a case ends: its slot
+    given up first (`CaseRun.wind_down`), every record landed before it counts them."""
+    await ir.wind_down()
     usage, _ = case_usage(ir.item)
     outcome = ItemResult.model_validate(
         {
