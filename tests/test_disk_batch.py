@@ -126,15 +126,17 @@ async def test_writers_that_die_before_answering_fail_every_write_of_the_batch(
     dying.write_text("raise SystemExit(3)\n")
     monkeypatch.setattr(durable, "__file__", str(dying))
     disk = DiskBatch()
-    paths = [tmp_path / f"c{i}/run.json" for i in range(3)]
-    results = await asyncio.gather(*(disk.write(p, b"{}\n") for p in paths), return_exceptions=True)
-    assert all(isinstance(r, OSError) and "ended before landing" in str(r) for r in results), results
-    assert disk.writers_started == WRITER_STARTS
-    assert not any(p.exists() for p in paths)
-    monkeypatch.undo()
-    await disk.write(paths[0], b"{}\n")
-    assert paths[0].read_text() == "{}\n" and disk.writers_started == WRITER_STARTS + 1
-    await disk.aclose()
+    try:
+        paths = [tmp_path / f"c{i}/run.json" for i in range(3)]
+        results = await asyncio.gather(*(disk.write(p, b"{}\n") for p in paths), return_exceptions=True)
+        assert all(isinstance(r, OSError) and "ended before landing" in str(r) for r in results), results
+        assert disk.writers_started == WRITER_STARTS
+        assert not any(p.exists() for p in paths)
+        monkeypatch.undo()
+        await disk.write(paths[0], b"{}\n")
+        assert paths[0].read_text() == "{}\n" and disk.writers_started == WRITER_STARTS + 1
+    finally:
+        await disk.aclose()  # the writer started last, if any
 
 
 async def test_the_writer_ignores_a_termination_sent_to_the_process_group(tmp_path: Path) -> None:
@@ -188,8 +190,7 @@ async def test_closing_the_batch_ends_its_writer(tmp_path: Path) -> None:
 PARENT = """
 import asyncio, sys
 from pathlib import Path
-from service.core import durable
-from service.core.disk_batch import WRITER_STARTS, DiskBatch
+from service.core.disk_batch import DiskBatch
 
 async def main() -> None:
     disk = DiskBatch()
