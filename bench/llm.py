@@ -43,6 +43,7 @@ from typing import Any
 from bench import llm_server, llm_step
 from bench.common import ROOT, Env, Figure, cpu_seconds, median, run_async, steps_of, wait_for
 from bench.profile import Profiler
+from service.core import keys
 from tests.support.fake_openai import FakeOpenAI, Recorded, Reply, Scripted
 from tests.support.fleet import case, demo_adapter, write_tuning
 
@@ -210,6 +211,12 @@ def fleet_round(
             lambda: env.results_done(tuning) >= CASES, 60, f"the cases of {name}", worker, interval_s=0.05
         )
         cpu = cpu_seconds(worker.pid) - cpu0
+    # An idle worker gives the permits it kept back within KEEP_S (workers.adapters.llm.permits); the next
+    # round's worker finds them free, as it would after a worker that goes on idling, not after a crash.
+    permits = keys.llm_permits(keys.llm_provider(server.base_url, MODEL))
+    wait_for(
+        lambda: env.redis_server.zcard(permits) == 0, 10, f"the permits of {name}", worker, interval_s=0.02
+    )
     worker.kill()
     worker.wait()
     requests = server.requests[first:]

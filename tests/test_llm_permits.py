@@ -1,11 +1,13 @@
 """A provider's fleet-wide permits (workers.adapters.llm.permits) are handed on fairly and at once: a permit
 given back goes to the oldest call waiting anywhere in the fleet, which its process hears on the grants
-channel. Each "process" here is a ProviderLimits with a Redis connection of its own, against a real
-redis-server; polls are 30 s apart, so without the hand-off every wait below would last a whole poll."""
+channel; a permit a process keeps for its next call goes back as soon as a call waits elsewhere. Each
+"process" here is a ProviderLimits with a Redis connection of its own, against a real redis-server; polls
+are 30 s apart, so without the hand-off every wait below would last a whole poll."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -14,14 +16,14 @@ from redis.asyncio import Redis
 from service.core import keys
 from service.core.models.tuning import LlmAdapter
 from tests.support.redis_server import RedisServer
-from workers.adapters.llm.limits import ProviderLimits
+from workers.adapters.llm.limits import PERMIT_LEASE_S, ProviderLimits
 
 POLL_S = 30.0
 BASE_URL = "http://127.0.0.1:9/v1"
 MODEL = "permits-model"
 PROVIDER = keys.llm_provider(BASE_URL, MODEL)
 
-Process = Callable[[], ProviderLimits]
+Process = Callable[..., ProviderLimits]
 
 
 @pytest.fixture
@@ -30,10 +32,11 @@ async def process(redis_server: RedisServer) -> AsyncIterator[Process]:
     connection of its own; closes them all afterwards."""
     made: list[tuple[Redis, ProviderLimits]] = []
 
-    def new() -> ProviderLimits:
+    def new(keep_s: float = 0.0, poll_s: float = POLL_S, lease_s: float = PERMIT_LEASE_S) -> ProviderLimits:
+        """A process whose calls keep their permit `keep_s` for its next call (0: given back at once)."""
         redis = Redis.from_url(redis_server.url)
         config = LlmAdapter(kind="llm", base_url=BASE_URL, model=MODEL, api_key_env=None, concurrency=1)
-        limits = ProviderLimits(redis, config, poll_s=(POLL_S, POLL_S))
+        limits = ProviderLimits(redis, config, lease_s, poll_s=(poll_s, poll_s), keep_s=keep_s)
         made.append((redis, limits))
         return limits
 
@@ -195,3 +198,96 @@ async def until_subscribers(redis_server: RedisServer, channel: str, count: int)
         if subscribers == count:
             return
         await asyncio.sleep(0.01)
+
+
+def holders(redis_server: RedisServer) -> list[str]:
+    """The holder ids of the provider's permits held now (in use or kept)."""
+    return redis_server.zmembers(keys.llm_permits(PROVIDER))
+
+
+async def hearing(limits: ProviderLimits) -> None:
+    """Until the process hears the grants channel (it subscribes at its first call)."""
+    assert limits.permits is not None
+    while not limits.permits.hearing:
+        await asyncio.sleep(0.005)
+
+
+async def test_a_process_keeps_its_permit_for_its_next_call_and_gives_it_back_when_idle(
+    process: Process, redis_server: RedisServer
+) -> None:
+    """With no call waiting anywhere, a call's permit stays with its process after the call, and the
+    process's next call takes that very permit (the same holder in Redis, no new grant); a permit kept
+    past `keep_s` idle is given back, and so is one kept at the process's close."""
+    keeping = process(keep_s=POLL_S)
+    calls = Calls()
+    async with asyncio.timeout(POLL_S / 3):
+        await calls.call(keeping, "first")
+        await hearing(keeping)
+        [kept] = holders(redis_server)
+        let_go = asyncio.Event()
+        second = await calls.holding(keeping, "second", let_go)
+        assert holders(redis_server) == [kept]
+        let_go.set()
+        await second
+        assert holders(redis_server) == [kept]
+        await keeping.aclose()
+        assert permits_held(redis_server) == 0
+        brief = process(keep_s=0.05)
+        await calls.call(brief, "brief")
+        while permits_held(redis_server):  # given back once idle for 50 ms, without a close
+            await asyncio.sleep(0.01)
+    assert calls.order == ["first", "second", "brief"]
+
+
+async def test_a_kept_permit_goes_at_once_to_a_call_of_another_process(
+    process: Process, redis_server: RedisServer
+) -> None:
+    """A process keeps its permit (for 30 s); a call of another process that asks for one is heard
+    waiting (`!want`) and gets it at once, not after the keep nor at its 30 s poll."""
+    keeping, other = process(keep_s=POLL_S), process(keep_s=POLL_S)
+    calls = Calls()
+    async with asyncio.timeout(POLL_S / 3):
+        await calls.call(keeping, "kept")
+        await hearing(keeping)
+        assert permits_held(redis_server) == 1
+        let_go = asyncio.Event()
+        waiter = await calls.holding(other, "other", let_go)
+        assert permits_held(redis_server) == 1  # the kept one was given back, then granted to `other`
+        let_go.set()
+        await waiter
+    assert calls.order == ["kept", "other"]
+
+
+async def test_a_cut_of_the_permits_gives_the_kept_ones_back_and_keeps_none_granted_before_it(
+    process: Process, redis_server: RedisServer
+) -> None:
+    """Adaptive concurrency cuts the permits (a 429 in another process): a process gives back the permit
+    it kept; the permit of a call under way at a cut is given back when that call ends, not kept, also
+    when the call ends after the process keeps permits again (polls of 0.1 s: 0.2 s after a cut), so the
+    cut holds from the next calls on. (Leases of 30 s: no permit lapses meanwhile.)"""
+    keeping, throttled = process(keep_s=POLL_S, poll_s=0.1, lease_s=POLL_S), process(lease_s=POLL_S)
+    assert keeping.permits is not None
+    calls = Calls()
+    async with asyncio.timeout(POLL_S / 3):
+        await calls.call(keeping, "kept")
+        await hearing(keeping)
+        assert permits_held(redis_server) == 1
+        await throttled.throttled()
+        while permits_held(redis_server):
+            await asyncio.sleep(0.01)
+        let_go = asyncio.Event()
+        during = await calls.holding(keeping, "during a cut", let_go)
+        with redis_server.client() as redis:  # as if the permits had recovered: the next 429 cuts again
+            redis.hdel(keys.llm_limits(), PROVIDER)
+        await throttled.throttled()
+        while keeping.permits.cuts_heard < 2:
+            await asyncio.sleep(0.005)
+        heard_s = time.monotonic()
+        while time.monotonic() - heard_s <= keeping.permits.want_hold_s:  # the call outlasts the hold
+            await asyncio.sleep(0.02)
+        assert permits_held(redis_server) == 1
+        let_go.set()
+        await during
+        while permits_held(redis_server):  # given back at once, not kept for 30 s
+            await asyncio.sleep(0.01)
+    assert calls.order == ["kept", "during a cut"]

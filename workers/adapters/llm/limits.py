@@ -3,7 +3,8 @@
 - `concurrency`: the provider's fleet-wide permits (workers.adapters.llm.permits: a fair queue, a
   permit given back handed at once to the oldest call waiting anywhere in the fleet). A call holds
   its permit for the HTTP call, renewing it every third of PERMIT_LEASE_S, and gives it back
-  afterwards, also when cancelled.
+  afterwards, also when cancelled (or keeps it a moment for the worker's next call, while no call
+  waits for one anywhere in the fleet).
 - Adaptive concurrency: a 429 halves the permits fleet-wide (`THROTTLE`, at most once per CUT_GAP_S,
   down to one), kept in the provider's field of `tf:llm-limits`; every RECOVER_S without a 429 gives
   one back (`ACQUIRE`), until the configured `concurrency` is reached and the field goes. `tunefleet status`
@@ -30,7 +31,7 @@ from redis.exceptions import RedisError
 from service.core import keys
 from service.core.lua import NOW
 from service.core.models.tuning import LlmAdapter
-from workers.adapters.llm.permits import FleetPermits
+from workers.adapters.llm.permits import CUT, KEEP_S, FleetPermits
 from workers.tasks import watched
 
 log = structlog.get_logger()
@@ -49,7 +50,8 @@ POLL_MAX_S = 1.0
 
 
 THROTTLE = f"""
--- KEYS: limits ; ARGV: concurrency gap_ms name provider -> the permits now
+-- KEYS: limits grants ; ARGV: concurrency gap_ms name provider -> the permits now (a cut says CUT on the
+-- grants channel: the workers give their kept permits back)
 {NOW}
 local raw = redis.call('HGET', KEYS[1], ARGV[4])
 local state = {{limit = tonumber(ARGV[1]), changed_ms = 0, cuts = 0}}
@@ -61,6 +63,7 @@ state.changed_ms = now
 state.cuts = state.cuts + 1
 state.name = ARGV[3]
 redis.call('HSET', KEYS[1], ARGV[4], cjson.encode(state))
+redis.call('PUBLISH', KEYS[2], '{CUT}')
 return state.limit
 """
 
@@ -104,6 +107,7 @@ class ProviderLimits:
         config: LlmAdapter,
         lease_s: float = PERMIT_LEASE_S,
         poll_s: tuple[float, float] = (POLL_MIN_S, POLL_MAX_S),
+        keep_s: float = KEEP_S,
     ) -> None:
         self.provider = keys.llm_provider(config.base_url, config.model)
         self.name = f"{config.model} at {config.base_url}"
@@ -117,7 +121,7 @@ class ProviderLimits:
             None
             if self.concurrency is None
             else FleetPermits(
-                redis, self.provider, self.concurrency, int(RECOVER_S * 1000), self.lease_ms, poll_s
+                redis, self.provider, self.concurrency, int(RECOVER_S * 1000), self.lease_ms, poll_s, keep_s
             )
         )
 
@@ -130,14 +134,13 @@ class ProviderLimits:
             self._log_wait(began)
             yield
             return
-        holder = uuid.uuid4().hex
-        await self.permits.acquire(holder)
+        holder = await self.permits.take()
         self._log_wait(began)
         async with watched(self._keep(self.permits, holder)):
             try:
                 yield
             finally:  # given back before the renewer is torn down: the next call waits a loop turn less
-                self.permits.release_soon(holder)
+                self.permits.give_back(holder)
 
     async def aclose(self) -> None:
         """Wait for the permits being given back, stop listening for grants (at the worker's shutdown)."""
@@ -159,7 +162,8 @@ class ProviderLimits:
             return
         try:
             limit = await self._throttle(
-                [keys.llm_limits()], [self.concurrency, int(CUT_GAP_S * 1000), self.name, self.provider]
+                [keys.llm_limits(), keys.llm_grants(self.provider)],
+                [self.concurrency, int(CUT_GAP_S * 1000), self.name, self.provider],
             )
         except RedisError as exc:
             log.warning("llm_throttle_not_kept", provider=self.provider, error=str(exc))
