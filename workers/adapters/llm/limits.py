@@ -143,7 +143,8 @@ class ProviderLimits:
                 self.permits.give_back(holder)
 
     async def aclose(self) -> None:
-        """Wait for the permits being given back, stop listening for grants (at the worker's shutdown)."""
+        """Give the kept permits back, wait for the permits being given back, stop listening for grants (at
+        the worker's shutdown)."""
         if self.permits is not None:
             await self.permits.aclose()
 

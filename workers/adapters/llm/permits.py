@@ -22,9 +22,9 @@ waits for one anywhere in the fleet: the worker keeps it for KEEP_S, and its nex
 takes it without asking Redis (a round trip less on every call of a busy worker: `bench llm`). The
 fleet's count is unchanged (a kept permit is held in Redis, its lease running), and the queue's order
 too: a worker gives its kept permits back at once when it hears `!want` (a call waits), and keeps
-none while it has a call of its own waiting, while it cannot hear the channel, or for WANT_HOLD_S
-polls after a `!want`. A permit granted before a cut it heard of (`!cut`) is never kept, so a cut
-holds from the next calls on, as without keeping.
+none while it has a call of its own waiting, while it cannot hear the channel, or for two poll maxima
+after a `!want` (`want_hold_s`: a waiter says it again at each of its polls). A permit granted before a
+cut it heard of (`!cut`) is never kept, so a cut holds from the next calls on, as without keeping.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ log = structlog.get_logger()
 KEEP_S = 0.1
 """How long a worker keeps a permit after its call for its next call of the provider, when no call
 waits for one: longer than the gap between a busy worker's calls (a run of the demo agent and the
-records between two calls of a case: about 10 ms), short beside a call."""
+records between two calls of a case: about 10 ms), short beside a call, and far within what is left of
+the permit's lease when its call ends (at least two thirds of it: the call renewed it every third)."""
 WANTED = "!want"
 """On the grants channel: a call waits for a permit (every kept permit is given back)."""
 CUT = "!cut"
