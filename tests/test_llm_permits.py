@@ -7,7 +7,6 @@ are 30 s apart, so without the hand-off every wait below would last a whole poll
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -32,11 +31,13 @@ async def process(redis_server: RedisServer) -> AsyncIterator[Process]:
     connection of its own; closes them all afterwards."""
     made: list[tuple[Redis, ProviderLimits]] = []
 
-    def new(keep_s: float = 0.0, poll_s: float = POLL_S, lease_s: float = PERMIT_LEASE_S) -> ProviderLimits:
+    def new(keep_s: float = 0.0, lease_s: float = PERMIT_LEASE_S, concurrency: int = 1) -> ProviderLimits:
         """A process whose calls keep their permit `keep_s` for its next call (0: given back at once)."""
         redis = Redis.from_url(redis_server.url)
-        config = LlmAdapter(kind="llm", base_url=BASE_URL, model=MODEL, api_key_env=None, concurrency=1)
-        limits = ProviderLimits(redis, config, lease_s, poll_s=(poll_s, poll_s), keep_s=keep_s)
+        config = LlmAdapter(
+            kind="llm", base_url=BASE_URL, model=MODEL, api_key_env=None, concurrency=concurrency
+        )
+        limits = ProviderLimits(redis, config, lease_s, poll_s=(POLL_S, POLL_S), keep_s=keep_s)
         made.append((redis, limits))
         return limits
 
@@ -212,31 +213,41 @@ async def hearing(limits: ProviderLimits) -> None:
         await asyncio.sleep(0.005)
 
 
+async def keeping(limits: ProviderLimits, calls: Calls) -> None:
+    """Until the process keeps permits: it starts as if a call might wait somewhere, and learns that none
+    does from the answer to its first give-back (of a call made here)."""
+    assert limits.permits is not None
+    await calls.call(limits, "learns")
+    while not limits.permits.keeps:
+        await asyncio.sleep(0.005)
+
+
 async def test_a_process_keeps_its_permit_for_its_next_call_and_gives_it_back_when_idle(
     process: Process, redis_server: RedisServer
 ) -> None:
     """With no call waiting anywhere, a call's permit stays with its process after the call, and the
     process's next call takes that very permit (the same holder in Redis, no new grant); a permit kept
     past `keep_s` idle is given back, and so is one kept at the process's close."""
-    keeping = process(keep_s=POLL_S)
+    keeping_one = process(keep_s=POLL_S)
     calls = Calls()
     async with asyncio.timeout(POLL_S / 3):
-        await calls.call(keeping, "first")
-        await hearing(keeping)
+        await keeping(keeping_one, calls)
+        await calls.call(keeping_one, "first")
         [kept] = holders(redis_server)
         let_go = asyncio.Event()
-        second = await calls.holding(keeping, "second", let_go)
+        second = await calls.holding(keeping_one, "second", let_go)
         assert holders(redis_server) == [kept]
         let_go.set()
         await second
         assert holders(redis_server) == [kept]
-        await keeping.aclose()
+        await keeping_one.aclose()
         assert permits_held(redis_server) == 0
         brief = process(keep_s=0.05)
+        await keeping(brief, calls)
         await calls.call(brief, "brief")
         while permits_held(redis_server):  # given back once idle for 50 ms, without a close
             await asyncio.sleep(0.01)
-    assert calls.order == ["first", "second", "brief"]
+    assert calls.order == ["learns", "first", "second", "learns", "brief"]
 
 
 async def test_a_kept_permit_goes_at_once_to_a_call_of_another_process(
@@ -244,18 +255,22 @@ async def test_a_kept_permit_goes_at_once_to_a_call_of_another_process(
 ) -> None:
     """A process keeps its permit (for 30 s); a call of another process that asks for one is heard
     waiting (`!want`) and gets it at once, not after the keep nor at its 30 s poll."""
-    keeping, other = process(keep_s=POLL_S), process(keep_s=POLL_S)
+    keeping_one, other = process(keep_s=POLL_S), process(keep_s=POLL_S)
     calls = Calls()
     async with asyncio.timeout(POLL_S / 3):
-        await calls.call(keeping, "kept")
-        await hearing(keeping)
+        await calls.call(other, "hears")  # subscribed to the grants before it waits for one
+        await hearing(other)
+        while permits_held(redis_server):  # its permit given back (it did not know yet that none waits)
+            await asyncio.sleep(0.005)
+        await keeping(keeping_one, calls)
+        await calls.call(keeping_one, "kept")
         assert permits_held(redis_server) == 1
         let_go = asyncio.Event()
         waiter = await calls.holding(other, "other", let_go)
         assert permits_held(redis_server) == 1  # the kept one was given back, then granted to `other`
         let_go.set()
         await waiter
-    assert calls.order == ["kept", "other"]
+    assert calls.order == ["hears", "learns", "kept", "other"]
 
 
 async def test_a_cut_of_the_permits_gives_the_kept_ones_back_and_keeps_none_granted_before_it(
@@ -263,31 +278,36 @@ async def test_a_cut_of_the_permits_gives_the_kept_ones_back_and_keeps_none_gran
 ) -> None:
     """Adaptive concurrency cuts the permits (a 429 in another process): a process gives back the permit
     it kept; the permit of a call under way at a cut is given back when that call ends, not kept, also
-    when the call ends after the process keeps permits again (polls of 0.1 s: 0.2 s after a cut), so the
-    cut holds from the next calls on. (Leases of 30 s: no permit lapses meanwhile.)"""
-    keeping, throttled = process(keep_s=POLL_S, poll_s=0.1, lease_s=POLL_S), process(lease_s=POLL_S)
-    assert keeping.permits is not None
+    when the process keeps permits again by then (another call's give-back answered that none waits), so
+    the cut holds from the next calls on. (Leases of 30 s: no permit lapses meanwhile.)"""
+    keeping_one = process(keep_s=POLL_S, lease_s=POLL_S, concurrency=2)
+    throttled = process(lease_s=POLL_S, concurrency=2)
+    assert keeping_one.permits is not None
     calls = Calls()
     async with asyncio.timeout(POLL_S / 3):
-        await calls.call(keeping, "kept")
-        await hearing(keeping)
+        await keeping(keeping_one, calls)
+        await calls.call(keeping_one, "kept")
         assert permits_held(redis_server) == 1
         await throttled.throttled()
-        while permits_held(redis_server):
+        while permits_held(redis_server):  # the kept permit goes back at the cut
             await asyncio.sleep(0.01)
-        let_go = asyncio.Event()
-        during = await calls.holding(keeping, "during a cut", let_go)
+        before, after = asyncio.Event(), asyncio.Event()
+        during = await calls.holding(keeping_one, "granted before the cut", before)
         with redis_server.client() as redis:  # as if the permits had recovered: the next 429 cuts again
             redis.hdel(keys.llm_limits(), PROVIDER)
         await throttled.throttled()
-        while keeping.permits.cuts_heard < 2:
+        while keeping_one.permits.cuts_heard < 2:
             await asyncio.sleep(0.005)
-        heard_s = time.monotonic()
-        while time.monotonic() - heard_s <= keeping.permits.want_hold_s:  # the call outlasts the hold
-            await asyncio.sleep(0.02)
+        with redis_server.client() as redis:  # recovered again: a second call may go
+            redis.hdel(keys.llm_limits(), PROVIDER)
+        since = await calls.holding(keeping_one, "granted after it", after)
+        after.set()
+        await since  # its give-back answers that no call waits: the process keeps permits again
+        while not keeping_one.permits.keeps:
+            await asyncio.sleep(0.005)
         assert permits_held(redis_server) == 1
-        let_go.set()
+        before.set()
         await during
         while permits_held(redis_server):  # given back at once, not kept for 30 s
             await asyncio.sleep(0.01)
-    assert calls.order == ["kept", "during a cut"]
+    assert calls.order == ["learns", "kept", "granted before the cut", "granted after it"]

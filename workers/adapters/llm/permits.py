@@ -8,30 +8,31 @@
 
 A call asks (`ACQUIRE`): it is granted a permit if one is free and no older call waits for it, or if
 a give-back handed it one already; else it joins the queue, and the channel carries `!want` to every
-worker. A permit given back (`RELEASE`) goes at once to the oldest call waiting anywhere in the
-fleet, which its worker hears on the channel (one subscription per worker and provider). A waiter
-also asks again at the polls of a jittered backoff (each ask that waits says `!want` again), so a lost
-message only delays it. A granted call renews its permit every third of the lease; the permit of a
-worker that died lapses within the lease, and so does one handed to a waiter that died. Adaptive
-concurrency (workers.adapters.llm.limits) lowers the number of permits in `tf:llm-limits` and says
-`!cut` on the channel; both scripts read the number, and `ACQUIRE` raises it again as the recovery
-time passes.
+worker (once per waiting call). A permit given back (`RELEASE`) goes at once to the oldest call waiting
+anywhere in the fleet, which its worker hears on the channel (one subscription per worker and
+provider); `RELEASE` answers how many calls still wait. A waiter also asks again at the polls of a
+jittered backoff, so a lost message only delays it. A granted call renews its permit every third of
+the lease; the permit of a worker that died lapses within the lease, and so does one handed to a
+waiter that died. Adaptive concurrency (workers.adapters.llm.limits) lowers the number of permits in
+`tf:llm-limits` and says `!cut` on the channel; both scripts read the number, and `ACQUIRE` raises it
+again as the recovery time passes.
 
 **A permit kept for the worker's next call.** A call's permit is not given back at once when no call
 waits for one anywhere in the fleet: the worker keeps it for KEEP_S, and its next call of the provider
 takes it without asking Redis (a round trip less on every call of a busy worker: `bench llm`). The
 fleet's count is unchanged (a kept permit is held in Redis, its lease running), and the queue's order
-too: a worker gives its kept permits back at once when it hears `!want` (a call waits), and keeps
-none while it has a call of its own waiting, while it cannot hear the channel, or for two poll maxima
-after a `!want` (`want_hold_s`: a waiter says it again at each of its polls). A permit granted before a
-cut it heard of (`!cut`) is never kept, so a cut holds from the next calls on, as without keeping.
+too: a worker keeps none while it may be that a call waits. It gives its kept permits back at once
+when it hears `!want` (or `!cut`), and from then on gives back every permit at once, until one of its
+give-backs answers that no call waits any more (an answer sent before a later `!want` was heard does
+not count). It starts so (at its start, and whenever it could not hear the channel), and keeps none
+while a call of its own waits. A permit granted before a cut it heard of is never kept, so a cut holds
+from the next calls on, as without keeping.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import time
 import uuid
 
 import structlog
@@ -108,16 +109,18 @@ if free > 0 then
     return 1
   end
 end
-if not redis.call('ZSCORE', KEYS[3], holder) then redis.call('ZADD', KEYS[3], now, holder) end
+if not redis.call('ZSCORE', KEYS[3], holder) then
+  redis.call('ZADD', KEYS[3], now, holder)
+  redis.call('PUBLISH', ARGV[7], '{WANTED}')  -- once per waiting call, not at each of its asks
+end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), holder)
 redis.call('PEXPIRE', KEYS[3], ARGV[6])
 redis.call('PEXPIRE', KEYS[4], ARGV[6])
-redis.call('PUBLISH', ARGV[7], '{WANTED}')
 return 0
 """
 
 RELEASE = f"""{PRELUDE}
--- -> how many waiters were handed a permit
+-- -> how many calls still wait (after the free permits were handed to the oldest)
 local holder = ARGV[1]
 redis.call('ZREM', KEYS[1], holder)
 redis.call('ZREM', KEYS[3], holder)
@@ -133,7 +136,7 @@ while free > 0 do
   free = free - 1
 end
 if #handed > 0 then redis.call('PUBLISH', ARGV[7], table.concat(handed, ' ')) end
-return #handed
+return redis.call('ZCARD', KEYS[3])
 """
 
 RENEW = f"""
@@ -197,8 +200,11 @@ class FleetPermits:
         """This process's permits (in use or kept): holder id -> the cuts heard before its grant."""
         self.cuts_heard = 0
         """The cuts of the provider's permits heard on the channel (`!cut`) since this process started."""
-        self._wanted_s = -float("inf")
-        """When a call was last known to wait anywhere in the fleet (monotonic seconds)."""
+        self._contended = True
+        """Whether a call may be waiting anywhere in the fleet: set by a `!want` or `!cut`, by a call of this
+        process that had to wait, and while the channel is not heard; cleared by a give-back's answer that
+        no call waits (`_wants_heard` unchanged meanwhile)."""
+        self._wants_heard = 0
 
     def _args(self, holder: str) -> list[str | int]:
         return [holder, *self._argv_tail]
@@ -215,26 +221,19 @@ class FleetPermits:
         self._granted_epoch[holder] = self.cuts_heard
         return holder
 
+    @property
+    def keeps(self) -> bool:
+        """Whether a permit given back now would be kept (unless granted before a cut): no call may be
+        waiting for one anywhere in the fleet, as far as this process heard."""
+        return self.keep_s > 0 and self.hearing and not self._contended and not self._waiting
+
     def give_back(self, holder: str) -> None:
         """After its call: keep the permit for this process's next call (KEEP_S), unless a call may wait
         for one anywhere in the fleet or it was granted before a cut: then give it back at once."""
-        keep = (
-            self.keep_s > 0
-            and self.hearing
-            and not self._waiting
-            and self._granted_epoch.get(holder) == self.cuts_heard
-            and time.monotonic() - self._wanted_s >= self.want_hold_s
-        )
-        if not keep:
+        if not (self.keeps and self._granted_epoch.get(holder) == self.cuts_heard):
             self.release_soon(holder)
             return
         self._kept[holder] = asyncio.get_running_loop().call_later(self.keep_s, self._unkeep, holder)
-
-    @property
-    def want_hold_s(self) -> float:
-        """How long after a `!want` no permit is kept: two of a waiter's longest polls, each of which
-        says `!want` again while it waits."""
-        return 2 * self.poll_max_s
 
     def _unkeep(self, holder: str) -> None:
         self._kept.pop(holder, None)
@@ -255,6 +254,7 @@ class FleetPermits:
         delay_s = self.poll_min_s
         try:
             while not int(await self._acquire(self._keys, self._args(holder))):
+                self._contended = True  # this call waits: the fleet's permits are all taken
                 try:
                     async with asyncio.timeout(delay_s * (0.5 + random.random())):
                         await asyncio.shield(handed)
@@ -280,13 +280,16 @@ class FleetPermits:
         task.add_done_callback(self._releasing.discard)
 
     async def _let_go(self, holder: str) -> None:
+        wants = self._wants_heard
         try:
-            handed = int(await self._release(self._keys, self._args(holder)))
+            waiting = int(await self._release(self._keys, self._args(holder)))
         except RedisError as exc:  # the permit lapses by itself within its lease
             log.warning("llm_permit_release_failed", provider=self.provider, error=str(exc))
             return
-        if handed:  # calls waited: more may
-            self._wanted_s = time.monotonic()
+        if waiting:
+            self._contended = True
+        elif wants == self._wants_heard:  # no `!want` came meanwhile: none waits now
+            self._contended = False
 
     async def _listen(self) -> None:
         """Wake this process's waiters that a give-back handed a permit to, for the worker's life; the
@@ -311,8 +314,10 @@ class FleetPermits:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     def _unheard(self) -> None:
-        """The channel is not heard: a `!want` could be missed, so nothing is kept meanwhile."""
+        """The channel is not heard: a `!want` could be missed, so nothing is kept meanwhile (nor after,
+        until a give-back says that no call waits)."""
         self.hearing = False
+        self._contended = True
         self._give_back_kept()
 
     def _wake(self, data: bytes | str) -> None:
@@ -321,7 +326,8 @@ class FleetPermits:
         for holder in (data.decode() if isinstance(data, bytes) else data).split():
             if holder in (WANTED, CUT):
                 self.cuts_heard += holder == CUT
-                self._wanted_s = time.monotonic()
+                self._wants_heard += 1
+                self._contended = True
                 self._give_back_kept()
                 continue
             handed = self._waiting.get(holder)
