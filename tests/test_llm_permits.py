@@ -16,6 +16,7 @@ from service.core import keys
 from service.core.models.tuning import LlmAdapter
 from tests.support.redis_server import RedisServer
 from workers.adapters.llm.limits import PERMIT_LEASE_S, ProviderLimits
+from workers.adapters.llm.permits import KEEP_S
 
 POLL_S = 30.0
 BASE_URL = "http://127.0.0.1:9/v1"
@@ -31,8 +32,9 @@ async def process(redis_server: RedisServer) -> AsyncIterator[Process]:
     connection of its own; closes them all afterwards."""
     made: list[tuple[Redis, ProviderLimits]] = []
 
-    def new(keep_s: float = 0.0, lease_s: float = PERMIT_LEASE_S, concurrency: int = 1) -> ProviderLimits:
-        """A process whose calls keep their permit `keep_s` for its next call (0: given back at once)."""
+    def new(keep_s: float = KEEP_S, lease_s: float = PERMIT_LEASE_S, concurrency: int = 1) -> ProviderLimits:
+        """A process whose calls keep their permit `keep_s` for its next call (the workers' own by default;
+        0: given back at once)."""
         redis = Redis.from_url(redis_server.url)
         config = LlmAdapter(
             kind="llm", base_url=BASE_URL, model=MODEL, api_key_env=None, concurrency=concurrency
@@ -281,7 +283,7 @@ async def test_a_cut_of_the_permits_gives_the_kept_ones_back_and_keeps_none_gran
     when the process keeps permits again by then (another call's give-back answered that none waits), so
     the cut holds from the next calls on. (Leases of 30 s: no permit lapses meanwhile.)"""
     keeping_one = process(keep_s=POLL_S, lease_s=POLL_S, concurrency=2)
-    throttled = process(lease_s=POLL_S, concurrency=2)
+    throttled = process(keep_s=0, lease_s=POLL_S, concurrency=2)
     assert keeping_one.permits is not None
     calls = Calls()
     async with asyncio.timeout(POLL_S / 3):
