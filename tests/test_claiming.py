@@ -12,12 +12,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
-import yaml
-
 from service.core import keys
 from tests.support.fleet import (
     Fleet,
     case,
+    case_folder,
     demo_adapter,
     event_time_s,
     settings_env,
@@ -83,10 +82,7 @@ async def test_an_eval_item_gives_its_slot_up_while_it_records_its_end(fleet: Fl
     so the second item is claimed and started before the first item's outcome is written and its
     `eval_item_ended` sent, as a case's end does (`CaseRun.wind_down`)."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [], adapter=demo_adapter(run_ms=50)))
-    folder = tmp_path / "eval-cases"
-    folder.mkdir()
-    for cid in ("c1", "c2"):
-        (folder / f"{cid}.yaml").write_text(yaml.safe_dump(case(cid)))
+    folder = case_folder(tmp_path / "eval-cases", [case("c1"), case("c2")])
     async with fleet.client() as client:
         await client.evals.create("t1", cases=folder, name="e1")
     fleet.start_worker(concurrency=1)

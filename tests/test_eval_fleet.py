@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from pydantic import SecretStr
 from rich.console import Console
 
@@ -32,7 +31,15 @@ from service.evals.report import REPORT_FILE, final_eval_id, initial_eval_id
 from service.evals.results import read_results
 from service.evals.split import held_out_ids
 from service.evals.store import EvalStore
-from tests.support.fleet import Fleet, case, demo_adapter, settings_env, wait_until, write_tuning
+from tests.support.fleet import (
+    Fleet,
+    case,
+    case_folder,
+    demo_adapter,
+    settings_env,
+    wait_until,
+    write_tuning,
+)
 
 SLOW = demo_adapter(run_ms=700, analyze_ms=100, apply_ms=50)
 EVAL_CASES = [
@@ -67,10 +74,7 @@ async def test_an_evaluation_survives_a_killed_worker_and_grades_each_item_once(
     its folder holds one run and the one grade that names it (and the void try set aside, for the case
     whose first run is void), and the pass rate equals the one counted by hand from the folders."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [], adapter=SLOW))
-    folder = tmp_path / "eval-cases"
-    folder.mkdir()
-    for body in EVAL_CASES:
-        (folder / f"{body['id']}.yaml").write_text(yaml.safe_dump(body))
+    folder = case_folder(tmp_path / "eval-cases", EVAL_CASES)
     async with fleet.client() as client:
         spec = await client.evals.create("t1", cases=folder, repeats=REPEATS, name="e1")
     store = EvalStore(fleet.settings.store / "evals" / "e1")
@@ -324,10 +328,8 @@ async def test_an_item_void_three_times_fails_for_infrastructure_and_is_left_out
     """An item whose runs are void three times in a row ends `failed`, its three tries set aside; it is
     listed apart and left out of the pass rate, and a repeat whose first run alone is void is graded."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", []))
-    folder = tmp_path / "cases"
-    folder.mkdir()
-    (folder / "broken.yaml").write_text(yaml.safe_dump(case("broken", voids={"nomem-1": 5, "nomem-2": 1})))
-    (folder / "fine.yaml").write_text(yaml.safe_dump(case("fine")))
+    broken = case("broken", voids={"nomem-1": 5, "nomem-2": 1})
+    folder = case_folder(tmp_path / "cases", [broken, case("fine")])
     async with fleet.client() as client:
         await client.evals.create("t1", cases=folder, repeats=2, name="e1")
     store = EvalStore(fleet.settings.store / "evals" / "e1")
@@ -349,10 +351,7 @@ async def test_cancelling_an_evaluation_ends_its_running_and_queued_items(
     """`eval cancel` ends the items queued at once and those running within a poll, all `cancelled`,
     none graded after it; the worker goes on."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [], adapter=demo_adapter(run_ms=3000)))
-    folder = tmp_path / "cases"
-    folder.mkdir()
-    for i in range(4):
-        (folder / f"c{i}.yaml").write_text(yaml.safe_dump(case(f"c{i}")))
+    folder = case_folder(tmp_path / "cases", [case(f"c{i}") for i in range(4)])
     async with fleet.client() as client:
         await client.evals.create("t1", cases=folder, repeats=3, name="e1")
     store = EvalStore(fleet.settings.store / "evals" / "e1")

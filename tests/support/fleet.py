@@ -35,6 +35,15 @@ def case(case_id: str, **demo: Any) -> dict[str, Any]:
     return {"id": case_id, "rev": 1, "input": f"Question {case_id}", "rubric": RUBRIC, "demo": demo}
 
 
+def case_folder(folder: Path, cases: list[dict[str, Any]]) -> Path:
+    """`folder` (made if missing) with one `<id>.yaml` case file per case: a tuning's cases, an
+    evaluation's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for body in cases:
+        (folder / f"{body['id']}.yaml").write_text(yaml.safe_dump(body))
+    return folder
+
+
 RULE_CASES = [
     case("pass"),
     case("one-apply", rules=["one-apply-a"]),
@@ -67,9 +76,7 @@ def write_tuning(root: Path, cases: list[dict[str, Any]], name: str = "t1", **co
     """A tuning folder (system, cases, tuning.yaml) below `root`; returns the tuning file."""
     (root / "system").mkdir(parents=True, exist_ok=True)
     (root / "system" / "rules.md").write_text("# Rules\n\n- rule: base\n")
-    (root / "cases").mkdir(exist_ok=True)
-    for item in cases:
-        (root / "cases" / f"{item['id']}.yaml").write_text(yaml.safe_dump(item))
+    case_folder(root / "cases", cases)
     adapter = config.pop("adapter", demo_adapter())
     body = {
         "name": name,

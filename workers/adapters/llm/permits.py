@@ -48,7 +48,8 @@ KEEP_S = 0.1
 """How long a worker keeps a permit after its call for its next call of the provider, when no call
 waits for one: longer than the gap between a busy worker's calls (a run of the demo agent and the
 records between two calls of a case: about 10 ms), short beside a call, and far within what is left of
-the permit's lease when its call ends (at least two thirds of it: the call renewed it every third)."""
+the permit's lease when its call ends (about two thirds of it while the call's renewals, every third,
+succeed; a kept permit that lapsed meanwhile is taken again by the next call's renewer, as any)."""
 WANTED = "!want"
 """On the grants channel: a call waits for a permit (every kept permit is given back)."""
 CUT = "!cut"
