@@ -87,3 +87,24 @@ async def test_a_record_that_cannot_land_stops_the_job_and_nothing_after_it_land
         assert not (tmp_path / "run.json").exists() and not (tmp_path / "feedback.json").exists()
     finally:
         await redis.aclose()
+
+
+async def test_a_record_still_landing_is_read_as_it_was_handed_over(
+    settings: FleetSettings, tmp_path: Path
+) -> None:
+    """`record` answers a record written behind before its file exists (the next step reads it while it
+    lands), and the file once it has landed; a path the job never wrote is read from disk (None: none)."""
+    probe, redis = await leased_probe(settings)
+    path = tmp_path / "apply.json"
+    try:
+        probe.write_behind(path, SandboxTrips(trips=1), then=lambda: None)
+        assert not path.exists()
+        landing = probe.record(path, SandboxTrips)
+        assert landing is not None and landing.trips == 1
+        assert probe.record(tmp_path / "other.json", SandboxTrips) is None
+        await probe.landed()
+        path.write_bytes(SandboxTrips(trips=5).model_dump_json().encode())  # read from the file now
+        landed = probe.record(path, SandboxTrips)
+        assert landed is not None and landed.trips == 5
+    finally:
+        await redis.aclose()

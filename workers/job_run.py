@@ -11,14 +11,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import structlog
 from pydantic import BaseModel
 
 from service.core import keys
 from service.core.events import COST_SCALE
-from service.core.files import model_bytes, write_atomic, write_model
+from service.core.files import model_bytes, read_model, write_atomic, write_model
 from service.core.models.events import EventKind
 from service.core.models.records import Usage
 from service.core.models.status import Hold, WaitCause
@@ -28,6 +28,8 @@ from workers.meter import CURRENT, StepMeter
 from workers.runtime import WorkerRuntime
 from workers.slots import hurry
 from workers.tuning import TuningRuntime
+
+M = TypeVar("M", bound=BaseModel)
 
 Announce = Callable[[WaitCause, Hold | None], Awaitable[None]]
 """How a kind tells that a step start waits (and for what): its event, its live state."""
@@ -54,6 +56,8 @@ class JobRun(ABC):
         self.log = structlog.get_logger().bind(worker=self.worker, **context)
         self._landing: asyncio.Future[None] | None = None
         """The last write `write_behind` started, which lands after the ones before it."""
+        self._behind: dict[Path, BaseModel] = {}
+        """The records `write_behind` was handed that have not landed yet, by path (`record`)."""
         self._turn: asyncio.Future[None] | None = None
         """The turn the write landing next waits for (workers.slots): its wait ends early once the job
         waits for it."""
@@ -99,15 +103,17 @@ class JobRun(ABC):
         self, path: Path, model: BaseModel, *also: tuple[Path, bytes], then: Callable[[], None]
     ) -> None:
         """`write`, started and not waited for: a step's record lands (and `then` announces it) while
-        the job's next agent starts. The writes land in the order they were started; the job waits for
-        them (`landed`) as soon as that agent returns, and before it reads its records, moves its
-        folders, writes anything else or leaves the worker, so a record that cannot land (its lease
-        lost, say) stops the job there, before anything that followed the step is recorded. What this
-        changes: a crash before the record lands runs its step again, as a crash at its write always
-        did, and the next agent may have started meanwhile (its work is lost with the record)."""
+        the job's next agents start. The writes land in the order they were started; the job waits for
+        them (`landed`) before it records the step after the next one (a try's analysis, when its run
+        returns), moves its folders, writes anything else or leaves the worker, so a record that cannot
+        land (its lease lost, say) stops the job there, before anything that followed it is recorded. A
+        record read meanwhile is read as it was handed over (`record`). What this changes: a crash
+        before the record lands runs its step again, as a crash at its write always did, and the next
+        agents may have started meanwhile (their work is lost with the record)."""
         before = self._landing
         if before is None:
             self._hurried = False
+        self._behind[path] = model
 
         async def land() -> None:
             if before is not None:
@@ -116,6 +122,8 @@ class JobRun(ABC):
                 self._turn = self.runtime.slots.turn()
                 await self._turn  # the agents about to start go first
             await self._write_now(path, model, *also)
+            if self._behind.get(path) is model:
+                del self._behind[path]
             then()
 
         self._landing = asyncio.ensure_future(land())
@@ -126,6 +134,14 @@ class JobRun(ABC):
         self._hurried = True
         if self._turn is not None:
             hurry(self._turn)
+
+    def record(self, path: Path, model: type[M]) -> M | None:
+        """The job's record at `path`: as it was handed to `write_behind` while that write has not landed,
+        else as the file has it (None: no such record)."""
+        behind = self._behind.get(path)
+        if isinstance(behind, model):
+            return behind
+        return read_model(path, model)
 
     async def landed(self) -> None:
         """Wait until every write `write_behind` started has landed; the first that failed raises its

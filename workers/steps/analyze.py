@@ -15,7 +15,6 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from service.core.files import read_model
 from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Feedback, Note, Phase, RunRecord, Verdict, new_seal
@@ -75,16 +74,16 @@ def earlier_tries(cr: CaseRun, phase: Phase, attempt: int) -> list[EarlierTry]:
     for p, n, paths in cr.store.attempts():
         if (p, n) == (phase, attempt):
             break
-        feedback = read_model(paths.feedback, Feedback)
+        feedback = cr.record(paths.feedback, Feedback)  # the last ones may be landing
         if feedback is not None:
             graded = feedback.model_dump(include={"verdict", "rubric", "summary"})
-            earlier.append(EarlierTry(phase=p, attempt=n, rejected=_rejected(paths.apply), **graded))
+            earlier.append(EarlierTry(phase=p, attempt=n, rejected=_rejected(cr, paths.apply), **graded))
     return earlier
 
 
-def _rejected(apply_file: Path) -> str | None:
+def _rejected(cr: CaseRun, apply_file: Path) -> str | None:
     """What the analyzer is told of an apply the acceptance gate rejected: its edit and what it broke."""
-    applied = read_model(apply_file, ApplyRecord)
+    applied = cr.record(apply_file, ApplyRecord)
     if applied is None or applied.gate is None or not applied.rejected:
         return None
     broke = f"; it broke {', '.join(applied.gate.broken)}" if applied.gate.broken else ""
@@ -230,7 +229,7 @@ async def _analyze(cr: CaseRun, request: AnalyzeRequest) -> tuple[Feedback, byte
     for _ in range(ANALYZER_ROUNDS):
         with cr.metered({"phase": request.phase, "attempt": request.attempt, "step": "analyze"}):
             outcome = await cr.tuning.analyzer.analyze(request)
-        await cr.landed()  # the run's record
+        await cr.landed()  # the run's record, and the one before it
         stopped = outcome.exit.infra or outcome.exit.key_refused
         if stopped is not None and outcome.exit.spent is not None:  # paid for before the provider stopped
             why = f"analysis stopped: {stopped}"

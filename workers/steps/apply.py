@@ -10,6 +10,7 @@ the user's mirror is the daemon's business (service.daemon.mirror): it never hol
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 from service.core.errors import SystemRepoError
 from service.core.files import read_model
 from service.core.models.events import EventKind
-from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, new_seal
+from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phase, StepName, Usage, new_seal
 from service.core.trees import remove_tree
 from service.core.validation import describe_validation
 from service.gate.repo import parent_of, read_ref, set_ref
@@ -48,8 +49,11 @@ async def apply_step(cr: CaseRun, phase: Phase, attempt: int, feedback: Feedback
         record = await apply_under_lock(cr, phase, attempt, feedback)
         if record is None:
             continue
-        await cr.write(paths.apply, record)
-        await announce_finished(cr, phase, attempt, record)
+        # It lands while the next try's run waits for the applies pending and starts (CaseRun.write_behind);
+        # that run reads the skills it should load from it as it was handed over (CaseRun.record).
+        where, usage, fields = finished_event(phase, attempt, record)
+        finished = functools.partial(cr.step_finished_soon, where, usage, **fields)
+        cr.write_behind(paths.apply, record, then=finished)
         return record
 
 
@@ -106,24 +110,33 @@ def apply_outcome(record: ApplyRecord) -> str:
 
 
 async def announce_finished(cr: CaseRun, phase: Phase, attempt: int, record: ApplyRecord) -> None:
+    where, usage, fields = finished_event(phase, attempt, record)
+    await cr.step_event(EventKind.STEP_FINISHED, where, usage, **fields)
+
+
+def finished_event(
+    phase: Phase, attempt: int, record: ApplyRecord
+) -> tuple[tuple[Phase, int, StepName], Usage, dict[str, Any]]:
+    """The apply's `step_finished` event: where, what it spent, and its fields."""
     output = record.output
     outcome = apply_outcome(record)
-    await cr.step_event(
-        EventKind.STEP_FINISHED,
+    return (
         (phase, attempt, "apply"),
         output.usage,
-        duration_ms=record.duration_ms,
-        detail=f"structural: {output.structural}"
-        if output.structural
-        else f"rejected: {record.gate.why}"
-        if record.gate is not None and record.rejected
-        else (record.version or "no change")[:12],
-        data={
-            "outcome": outcome,
-            "version": record.version,
-            "fence": record.fence,
-            **({"gate": record.gate.model_dump()} if record.gate is not None else {}),
-        },
+        dict(
+            duration_ms=record.duration_ms,
+            detail=f"structural: {output.structural}"
+            if output.structural
+            else f"rejected: {record.gate.why}"
+            if record.gate is not None and record.rejected
+            else (record.version or "no change")[:12],
+            data={
+                "outcome": outcome,
+                "version": record.version,
+                "fence": record.fence,
+                **({"gate": record.gate.model_dump()} if record.gate is not None else {}),
+            },
+        ),
     )
 
 

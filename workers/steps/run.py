@@ -32,7 +32,7 @@ def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
     """The skills the apply after the previous try made: this run should load them."""
     if attempt == 1:
         return []
-    applied = read_model(cr.store.attempt(phase, attempt - 1).apply, ApplyRecord)
+    applied = cr.record(cr.store.attempt(phase, attempt - 1).apply, ApplyRecord)  # it may be landing
     return list(applied.output.skills) if applied else []
 
 
@@ -177,7 +177,8 @@ async def _run_once(
     began = time.monotonic()
     with cr.metered({"phase": phase, "attempt": attempt, "step": "run"}):
         outcome = await cr.tuning.runner.run(request)
-    await cr.landed()  # the step before's record
+    # The step before's record may still be landing, and the analysis starts meanwhile: it waits for it
+    # once its analyzer returns (steps.analyze), and every way out of the job waits for it too.
     if outcome.provider_down is not None:  # not this case's fault: handed back, no try spent
         raise ProviderDown(f"the runner's {outcome.provider_down}")
     if outcome.key_refused is not None:
