@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from redis.asyncio import Redis
 
+from service.core import keys
 from service.core.settings import FleetSettings
 from workers.lock import ImprovementsLock
 
@@ -74,5 +75,50 @@ async def test_a_run_start_waiting_for_the_applies_goes_on_as_soon_as_they_end(
         waited_s = await _waits_out_an_apply(lock, run_start())
         assert waited_s < POLL_S / 3
         assert await lock.pending() == []
+    finally:
+        await redis.aclose()
+
+
+async def test_a_publish_that_releases_lets_the_next_apply_and_the_runs_go_before_its_block_ends(
+    settings: FleetSettings,
+) -> None:
+    """`publish(release=True)` makes the version current, lets the lock and the apply's pending mark go in
+    one step, and wakes the process's waits: a run start waiting for the apply goes on and another apply
+    is granted the lock (on the new version) while the publisher's block is still open; a pending-mark
+    renewal sent after it marks nothing, and the block's end leaves the next holder's lock alone."""
+    redis = Redis.from_url(settings.redis_url)
+    lock = ImprovementsLock(redis, "t1", lease_s=60.0, poll_s=POLL_S)
+    holds = asyncio.Event()
+    publish = asyncio.Event()
+    published = asyncio.Event()
+    let_go = asyncio.Event()
+
+    async def apply() -> None:
+        async with lock.held("job-1") as hold:
+            holds.set()
+            await publish.wait()
+            await hold.publish("v2", base="v1", release=True)
+            published.set()
+            await let_go.wait()
+
+    try:
+        applying = asyncio.create_task(apply())
+        await holds.wait()
+        run_start = asyncio.ensure_future(lock.wait_idle([b"job-1"], max_wait_s=10 * POLL_S, poll_s=POLL_S))
+        while not lock._wakers:  # the run start saw the apply pending and sleeps until its next poll
+            await asyncio.sleep(0.01)
+        publish.set()
+        async with asyncio.timeout(POLL_S / 3):
+            assert await run_start < POLL_S / 3  # woken by the publish, the block still open
+        assert published.is_set() and not applying.done()
+        assert await redis.get(keys.version("t1")) == b"v2"
+        assert await lock.pending() == []
+        await lock._mark_pending("job-1", 60_000, renew=True)  # a renewal that crossed the publish
+        assert await lock.pending() == []
+        second = await lock.try_acquire("job-2")
+        assert second is not None and second.version_at_grant == b"v2"
+        let_go.set()
+        await applying
+        assert await redis.get(keys.lock("t1")) == str(second.token).encode()
     finally:
         await redis.aclose()

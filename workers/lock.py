@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import structlog
@@ -53,16 +53,23 @@ return 1
 """
 
 PUBLISH = """
--- KEYS: lock version ; ARGV: token new_version
+-- KEYS: lock version holder pending ; ARGV: token new_version member (member '': the lock stays held)
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('DEL', KEYS[1], KEYS[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
+end
 return 1
 """
 
 MARK_PENDING = f"""
--- KEYS: pending ; ARGV: member ttl_ms (ttl_ms 0 removes)
+-- KEYS: pending ; ARGV: member ttl_ms renew (ttl_ms 0 removes; renew '1' only moves a mark still there: a
+-- renewal sent as the apply ends never marks it pending again, nor one whose mark lapsed, its applier paused
+-- past the lease, whose runs then no longer wait for it)
 {NOW}
 if tonumber(ARGV[2]) == 0 then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+if ARGV[3] == '1' then return redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1]) end
 return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 """
 
@@ -99,6 +106,8 @@ class LockHold:
         lease_ms: int,
         outage: RedisOutage,
         version: bytes | None = None,
+        member: str = "",
+        on_released: Callable[[str], None] | None = None,
     ) -> None:
         self._renew = redis.register_script(RENEW)
         self._publish = redis.register_script(PUBLISH)
@@ -113,9 +122,15 @@ class LockHold:
         have moved it since; None when the pointer was not set yet)."""
         self.published: tuple[str, str] | None = None
         """(the version this hold made current, the version it replaced), once it did."""
+        self.released = False
+        """Whether the publish let the lock go (`publish(..., release=True)`)."""
+        self._member = member
+        self._on_released = on_released
         self._outage = outage
 
     async def renew(self) -> None:
+        if self.released:
+            return
         ok = await self._renew(
             [keys.lock(self.tuning), keys.lock_holder(self.tuning)], [self.token, self.lease_ms]
         )
@@ -123,14 +138,27 @@ class LockHold:
             self.lost = True
             raise LockLost(f"tuning {self.tuning}: improvements lock {self.token} lost")
 
-    async def publish(self, version: str, base: str) -> None:
+    async def publish(self, version: str, base: str, release: bool = False) -> None:
         """Make `version` (made on `base`, the current version) current, only if this token still holds
-        the lock; else LockLost."""
-        ok = await self._publish([keys.lock(self.tuning), keys.version(self.tuning)], [self.token, version])
+        the lock; else LockLost. `release`: let the lock go (and the apply's pending mark) in the same
+        step, for a holder with nothing left to do under it: the next apply and the runs waiting for
+        this one go on a round trip sooner."""
+        member = self._member if release else ""
+        publish_keys = [
+            keys.lock(self.tuning),
+            keys.version(self.tuning),
+            keys.lock_holder(self.tuning),
+            keys.lock_pending(self.tuning),
+        ]
+        ok = await self._publish(publish_keys, [self.token, version, member])
         if not ok:
             self.lost = True
             raise LockLost(f"tuning {self.tuning}: publish of {version[:12]} refused, lock {self.token} lost")
         self.published = (version, base)
+        if release:
+            self.released = True
+            if self._on_released is not None:
+                self._on_released(self._member)
 
     async def keep_alive(self) -> None:
         """Renew every third of the lease until cancelled; raises LockLost when refused."""
@@ -194,7 +222,9 @@ class ImprovementsLock:
         if not int(granted[0]):
             return None
         token, version = granted  # the pointer is None (Lua's false) while unset
-        return LockHold(self._redis, self.tuning, int(token), self.lease_ms, self._outage, version)
+        return LockHold(
+            self._redis, self.tuning, int(token), self.lease_ms, self._outage, version, member, self._ended
+        )
 
     async def release(self, hold: LockHold | None, member: str) -> bool:
         """Take `member` off the pending applies and release its lock, if it holds it, in one step."""
@@ -203,8 +233,9 @@ class ImprovementsLock:
 
     @asynccontextmanager
     async def held(self, member: str) -> AsyncIterator[LockHold]:
-        """Wait for the lock (marked pending meanwhile), hold it with a renewing lease, release it.
-        The pending mark is renewed like a lease, so a dead applier's mark lapses on its own."""
+        """Wait for the lock (marked pending meanwhile), hold it with a renewing lease, release it (at the
+        block's end, or at its publish: `LockHold.publish`). The pending mark is renewed like a lease, so a
+        dead applier's mark lapses on its own."""
         await self._mark_pending(member, self.lease_ms)
         hold: LockHold | None = None
         try:
@@ -213,14 +244,15 @@ class ImprovementsLock:
                 async with watched(hold.keep_alive()):
                     yield hold
         finally:
-            await asyncio.shield(self.release(hold, member))
-            self._ended(member)
+            if hold is None or not hold.released:  # else let go at its publish
+                await asyncio.shield(self.release(hold, member))
+                self._ended(member)
 
     async def _keep_pending(self, member: str) -> None:
         interval_s = self.lease_ms / 3000
 
         async def renew() -> None:
-            await self._mark_pending(member, self.lease_ms)
+            await self._mark_pending(member, self.lease_ms, renew=True)
 
         await every(interval_s, renew, self._outage, "lock_pending_renew", first_s=interval_s, backoff=False)
 
@@ -233,8 +265,8 @@ class ImprovementsLock:
                 return hold
             await self._nap(self._poll_s * (0.5 + random.random()))
 
-    async def _mark_pending(self, member: str, ttl_ms: int) -> None:
-        await self._mark([keys.lock_pending(self.tuning)], [member, ttl_ms])
+    async def _mark_pending(self, member: str, ttl_ms: int, renew: bool = False) -> None:
+        await self._mark([keys.lock_pending(self.tuning)], [member, ttl_ms, "1" if renew else "0"])
 
     async def pending(self, among: list[bytes] | None = None) -> list[bytes]:
         """The applies waiting for or holding the lock (only those of `among`, if given)."""

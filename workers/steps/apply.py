@@ -249,7 +249,7 @@ async def _publish(
         await set_ref(cr.tuning.repo, candidate_ref, version)
     elif version is not None:
         cr.tuning.repo.prefetch(version)  # the runs waiting for this apply will run it
-        await hold.publish(version, base=current)
+        await hold.publish(version, base=current, release=True)  # nothing is left to do under the lock
     return version
 
 
