@@ -143,6 +143,8 @@ class LockHold:
         the lock; else LockLost. `release`: let the lock go (and the apply's pending mark) in the same
         step, for a holder with nothing left to do under it: the next apply and the runs waiting for
         this one go on a round trip sooner."""
+        if release and not self._member:
+            raise ValueError("a hold granted to no member cannot let go of the lock at its publish")
         member = self._member if release else ""
         publish_keys = [
             keys.lock(self.tuning),
