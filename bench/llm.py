@@ -13,9 +13,9 @@ next call: the run step, the records, the next step's start) and
 with a slot per case (every call waits for one of the C fleet-wide permits in Redis: the overhead
 is the hand-off of a permit).
 
-Times are the server's: from the first request's arrival to the last one's answer, the mean of four
-rounds (the first of the bench and three at its end, LATER_ROUNDS: the runs' order and the applies'
-convoys move one round's wall by a tenth). The fleet's
+Times are the server's: from the first request's arrival to the last one's answer, the mean of the
+bench's first round and the LATER_ROUNDS (three) at its end: the runs' order and the applies'
+convoys move one round's wall by a tenth. The fleet's
 added time per call is C / rate - C / baseline rate: how much longer each of the C lanes is busy
 per call than in a cost-free loop of the same cases (bench/llm_baseline.py `cases`, a process of its
 own, one `openai.AsyncOpenAI` client, the fleet's recorded requests): the same slots taking the same
@@ -54,8 +54,8 @@ CONCURRENCY = 4
 LATENCY_S = 0.05
 MODEL = "bench-model"
 LATER_ROUNDS = 3
-"""The rounds of each kind at the bench's end, after its first: one round's figure moves by two
-milliseconds either way with the grouping of its applies (docs/benchmarks.md), so four are averaged."""
+"""The rounds of each kind at the bench's end, averaged with its first: one round's figure moves by two
+milliseconds either way with the grouping of its applies (docs/benchmarks.md)."""
 CALLS = PASSING * 2 + (CASES - PASSING) * 4
 
 ANSWER_RE = re.compile(r"## Its answer\n\n(.*?)\n\n## Its error", re.S)
