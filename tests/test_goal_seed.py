@@ -24,6 +24,7 @@ from tests.support.goals import (
     start_goal,
     trace,
     wait_goal_ended,
+    wait_goal_shown_ended,
     write_goal,
 )
 from tests.support.redis_server import RedisServer
@@ -121,6 +122,7 @@ async def test_what_a_step_cut_short_spent_is_in_the_goals_totals(
     state = await wait_goal_ended(fleet, timeout_s=30)
     assert state.status == {"timeout": "incomplete", "cancel": "cancelled"}[way]
     assert state.spent.tokens == 2000 and state.iterations[0].spent.tokens == 2000
+    await wait_goal_shown_ended(fleet)
     async with fleet.client() as client:
         [summary] = await client.goals.summaries()
     assert summary.tokens == 2000

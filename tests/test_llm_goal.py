@@ -18,7 +18,7 @@ from service.core.models.tuning import LlmAdapter, ModelPrice
 from service.goals.todo import parse_todo
 from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet
-from tests.support.goals import start_goal, wait_goal_ended, write_goal
+from tests.support.goals import start_goal, wait_goal_ended, wait_goal_shown_ended, write_goal
 from workers.adapters.goal_base import GoalBrief, GoalStepExit, GoalStepRequest
 from workers.adapters.llm.goal import LlmGoalAgent
 
@@ -250,6 +250,7 @@ async def test_an_llm_goal_runs_on_a_real_fleet(
     assert KEY not in fleet.log_of(0)
     assert it.spent.source == "api" and it.spent.tokens > 0
     assert state.spent == it.spent
+    await wait_goal_shown_ended(fleet)
     async with fleet.client() as client:
         [summary] = await client.goals.summaries()
     assert (summary.tokens, summary.cost_usd) == (state.spent.tokens, state.spent.cost_usd)
