@@ -105,7 +105,7 @@ print(len(on_loop), "openai.resources.chat" in on_loop)
 
 def test_a_jobs_prepare_warms_its_clients_so_that_the_first_call_imports_nothing_on_the_loop() -> None:
     """What a client's first call would import on the event loop (the SDK's chat resources, its HTTP
-    transport, anyio's asyncio backend: about a tenth of a second, every other job held up meanwhile) is
+    transport (aiohttp): about a tenth of a second, every other job held up meanwhile) is
     imported by the prepare's thread with the job's clients (`Providers.warm`): the first call then
     imports nothing on the loop. Without the warm-up it imports those modules there."""
     runs: dict[str, list[str]] = {}

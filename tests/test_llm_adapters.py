@@ -25,6 +25,7 @@ from service.core.models.records import Feedback, Improvement, RunOutput, RunRec
 from service.core.models.tuning import LlmAdapter, ModelPrice, TuningConfig
 from tests.support.fake_openai import Drop, FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet, event_time_s, wait_until, write_tuning
+from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
 from workers.adapters.base import (
     AnalyzeOutcome,
@@ -244,6 +245,18 @@ async def test_a_provider_down_through_every_attempt_is_the_steps_error(
     assert outcome.exit.infra is not None and outcome.exit.infra == outcome.exit.error
     assert (outcome.exit.error or "").startswith("provider unavailable after 3 attempts:")
     assert "503" in (outcome.exit.error or "")
+
+
+async def test_a_connection_nobody_accepts_is_an_outage_that_spent_nothing(
+    server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Attempts that never reached a server (nothing listens on its port) make the provider unavailable
+    (`infra`) and count no tokens, estimated or not: unlike a dropped answer, nobody can bill them."""
+    dead = config(server).model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    outcome = await LlmAnalyzer(dead).analyze(analyze_request(tmp_path))
+    assert outcome.feedback is None and outcome.exit.infra is not None
+    assert (outcome.exit.error or "").startswith("provider unavailable after 3 attempts: cannot reach")
+    assert outcome.exit.spent is None or outcome.exit.spent.tokens == 0, outcome.exit.spent
 
 
 async def test_a_refused_key_fails_at_once_naming_the_server_and_the_variable(

@@ -41,7 +41,8 @@ async def watched(watchdog: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
             finally:
                 task.cancel()
     except BaseExceptionGroup as eg:
-        raise first_leaf(eg) from None
+        leaf = first_leaf(eg)
+        raise leaf from leaf.__cause__  # its own cause kept (what a caller reads of it), the group hidden
 
 
 async def whole_in_thread(threads: Executor, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -24,11 +24,11 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import httpx
+import aiohttp
 import openai
 import structlog
 from openai.types.chat import ChatCompletion
@@ -59,6 +59,8 @@ TRANSIENT_STATUS = frozenset({408, 409, 429})
 """Status codes tried again besides 5xx (as the SDK's own policy does)."""
 AUTH_STATUS = frozenset({401, 403})
 DETAIL_CHARS = 300
+NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+"""The transport's errors of an attempt that never reached the server: refused, or no connection in time."""
 
 
 def _transient(exc: BaseException) -> bool:
@@ -122,10 +124,25 @@ def describe(exc: openai.APIError, base_url: str, secret: str = "") -> str:
     return line.replace(secret, "***") if len(secret) >= 4 else line
 
 
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and what caused it, outermost first."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__
+
+
 def _sent(exc: openai.APIConnectionError) -> bool:
     """Whether a failed attempt reached the server (a timeout or a cut while it answered), so that the
-    provider may bill it; a refused or timed-out connection sent nothing."""
-    return not isinstance(exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout)
+    provider may bill it; a refused or timed-out connection sent nothing. Read from the transport's own
+    error (aiohttp's, workers.adapters.llm.provider), not the SDK's mapping of it, which files a
+    connection the server dropped before its answer under `ConnectTimeout` too."""
+    return not any(isinstance(cause, NOT_SENT) for cause in _causes(exc))
+
+
+def _timed_out(exc: openai.APIConnectionError) -> bool:
+    """Whether a sent attempt ran out of time waiting for its answer (not a connection the server cut)."""
+    return any(isinstance(cause, aiohttp.SocketTimeoutError) for cause in _causes(exc))
 
 
 @dataclass
@@ -185,7 +202,7 @@ class LlmClient:
         except openai.APIConnectionError as exc:
             if _sent(exc):
                 await self._count_unanswered(params, meter)
-            if isinstance(exc, openai.APITimeoutError) and _sent(exc):
+            if _timed_out(exc):
                 await self._strike(strikes, time.monotonic() - began)
             raise
         except openai.RateLimitError:

@@ -3,7 +3,10 @@
 `Providers` is the worker's pool, built once by the worker runtime and closed at its shutdown
 (`async with Providers(redis) as providers:`). For each provider (a `base_url` and a `model`) it
 keeps a `Provider`: one `openai.AsyncOpenAI` per key variable, whose connections every step
-reuses (a client costs an SSL context and a connection pool: too dear to build per step); the
+reuses (a client costs an SSL context and a connection pool: too dear to build per step). Its HTTP
+transport is aiohttp (the SDK's `DefaultAioHttpClient`, its `aiohttp` extra), not the default
+httpx one: its C parser and fewer awaits per request take about a quarter of the fleet's added wall
+per call off an event loop shared by every step (docs/benchmarks.md, 6 December 2026); the
 fleet-wide limits per configured `concurrency` and `tokens_per_minute`; the response format the
 server was found to take (`FormatMemory`); its tokenizer (`Estimator`); and when it last answered a
 call (`answered`), here and, at most once a second, for the fleet in Redis: a call that times out
@@ -18,7 +21,6 @@ from __future__ import annotations
 import os
 import time
 
-import anyio
 import openai
 import structlog
 from redis.asyncio import Redis
@@ -101,7 +103,11 @@ class Provider:
             if held is not None:
                 log.info("llm_client_key_changed", provider=self.id, variable=name)
             sdk = openai.AsyncOpenAI(
-                api_key=key, base_url=self.base_url, timeout=config.timeout_s, max_retries=0
+                api_key=key,
+                base_url=self.base_url,
+                timeout=config.timeout_s,
+                max_retries=0,
+                http_client=openai.DefaultAioHttpClient(timeout=config.timeout_s),
             )
             if held is None:  # made by a warm-up thread meanwhile (`warm`): that one is kept
                 held = self._clients.setdefault(name, (sdk, key))
@@ -110,8 +116,8 @@ class Provider:
         return held
 
     def warm(self, config: LlmAdapter) -> None:
-        """Make the config's client and load what the SDK loads at a client's first call (its chat
-        resources, anyio's asyncio backend), in the calling thread: a worker's prepare runs it in the
+        """Make the config's client (its aiohttp transport imported) and load what the SDK loads at a
+        client's first call (its chat resources), in the calling thread: a worker's prepare runs it in the
         thread that imports the SDK, so that its first LLM step does not hold the event loop (every other
         job's steps and heartbeats) for a tenth of a second. A client the loop made meanwhile is kept (an
         unused one holds no connection). It never fails the job: what it cannot do (an unset key, a client
@@ -119,7 +125,6 @@ class Provider:
         try:
             sdk, _ = self.client(config)
             _ = sdk.chat.completions  # the chat resources: imported at their first access
-            anyio.run(anyio.sleep, 0)  # the asyncio backend (anyio imports it at its first use under a loop)
         except Exception as exc:  # a warm-up only: the step meets the error again and reports it, masked
             log.info("llm_warm_skipped", provider=self.id, error=type(exc).__name__)
 

@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
 import openai
 import structlog
 from openai.types.chat import ChatCompletion
@@ -102,10 +101,10 @@ class Estimator:
 
     async def _ask(self, sdk: openai.AsyncOpenAI, kind: Endpoint, path: str, text: str) -> int | None:
         """The server's count at `path`; None when it has no such endpoint (or answers something else)."""
-        try:
-            response = await sdk.post(
+        try:  # `object`: the answer's JSON as it came (its text, if the server sent no JSON)
+            answer = await sdk.post(
                 self._root + path,
-                cast_to=httpx.Response,
+                cast_to=object,
                 body=_body(kind, text, self._model),
                 options={"timeout": TOKENIZE_TIMEOUT_S, "max_retries": 0},
             )
@@ -113,10 +112,9 @@ class Estimator:
             if exc.status_code >= 500:
                 raise
             return None
-        try:
-            return _count(response.json())
-        except ValueError:
+        except ValueError:  # JSON by its content type, and not readable as JSON
             return None
+        return _count(answer)
 
 
 def bytes_estimate(text: str) -> int:
