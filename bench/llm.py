@@ -15,8 +15,9 @@ is the hand-off of a permit).
 
 Times are the server's: from the first request's arrival to the last one's answer, the mean of the
 bench's first round and the LATER_ROUNDS (three) at its end: the runs' order and the applies'
-convoys move one round's wall by a tenth. The fleet's
-added time per call is C / rate - C / baseline rate: how much longer each of the C lanes is busy
+convoys move one round's wall by a tenth. The fleet's added time per call is C / rate - C / baseline
+rate, the baseline's wall the mean of five runs (two after the first round, one before each later
+round): how much longer each of the C lanes is busy
 per call than in a cost-free loop of the same cases (bench/llm_baseline.py `cases`, a process of its
 own, one `openai.AsyncOpenAI` client, the fleet's recorded requests): the same slots taking the same
 cases in order, each case's calls one after the other, one apply at a time under a lock, run starts
@@ -54,8 +55,9 @@ CONCURRENCY = 4
 LATENCY_S = 0.05
 MODEL = "bench-model"
 LATER_ROUNDS = 3
-"""The rounds of each kind at the bench's end, averaged with its first: one round's figure moves by two
-milliseconds either way with the grouping of its applies (docs/benchmarks.md)."""
+"""The rounds of each kind at the bench's end, averaged with its first, each after a run of the cost-free
+loop (averaged with its first two): one round's figure moves by two milliseconds either way with the
+grouping of its applies, and one loop run's by as much (docs/benchmarks.md)."""
 CALLS = PASSING * 2 + (CASES - PASSING) * 4
 
 ANSWER_RE = re.compile(r"## Its answer\n\n(.*?)\n\n## Its error", re.S)
@@ -325,8 +327,9 @@ def run() -> list[Figure]:
         shared.append(baseline(env, server, bodies, "replay"))
         per_call, per_call_cpu = baseline(env, server, bodies, "replay-per-call")
         again: dict[str, list[dict[str, Any]]] = {"c": [], "n": []}
-        for n in range(2, LATER_ROUNDS + 2):  # the two kinds taking turns
+        for n in range(2, LATER_ROUNDS + 2):  # the two kinds taking turns, each round after a loop's run
             for key, slots in (("c", CONCURRENCY), ("n", CASES)):
+                loops[key].append(baseline(env, server, by_case, "cases", *lanes[key]))
                 again[key].append(fleet_round(env, server, f"{key}{n}", slots))
                 check(again[key][-1], f"{key}{n}", env)
         max_in_flight = server.max_in_flight

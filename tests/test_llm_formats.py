@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from service.core import keys
@@ -183,6 +184,29 @@ async def test_one_worker_reuses_its_client_across_steps(fleet: Fleet, tmp_path:
     assert all(r.state == "completed" for r in rows.values())
     connections = {r.client for r in server.requests}
     assert len(server.requests) >= 8 * 4 and len(connections) == 1, (len(server.requests), connections)
+
+
+async def test_a_changed_key_gets_a_new_client_and_both_are_closed_at_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the key variable changes, the next step gets a client with the new key; the old one (steps
+    may still be calling through it) stays open until the pool closes, which closes both."""
+    monkeypatch.setenv("ROTATED_KEY", "key-one")
+    async with Providers() as providers:
+        with FakeOpenAI() as server:
+            server.play(Reply(GOOD), Reply(GOOD))
+            config = LlmAdapter(base_url=server.base_url, model="m", api_key_env="ROTATED_KEY")
+            analyzer = LlmAnalyzer(config, providers)
+            assert (await analyzer.analyze(analyze_request(tmp_path / "1"))).exit.error is None
+            first, _ = providers.get(config).client(config)
+            monkeypatch.setenv("ROTATED_KEY", "key-two")
+            assert (
+                await LlmAnalyzer(config, providers).analyze(analyze_request(tmp_path / "2"))
+            ).exit.error is None
+            second, _ = providers.get(config).client(config)
+            assert second is not first and not first.is_closed()
+    assert [r.headers["authorization"] for r in server.requests] == ["Bearer key-one", "Bearer key-two"]
+    assert first.is_closed() and second.is_closed()
 
 
 async def test_max_tokens_refused_is_sent_as_max_completion_tokens(tmp_path: Path) -> None:

@@ -80,6 +80,9 @@ class Provider:
         refuses it (OpenAI's reasoning models): then `max_completion_tokens`, for the worker's life."""
         self._redis = redis
         self._clients: dict[str | None, tuple[openai.AsyncOpenAI, str]] = {}
+        self._retired: list[openai.AsyncOpenAI] = []
+        """Clients replaced after their key changed: steps may still be calling through them, so they
+        are closed with the rest at the worker's shutdown (an aiohttp session left open warns)."""
         self._limits: dict[tuple[int | None, int | None], ProviderLimits | None] = {}
         self._answered_s = float("-inf")
         self._marked_s = float("-inf")
@@ -112,6 +115,7 @@ class Provider:
             if held is None:  # made by a warm-up thread meanwhile (`warm`): that one is kept
                 held = self._clients.setdefault(name, (sdk, key))
             else:
+                self._retired.append(held[0])
                 held = self._clients[name] = (sdk, key)
         return held
 
@@ -168,6 +172,7 @@ class Provider:
         for limits in self._limits.values():
             if limits is not None:
                 await limits.aclose()
-        for sdk, _ in self._clients.values():
+        for sdk in [*self._retired, *(sdk for sdk, _ in self._clients.values())]:
             await sdk.close()
         self._clients.clear()
+        self._retired.clear()
