@@ -259,6 +259,35 @@ async def test_a_connection_nobody_accepts_is_an_outage_that_spent_nothing(
     assert outcome.exit.spent is None or outcome.exit.spent.tokens == 0, outcome.exit.spent
 
 
+async def test_a_connection_closed_before_the_answer_is_counted_as_billed(
+    server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A server that reads the whole request, then closes the connection without a word, may bill it:
+    each attempt's prompt is counted, estimated, though the SDK files the drop as a connection timeout."""
+    requests = 0
+
+    async def read_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        await reader.readexactly(length)
+        requests += head.startswith(b"POST /v1/chat/completions ")  # not the tokenizer's probes
+        writer.close()
+
+    silent = await asyncio.start_server(read_then_close, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    async with silent:
+        cut = config(server).model_copy(update={"base_url": f"http://127.0.0.1:{port}/v1", "max_retries": 1})
+        outcome = await LlmAnalyzer(cut).analyze(analyze_request(tmp_path))
+    assert outcome.feedback is None and outcome.exit.infra is not None and requests == 2
+    spent = outcome.exit.spent
+    assert spent is not None and spent.source == "estimated" and spent.estimated_tokens > 0, spent
+
+
 async def test_a_refused_key_fails_at_once_naming_the_server_and_the_variable(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:

@@ -89,7 +89,7 @@ async def _publish_holding(
         return applied(candidate, published, gate, rebased=published != candidate.version, why=gate.why)
     if current == candidate.base:
         repo.prefetch(candidate.version)
-        await hold.publish(candidate.version, base=current)
+        await hold.publish(candidate.version, base=current, release=True)  # nothing is left to do under it
         return applied(
             candidate, candidate.version, gate, rebased=candidate.made_from is not None, why=gate.why
         )
@@ -128,5 +128,5 @@ async def _publish_holding(
         )
         return Rerun(again)
     repo.prefetch(version)
-    await hold.publish(version, base=current)
+    await hold.publish(version, base=current, release=True)
     return applied(candidate, version, gate, rebased=True, why=f"{gate.why}; re-based on {current[:12]}")
