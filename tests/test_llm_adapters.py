@@ -738,8 +738,9 @@ async def test_tokens_per_minute_delays_a_call_until_the_window_has_room(
     """The tokens of an answer (from its usage) fill the minute's window; with them at the limit the next
     call waits until they leave the window, and not much longer."""
     redis = Redis.from_url(redis_server.url)
+    providers = Providers(redis)
     try:
-        analyzer = LlmAnalyzer(config(server, tokens_per_minute=1000), Providers(redis))
+        analyzer = LlmAnalyzer(config(server, tokens_per_minute=1000), providers)
         server.play(Reply(PASS, 900, 200), Reply(PASS, 10, 2))
         feedback_of(await analyzer.analyze(analyze_request(tmp_path)))
         window = keys.llm_tokens(keys.llm_provider(server.base_url, MODEL))
@@ -752,6 +753,7 @@ async def test_tokens_per_minute_delays_a_call_until_the_window_has_room(
         (tmp_path / "second").mkdir()
         feedback_of(await analyzer.analyze(analyze_request(tmp_path / "second")))
     finally:
+        await providers.aclose()
         await redis.aclose()
     waited_s = server.requests[1].at - began
     assert leaves_in_ms / 1000 - 0.1 <= waited_s < leaves_in_ms / 1000 + 3
