@@ -4,20 +4,26 @@ without Retry-After, a whole provider that stops answering."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
 from typing import Any, cast
+
+import openai
+import pytest
 
 from service.core import keys
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter, ModelPrice
 from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet, demo_adapter, wait_until, write_tuning
+from tests.support.raw_http import read_request
 from tests.support.redis_server import RedisServer
 from tests.test_llm_adapters import analyze_request, cost, feedback_of
 from workers.adapters.llm.analyzer import LlmAnalyzer
 from workers.adapters.llm.pool import Providers
+from workers.adapters.llm.tokens import PROBES, Estimator, bytes_estimate
 
 MODEL = "count-model"
 SLOW = "slow"
@@ -188,3 +194,40 @@ async def test_an_answer_without_usage_is_estimated_by_the_servers_tokenizer(tmp
         assert providers.get(config).estimator.endpoint == "llama.cpp"
     assert first.usage.source == "estimated" and first.usage.estimated_tokens == first.usage.tokens
     assert first.usage.tokens + second.usage.tokens >= 0.95 * billed
+
+
+@pytest.mark.parametrize(
+    "content_type, body",
+    [("text/html", b"<html>not found</html>"), ("application/json", b"{not json")],
+    ids=["a page", "broken json"],
+)
+async def test_a_tokenize_path_that_answers_no_count_leaves_the_byte_estimate(
+    content_type: str, body: bytes
+) -> None:
+    """A server whose tokenize paths answer 200 with something other than a count (a web page, JSON that
+    does not parse) has no tokenizer: every probe is read as none, the text is counted by its bytes, and
+    the estimator stops asking."""
+    asked: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        asked.append((await read_request(reader)).split(b" ")[1])
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: "
+            + content_type.encode()
+            + b"\r\ncontent-length: "
+            + str(len(body)).encode()
+            + b"\r\nconnection: close\r\n\r\n"
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    text = "how many tokens are in this sentence"
+    async with server, openai.AsyncOpenAI(api_key="k", base_url=f"http://127.0.0.1:{port}/v1") as sdk:
+        estimator = Estimator(f"http://127.0.0.1:{port}/v1", MODEL)
+        assert await estimator.count(sdk, text) == bytes_estimate(text)
+        probes = len(asked)
+        assert await estimator.count(sdk, text) == bytes_estimate(text)
+    assert estimator.endpoint == "none" and probes == len(PROBES) and len(asked) == probes, asked

@@ -26,6 +26,7 @@ from service.core.models.tuning import LlmAdapter, ModelPrice, TuningConfig
 from tests.support.fake_openai import Drop, FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet, event_time_s, wait_until, write_tuning
 from tests.support.ports import free_port
+from tests.support.raw_http import read_request
 from tests.support.redis_server import RedisServer
 from workers.adapters.base import (
     AnalyzeOutcome,
@@ -268,13 +269,7 @@ async def test_a_connection_closed_before_the_answer_is_counted_as_billed(
 
     async def read_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal requests
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length")
-        )
-        await reader.readexactly(length)
+        head = await read_request(reader)
         requests += head.startswith(b"POST /v1/chat/completions ")  # not the tokenizer's probes
         writer.close()
 
