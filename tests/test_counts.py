@@ -85,7 +85,9 @@ async def test_run_counts_are_rebuilt_from_the_store_when_redis_is_emptied(
         # One transaction: the daemon and the worker keep writing (heartbeats), so a DBSIZE sent after the
         # FLUSHALL may already see their next key.
         async with client.redis.pipeline(transaction=True) as tx:
-            _, keys_left = await tx.flushall().dbsize().execute()
+            tx.flushall()
+            tx.dbsize()
+            _, keys_left = await tx.execute()
         assert keys_left == 0
     after = await status_when(fleet, lambda t: t.submitted == len(CASES), 30, "the daemon to restore t1")
     assert after.runs_by_outcome == before.runs_by_outcome
