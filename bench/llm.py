@@ -41,7 +41,7 @@ from itertools import pairwise
 from statistics import mean
 from typing import Any
 
-from bench import llm_server, llm_step
+from bench import fs_probe, llm_server, llm_step
 from bench.common import ROOT, Env, Figure, cpu_seconds, median, run_async, steps_of, wait_for
 from bench.profile import Profiler
 from service.core import keys
@@ -306,7 +306,9 @@ def check(got: dict[str, Any], name: str, env: Env) -> None:
 def run() -> list[Figure]:
     figures: list[Figure] = []
     with Env(NAME) as env, FakeOpenAI(responder=model) as server:
+        disk, tmpfs = fs_probe.inode_cost(env.root), fs_probe.tmpfs_cost()
         rounds = {"c": fleet_round(env, server, "c", CONCURRENCY)}
+        kept = fs_probe.inodes_under(env.settings.store / "tunings" / "c")
         check(rounds["c"], "c", env)
         bodies = [r.body for r in rounds["c"]["requests"]]
         by_case = calls_by_case(rounds["c"]["requests"], "c")
@@ -402,6 +404,24 @@ def run() -> list[Figure]:
                 ),
             )
         )
+    folders, files = kept
+    figures.append(
+        Figure(
+            NAME,
+            "folders and files a tuning keeps per LLM call",
+            (folders + files) / CALLS,
+            "inodes",
+            note=(
+                f"the {CONCURRENCY}-slot round's tuning folder: {folders} folders and {files} files for "
+                f"{CALLS} calls (its steps' folders, logs, prompts and answers, records, memories, the "
+                "version's git objects); each is an inode created while the case runs. This machine's "
+                f"disk, in the bench's folder: {disk.text()}; "
+                + (f"tmpfs: {tmpfs.text()}" if tmpfs is not None else "no tmpfs to compare")
+                + " (bench/fs_probe.py: on ext4 without a journal the cost grows with the inodes freed "
+                "in the last minutes, so the added wall above moves with the disk's state)"
+            ),
+        )
+    )
     free_lane_ms = 1000 * CONCURRENCY * free["wall"] / len(free["requests"])
     free_base_ms = 1000 * CONCURRENCY * free_loop / len(bodies)
     figures.append(
