@@ -3,7 +3,7 @@
 The case loop keeps every step on disk (a step's folder, its log, its records: docs/architecture.md), so a
 figure measured on two days can differ by the disk's state alone. On ext4 without a journal (these
 machines), every inode created scans past the inodes of its block group freed in the last few minutes
-(`recently_deleted`, seen with perf): on 6 December 2026 a folder cost 100 to 175 us in var/bench, 40 us
+(`recently_deleted`, seen with perf): on 6 December 2026 a folder cost 90 to 175 us in var/, 40 us
 in /root and 6 us on tmpfs. The llm bench prints this probe beside its figures so that they can be read
 against the machine they were measured on.
 
