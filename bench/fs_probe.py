@@ -56,12 +56,3 @@ def tmpfs_cost() -> InodeCost | None:
         return None
     with tempfile.TemporaryDirectory(prefix="tunefleet-fs-probe-", dir=TMPFS) as folder:
         return inode_cost(Path(folder))
-
-
-def inodes_under(folder: Path) -> tuple[int, int]:
-    """(folders, files) under `folder`, itself left out."""
-    folders = files = 0
-    for _, dirnames, filenames in os.walk(folder):
-        folders += len(dirnames)
-        files += len(filenames)
-    return folders, files

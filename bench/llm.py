@@ -45,6 +45,7 @@ from bench import fs_probe, llm_server, llm_step
 from bench.common import ROOT, Env, Figure, cpu_seconds, median, run_async, steps_of, wait_for
 from bench.profile import Profiler
 from service.core import keys
+from service.core.trees import entries_below
 from tests.support.fake_openai import FakeOpenAI, Recorded, Reply, Scripted
 from tests.support.fleet import case, demo_adapter, write_tuning
 
@@ -308,7 +309,7 @@ def run() -> list[Figure]:
     with Env(NAME) as env, FakeOpenAI(responder=model) as server:
         disk, tmpfs = fs_probe.inode_cost(env.root), fs_probe.tmpfs_cost()
         rounds = {"c": fleet_round(env, server, "c", CONCURRENCY)}
-        kept = fs_probe.inodes_under(env.settings.store / "tunings" / "c")
+        kept = entries_below(env.settings.store / "tunings" / "c", limit=sys.maxsize)
         check(rounds["c"], "c", env)
         bodies = [r.body for r in rounds["c"]["requests"]]
         by_case = calls_by_case(rounds["c"]["requests"], "c")
@@ -404,16 +405,15 @@ def run() -> list[Figure]:
                 ),
             )
         )
-    folders, files = kept
     figures.append(
         Figure(
             NAME,
             "folders and files a tuning keeps per LLM call",
-            (folders + files) / CALLS,
+            kept / CALLS,
             "inodes",
             note=(
-                f"the {CONCURRENCY}-slot round's tuning folder: {folders} folders and {files} files for "
-                f"{CALLS} calls (its steps' folders, logs, prompts and answers, records, memories, the "
+                f"the {CONCURRENCY}-slot round's tuning folder: {kept} folders and files for {CALLS} calls "
+                "(its steps' folders, logs, prompts and answers, records, memories, the "
                 "version's git objects); each is an inode created while the case runs. This machine's "
                 f"disk, in the bench's folder: {disk.text()}; "
                 + (f"tmpfs: {tmpfs.text()}" if tmpfs is not None else "no tmpfs to compare")

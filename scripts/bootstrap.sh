@@ -61,6 +61,6 @@ fi
 # The project's own bytecode, written here as pip writes its dependencies' at install. Where
 # PYTHONDONTWRITEBYTECODE is set (many CI and container images), Python never caches it, and every process
 # the fleet and its tests start (workers, the daemon, the CLI) would compile the project's modules anew:
-# about 0.2 s of CPU each, a tenth of the test suite's CPU. Only what changed is compiled again (0.3 s when
+# about 0.2 s of CPU each (7 % of the test suite's CPU here). Only what changed is compiled again (0.3 s when
 # nothing has); Python ignores a cached file whose source is newer.
 .venv/bin/python -m compileall -q -j 0 service workers tests/support >/dev/null
