@@ -129,8 +129,9 @@ class JobRun(ABC):
         self._landing = asyncio.ensure_future(land())
         self.runtime.slots.record_landing(self._landing)
 
-    def _hurry_landing(self) -> None:
-        """Let the writes `write_behind` started land without giving way to starts any more."""
+    def hurry_landing(self) -> None:
+        """Let the writes `write_behind` started land without giving way to starts any more (not waited
+        for: `landed` waits)."""
         self._hurried = True
         if self._turn is not None:
             hurry(self._turn)
@@ -149,7 +150,7 @@ class JobRun(ABC):
         landing = self._landing
         if landing is None:
             return
-        self._hurry_landing()
+        self.hurry_landing()
         try:
             await asyncio.shield(landing)  # a cancelled wait leaves the record landing
         finally:

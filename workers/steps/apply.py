@@ -70,7 +70,7 @@ async def apply_under_lock(
     """Run the applier under the improvements lock; None when the lock was lost (try again). With
     `candidate_ref` (a gated apply, workers.gate) the edits become a candidate commit kept under that
     ref, not the current version: its `version` is the candidate."""
-    await cr.landed()  # the grade it applies is recorded before any edit of it is published
+    cr.hurry_landing()  # its grade lands while the lock is taken: the applier starts once it has (below)
     await cr.check_budget()
     await cr.controls.wait_key_accepted(cr.tuning.name)
     cr.at("apply", phase, attempt, waiting="lock")
@@ -79,6 +79,7 @@ async def apply_under_lock(
     tree = system_copy(where)
     try:
         async with cr.tuning.lock.held(cr.job_id) as hold:
+            await cr.landed()  # the grade it applies is recorded before its applier starts
             cr.at("apply", phase, attempt, fence=hold.token)  # the holder, shown with the next event
             record = await _apply_holding(cr, phase, attempt, feedback, hold, candidate_ref, where)
     except LockLost as exc:
