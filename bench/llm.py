@@ -13,11 +13,12 @@ next call: the run step, the records, the next step's start) and
 with a slot per case (every call waits for one of the C fleet-wide permits in Redis: the overhead
 is the hand-off of a permit).
 
-Times are the server's: from the first request's arrival to the last one's answer, the mean of the
-bench's first round and the LATER_ROUNDS (three) at its end: the runs' order and the applies'
-convoys move one round's wall by a tenth. The fleet's added time per call is C / rate - C / baseline
-rate, the baseline's wall the mean of five runs (two after the first round, one before each later
-round): how much longer each of the C lanes is busy
+Times are the server's: from the first request's arrival to the last one's answer, the median of the
+bench's first round and the LATER_ROUNDS (four) at its end: the runs' order and the applies'
+convoys move one round's wall by a tenth, and a stall of the machine's (4 s once, in the first round
+after the machine's setup) would decide a mean; the note gives every round and the mean too. The
+fleet's added time per call is C / rate - C / baseline rate, the baseline's wall the median of six
+runs (two after the first round, one before each later round): how much longer each of the C lanes is busy
 per call than in a cost-free loop of the same cases (bench/llm_baseline.py `cases`, a process of its
 own, one `openai.AsyncOpenAI` client, the fleet's recorded requests): the same slots taking the same
 cases in order, each case's calls one after the other, one apply at a time under a lock, run starts
@@ -55,10 +56,10 @@ PASSING = 30
 CONCURRENCY = 4
 LATENCY_S = 0.05
 MODEL = "bench-model"
-LATER_ROUNDS = 3
-"""The rounds of each kind at the bench's end, averaged with its first, each after a run of the cost-free
-loop (averaged with its first two): one round's figure moves by two milliseconds either way with the
-grouping of its applies, and one loop run's by as much (docs/benchmarks.md)."""
+LATER_ROUNDS = 4
+"""The rounds of each kind at the bench's end, taken with its first (the median of the five), each after
+a run of the cost-free loop (taken with its first two): one round's figure moves by two milliseconds either
+way with the grouping of its applies, and one loop run's by as much (docs/benchmarks.md)."""
 CALLS = PASSING * 2 + (CASES - PASSING) * 4
 
 ANSWER_RE = re.compile(r"## Its answer\n\n(.*?)\n\n## Its error", re.S)
@@ -347,9 +348,9 @@ def run() -> list[Figure]:
         got = rounds[key]
         calls = len(got["requests"])
         walls = [got["wall"], *(later["wall"] for later in again[key])]
-        rate = calls / mean(walls)
+        rate = calls / median(walls)
         lane_ms = 1000 * CONCURRENCY / rate
-        loop_wall = sum(w for w, _ in loops[key]) / len(loops[key])
+        loop_wall = median([w for w, _ in loops[key]])
         base_rate = len(bodies) / loop_wall
         base_lane_ms = 1000 * CONCURRENCY / base_rate
         added = lane_ms - base_lane_ms
@@ -369,10 +370,10 @@ def run() -> list[Figure]:
                 base_rate,
                 label,
                 note=(
-                    f"{common}; server wall {mean(walls):.2f} s (the mean of {len(walls)} rounds, the first "
-                    f"and the last {LATER_ROUNDS}: "
-                    f"{', '.join(f'{w:.2f}' for w in walls)} s) against {loop_wall:.2f} s for the cost-free "
-                    f"loop (runs: {', '.join(f'{w:.2f}' for w, _ in loops[key])} s; bench/llm_baseline.py) "
+                    f"{common}; server wall {median(walls):.2f} s (the median of {len(walls)} rounds, the "
+                    f"first and the last {LATER_ROUNDS}: {', '.join(f'{w:.2f}' for w in walls)} s; mean "
+                    f"{mean(walls):.2f} s) against {loop_wall:.2f} s for the cost-free loop (the median of "
+                    f"its runs: {', '.join(f'{w:.2f}' for w, _ in loops[key])} s; bench/llm_baseline.py) "
                     f"and {base_wall:.2f} s for the same requests replayed {CONCURRENCY} at a time in no "
                     f"order, as if no call waited for another ({replay_rate:.1f} calls/s); ideal "
                     f"{CONCURRENCY / LATENCY_S:.0f} calls/s; most in flight at the server over the run: "
