@@ -4,6 +4,7 @@ that cannot land stops the job at its next wait for them, and nothing started af
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -107,4 +108,26 @@ async def test_a_record_still_landing_is_read_as_it_was_handed_over(
         landed = probe.record(path, SandboxTrips)
         assert landed is not None and landed.trips == 5
     finally:
+        await redis.aclose()
+
+
+async def test_a_hurried_record_lands_while_another_job_starts_an_agent(
+    settings: FleetSettings, tmp_path: Path
+) -> None:
+    """A record written behind gives way to the worker's agent starts (here for a minute at most);
+    `hurry_landing` lets it land at once, the caller not waiting for it: an apply's grade lands while its
+    lock is taken."""
+    probe, redis = await leased_probe(settings)
+    slots = probe.runtime.slots
+    slots.bookkeeping_wait_max_s = 60.0
+    slots.hold("case:t1:c2:1")  # another job of the worker, about to start its first agent
+    landed = asyncio.Event()
+    path = tmp_path / "feedback.json"
+    try:
+        probe.write_behind(path, SandboxTrips(trips=1), then=landed.set)
+        probe.hurry_landing()
+        await asyncio.wait_for(landed.wait(), timeout=10)
+        assert SandboxTrips.model_validate_json(path.read_bytes()).trips == 1
+    finally:
+        slots.release("case:t1:c2:1")
         await redis.aclose()
