@@ -1,5 +1,6 @@
 """The waits on the improvements lock end when an apply of the same process ends, not at their next poll:
-with polls far apart (30 s here), the waits below would each take a whole poll without the wake."""
+with polls far apart (30 s here), the waits below would each take a whole poll without the wake. An apply
+that fails under the lock ends too: it leaves neither the lock nor its pending mark behind."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
+import pytest
 from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.settings import FleetSettings
+from workers.errors import LeaseLost
 from workers.lock import ImprovementsLock
 
 POLL_S = 30.0
@@ -120,5 +123,23 @@ async def test_a_publish_that_releases_lets_the_next_apply_and_the_runs_go_befor
         let_go.set()
         await applying
         assert await redis.get(keys.lock("t1")) == str(second.token).encode()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_block_that_raises_lets_the_lock_and_its_pending_mark_go(settings: FleetSettings) -> None:
+    """An apply whose block raises while it holds the lock (as a grade whose landing the fence refuses
+    does, workers.steps.apply) lets the lock go and leaves the applies pending: the next apply is granted
+    the lock at once, and a run start no longer waits for the one that failed."""
+    redis = Redis.from_url(settings.redis_url)
+    lock = ImprovementsLock(redis, "t1", lease_s=60.0, poll_s=POLL_S)
+    try:
+        with pytest.raises(LeaseLost):
+            async with lock.held("job-1"):
+                assert await lock.pending() == [b"job-1"]
+                raise LeaseLost("the grade's landing was refused")
+        assert await redis.get(keys.lock("t1")) is None
+        assert await lock.pending() == []
+        assert await lock.try_acquire("job-2") is not None
     finally:
         await redis.aclose()
