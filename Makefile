@@ -2,8 +2,9 @@
 PY := .venv/bin/python
 DEMO_STORE := var/demo-store
 DEMO_LLM := var/demo-llm
+DEMO_NOISY := var/demo-noisy-store
 
-.PHONY: setup setup-test setup-model demo demo-llm test lint unit chaos bench clean lock
+.PHONY: setup setup-test setup-model demo demo-serve demo-noisy demo-llm test lint unit chaos bench clean lock
 
 setup:
 	@scripts/bootstrap.sh
@@ -12,6 +13,18 @@ demo: setup
 	@rm -rf $(DEMO_STORE) var/demo-sandbox-down
 	@scripts/with-redis.sh env TUNEFLEET_STORE=$(DEMO_STORE) TUNEFLEET_LOG_LEVEL=warning \
 		$(PY) -m service demo --tuning examples/demo/tuning.yaml --workers 2
+
+# The finished demo's dashboard (its versions, diffs and reasons), on a loopback port until Ctrl-C.
+demo-serve: setup
+	@scripts/with-redis.sh env TUNEFLEET_STORE=$(DEMO_STORE) TUNEFLEET_LOG_LEVEL=warning \
+		$(PY) -m service demo-serve examples/demo/tuning.yaml
+
+# The demo world with chance in it (examples/noisy/): flaky runs, a grader that errs, edits that harm;
+# it prints the true held-out pass rates (the world's ground truth) beside the measured ones.
+demo-noisy: setup
+	@rm -rf $(DEMO_NOISY)
+	@scripts/with-redis.sh env TUNEFLEET_STORE=$(DEMO_NOISY) TUNEFLEET_LOG_LEVEL=warning \
+		$(PY) -m service demo --tuning examples/noisy/tuning.yaml --workers 2 --no-goals
 
 # The embedded real model (llama-cpp-python built without native CPU flags, once per machine, and
 # SmolLM2-135M-Instruct): the tests' and demo-llm's; see scripts/local_model.sh.
@@ -61,7 +74,7 @@ LOCK_UPGRADE ?= --upgrade
 LOCK_FLAGS := --quiet $(LOCK_UPGRADE) --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
 	--no-emit-find-links --resolver=backtracking
 lock: setup
-	$(PY) -m piptools compile $(LOCK_FLAGS) --extra dev -o requirements/dev.lock \
+	$(PY) -m piptools compile $(LOCK_FLAGS) --extra dev --extra bench -o requirements/dev.lock \
 		pyproject.toml requirements/build.in
 	$(PY) -m piptools compile $(LOCK_FLAGS) -o requirements/runtime.lock \
 		pyproject.toml requirements/build.in requirements/runtime.in

@@ -38,6 +38,9 @@ BENCHMARKS = [
     "commits",
     "reconcile",
     "landing",
+    "quality",
+    "guards",
+    "soak",
 ]
 
 

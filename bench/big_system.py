@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, Figure, discard, frozen_heap, run_async
+from service.core.io.trees import folder_threads
 from service.core.system import SystemRepo, copy_writable
-from service.core.trees import folder_threads
 
 NAME = "big_system"
 FOLDERS = 30

@@ -1,5 +1,5 @@
 """13. An apply's commit and a snapshot's extraction: made in the worker's process (libgit2 through
-pygit2, `service/core/objects.py`) against the git processes that made them before 4 December, 22:00 UTC,
+pygit2, `service/core/io/objects.py`) against the git processes that made them before 4 December, 22:00 UTC,
 in the same run, taking turns.
 
 A system of FILES prose files in FOLDERS folders is committed; then ROUNDS times each way: an edited
@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from bench.big_system import write_system
 from bench.common import ROOT, Figure, discard, median, run_async
-from service.core.git import git
+from service.core.io.git import git
 from service.core.system import SystemRepo
 
 NAME = "commits"

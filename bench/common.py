@@ -27,7 +27,7 @@ from typing import Any, Self, cast
 import redis
 
 from service.client.client import TunefleetClient
-from service.core.heap import freeze_long_lived
+from service.core.io.heap import freeze_long_lived
 from service.core.models.case import Case
 from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, kill_all, settings_env, write_tuning
@@ -87,7 +87,7 @@ def _stat_fields(pid: int) -> list[str]:
 
 def family(pid: int) -> list[int]:
     """A process and the helper processes that work for it and would be missed by reading its pid
-    alone: a worker's disk writer (service.core.durable, the child that lands its records), found among
+    alone: a worker's disk writer (service.core.io.durable, the child that lands its records), found among
     the children its threads started (/proc/<pid>/task/*/children). Its agents are not counted: bare
     arq runs none."""
     pids = [pid]
@@ -98,7 +98,7 @@ def family(pid: int) -> list[int]:
             continue
         for child in children:
             try:
-                if b"service/core/durable.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+                if b"service/core/io/durable.py" in Path(f"/proc/{child}/cmdline").read_bytes():
                     pids.append(child)
             except OSError:  # gone meanwhile
                 continue
@@ -255,7 +255,7 @@ class Procs:
 def frozen_heap() -> Iterator[None]:
     """The harness's heap frozen out of the collector's full passes for a measurement of its own event
     loop, then given back: a worker's or the daemon's loop walks only what came after its start
-    (service.core.heap), while the harness's holds what every bench before made (a full pass over it took
+    (service.core.io.heap), while the harness's holds what every bench before made (a full pass over it took
     60 ms after the benches of `make bench`, 190 ms with 600,000 objects)."""
     freeze_long_lived()
     try:

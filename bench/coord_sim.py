@@ -1,5 +1,5 @@
 """One load process of the coordination benchmark: running cases as Redis sees them, with the
-product's own code (workers.lease.CaseLease, service.core.events.EventSink, the worker's breaker watch and
+product's own code (workers.lease.JobLease, service.core.events.EventSink, the worker's breaker watch and
 presence loop), without agents or a store of attempts.
 
 python -m bench.coord_sim --first I --count N --workers W --event-every-s S --seconds T
@@ -24,14 +24,15 @@ from typing import Any
 import structlog
 
 from service.core import keys, logs
-from service.core.batch import RedisBatch
-from service.core.connection import connect
 from service.core.events import EventSink
+from service.core.io.batch import RedisBatch
+from service.core.io.connection import connect
 from service.core.models.events import EventKind
 from service.core.models.jobs import job_id_for
 from service.core.settings import FleetSettings
 from service.core.store import Store
-from workers.lease import CaseLease
+from service.kinds.registry import counter_rules
+from workers.lease import JobLease
 from workers.main import announce
 from workers.runtime import WorkerRuntime
 
@@ -50,8 +51,8 @@ class Counts:
         self.lost = 0
 
 
-async def keep(lease: CaseLease, counts: Counts) -> None:
-    """The lease's heartbeat (CaseLease.renew every third of the lease), from a random phase."""
+async def keep(lease: JobLease, counts: Counts) -> None:
+    """The lease's heartbeat (JobLease.renew every third of the lease), from a random phase."""
     interval_s = lease.lease_ms / 3000
     await asyncio.sleep(random.uniform(0, interval_s))
     while True:
@@ -105,10 +106,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     settings = FleetSettings()
     redis = await connect(settings)
     counts = Counts()
-    sink = EventSink(redis, Store(settings.store), settings.events_max, worker="sim")
+    sink = EventSink(redis, Store(settings.store), settings.events_max, counter_rules(settings), worker="sim")
     leases = []
     for i in range(args.first, args.first + args.count):
-        lease, *_ = await CaseLease.acquire(  # a batch of its own: no renewals share a round trip
+        lease, *_ = await JobLease.acquire(  # a batch of its own: no renewals share a round trip
             RedisBatch(redis), settings.queue, job_id_for(TUNING, case_name(i), 1), settings.lease_s, TUNING
         )
         if lease is None:
@@ -129,7 +130,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for w in range(args.workers):
             runtime = WorkerRuntime(settings, redis, name=f"sim-{args.first}-{w}")
             running = {job_id: keepers[job_id] for job_id in ids[w * per : (w + 1) * per]}
-            tasks.append(asyncio.create_task(runtime.gate.watch()))
+            tasks.append(asyncio.create_task(runtime.breaker_watch.watch()))
             tasks.append(asyncio.create_task(runtime.controls.watch(running)))
             tasks.append(asyncio.create_task(announce(redis, runtime)))
 

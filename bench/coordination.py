@@ -1,4 +1,4 @@
-"""4. Coordination capacity: 10,000 running cases heart-beating on their leases (CaseLease.renew every
+"""4. Coordination capacity: 10,000 running cases heart-beating on their leases (JobLease.renew every
 lease_s / 3, lease_s = 10) from a few processes, with the events and counters they write (one event
 per case per 30 s), then also the background loops of the 100 workers that would run them
 (concurrency 100: the breaker watch every poll of 0.2 s, presence every 2 s).

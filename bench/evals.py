@@ -34,9 +34,9 @@ from typing import Any
 from bench.common import Env, Figure, cpu_seconds, median, run_async, wait_for, zero_latency
 from service.core.models.records import Usage
 from service.core.store import Store
-from service.evals.fleet import EvalFiles
-from service.evals.models import EvalCaseRef, EvalSpec, ItemResult
-from service.evals.store import EvalStore
+from service.kinds.evals.fleet import EvalFiles
+from service.kinds.evals.models import EvalCaseRef, EvalSpec, ItemResult
+from service.kinds.evals.store import EvalStore
 from tests.support.fleet import case
 
 NAME = "evals"

@@ -73,7 +73,7 @@ def busy_intervals(events: list[dict[str, Any]], step: str | None = None) -> lis
 def measure(gated: bool) -> dict[str, Any]:
     ms = int(LATENCY_S * 1000)
     adapter = demo_adapter(ms, ms, int(APPLY_S * 1000))
-    config: dict[str, Any] = {"gate": {"sample": SAMPLE}} if gated else {}
+    config: dict[str, Any] = {"gate": {"sample": SAMPLE, "rule": "strict"}} if gated else {}
     with Env(f"{NAME}-{'on' if gated else 'off'}") as env:
         tuning = run_async(env.register(env.tuning([], adapter=adapter, **config)))
         workers = [env.start_worker(SLOTS) for _ in range(WORKERS)]

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.common import ROOT, Figure, discard, frozen_heap, median, percentile, run_async
-from service.core.disk_batch import DiskBatch
-from service.core.durable import FLUSH_THREADS, write_atomic
+from service.core.io.disk_batch import DiskBatch
+from service.core.io.durable import FLUSH_THREADS, write_atomic
 
 NAME = "landing"
 WRITES = 30

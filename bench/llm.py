@@ -46,7 +46,7 @@ from bench import fs_probe, llm_server, llm_step
 from bench.common import ROOT, Env, Figure, cpu_seconds, median, run_async, steps_of, wait_for
 from bench.profile import Profiler
 from service.core import keys
-from service.core.trees import entries_below
+from service.core.io.trees import entries_below
 from tests.support.fake_openai import FakeOpenAI, Recorded, Reply, Scripted
 from tests.support.fleet import case, demo_adapter, write_tuning
 

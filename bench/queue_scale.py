@@ -44,6 +44,7 @@ from service.core.events import EventSink
 from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
+from service.kinds.registry import counter_rules
 
 NAME = "queue_scale"
 TOTAL = 100_000
@@ -157,7 +158,7 @@ async def parts(env: Env, tuning: str) -> dict[str, float]:
             job = CaseJob(tuning=tuning, case=case.id, rev=case.rev)
             await client.redis.enqueue_job(CASE_FUNCTION, job.model_dump(), _job_id=job.job_id)
         out["enqueue_job"] = time.perf_counter() - began
-        sink = EventSink(client.redis, client.store, env.settings.events_max)
+        sink = EventSink(client.redis, client.store, env.settings.events_max, counter_rules(env.settings))
         began = time.perf_counter()
         for case in cases:
             await sink.emit(EventKind.CASE_QUEUED, tuning, case=case.id, rev=case.rev)

@@ -19,7 +19,8 @@ import time
 from bench.big_system import StallMeter
 from bench.common import Env, Figure, frozen_heap, run_async
 from service.core.store import TuningStore
-from service.daemon.main import Daemon, unfinished_cases
+from service.daemon.main import Daemon
+from service.kinds.cases.fleet import unfinished_cases
 from tests.support.fleet import demo_adapter
 
 NAME = "reconcile"

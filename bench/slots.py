@@ -33,7 +33,9 @@ SLOTS = 100
 LATENCY_S = 1.0
 CASES = 200
 STEPS_PER_CASE = 4
-TARGET = 0.98
+TARGET_RATIO = 0.99
+"""The fleet's throughput against bare arq's in the same run: a ratio, since what either reaches of
+the ideal depends on the machine (bare arq made 97.7 % on one and 98.6 % on another)."""
 ROUNDS = 3
 
 
@@ -99,8 +101,8 @@ def run() -> list[Figure]:
             "%",
             100 * base,
             f"bare arq, {SLOTS} slots, {CASES} jobs of {STEPS_PER_CASE} x L (makespans {spans} s)",
-            f">= {100 * TARGET:.0f}%",
-            util >= TARGET,
+            f"ratio >= {TARGET_RATIO:g}",
+            util >= TARGET_RATIO * base,
             f"{CASES} cases; medians of {ROUNDS} rounds, each the fleet then bare arq ({each}); "
             f"the median round: {note}",
         )

@@ -1,5 +1,5 @@
-"""What the fleet's Prometheus collectors share (service.metrics, service.goals.metrics,
-service.evals.metrics): the metric families' names under one namespace, and a collector that reads at
+"""What the fleet's Prometheus collectors share (service.metrics, service.kinds.goals.metrics,
+service.kinds.evals.metrics): the metric families' names under one namespace, and a collector that reads at
 scrape time and turns what it read into families with no I/O at collect time.
 
 A `ReadCollector` reads in `refresh()` (awaited by the scrape before the registry collects); a read that

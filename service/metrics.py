@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -23,11 +24,11 @@ from redis.exceptions import RedisError
 
 from service.client.queries import fleet_status
 from service.core import keys
+from service.core.kinds import KindSlice
 from service.core.models.api import LockState, StatusView
-from service.core.models.events import Event, EventKind
+from service.core.models.event_types import StepStartedEvent
+from service.core.models.events import Event, EventKind, parse_event
 from service.core.models.status import WAIT_WORDS
-from service.evals.metrics import EvalCollector
-from service.goals.metrics import GoalCollector
 from service.metric_families import NAMESPACE, ReadCollector, counter, gauge
 
 log = structlog.get_logger()
@@ -78,7 +79,7 @@ class FleetCollector(ReadCollector[StatusView]):
         depth = gauge("queue_depth", "Case jobs in the queue that no worker runs now.")
         depth.add_metric([], s.queue_depth)
         running = gauge("cases_in_progress", "Cases a worker runs now, all tunings.")
-        running.add_metric([], s.in_progress)
+        running.add_metric([], sum(t.running for t in s.tunings))  # cases only: status counts every kind
         paused = gauge("fleet_paused", "1 while the fleet is paused (no run starts).")
         paused.add_metric([], 1.0 if s.paused else 0.0)
         yield from (depth, running, paused)
@@ -137,7 +138,7 @@ class FleetCollector(ReadCollector[StatusView]):
         yield from (running, blocked, waiting, finished, submitted, runs, tokens, counted, cost, held)
 
     def _gates(self, s: StatusView) -> Iterator[Metric]:
-        """The acceptance gates (service.gate.counters), of the tunings that gated an apply."""
+        """The acceptance gates (service.kinds.evals.gate.counters), of the tunings that gated an apply."""
         under = gauge("gate_candidates", "Candidate versions under gate now.", ["tuning"])
         verdicts = counter(
             "gate_verdicts", "Gate verdicts, by verdict: passed, rejected.", ["tuning", "verdict"]
@@ -149,6 +150,10 @@ class FleetCollector(ReadCollector[StatusView]):
         cost = counter(
             "gate_cost_usd", "Money the gates' items spent (within tunefleet_cost_usd).", ["tuning"]
         )
+        runs = counter("gate_runs", "Graded runs the judged gates read, candidate and base.", ["tuning"])
+        early = counter(
+            "gate_early_stops", "Judged gates whose test stopped before its last round.", ["tuning"]
+        )
         for t in s.tunings:
             if t.gates is None:
                 continue
@@ -158,7 +163,9 @@ class FleetCollector(ReadCollector[StatusView]):
             rebased.add_metric([t.name], t.gates.rebased)
             tokens.add_metric([t.name], t.gates.tokens)
             cost.add_metric([t.name], t.gates.cost_usd)
-        yield from (under, verdicts, rebased, tokens, cost)
+            runs.add_metric([t.name], t.gates.runs)
+            early.add_metric([t.name], t.gates.early)
+        yield from (under, verdicts, rebased, tokens, cost, runs, early)
 
     def _breaker(self, s: StatusView) -> Iterator[Metric]:
         state = gauge("breaker_open", "1 while the fleet-wide sandbox circuit breaker is open.")
@@ -204,15 +211,19 @@ class FleetCollector(ReadCollector[StatusView]):
 class FleetMetrics:
     """The registry of one API app: the live-state collector plus histograms fed by the event stream."""
 
-    def __init__(self, redis: Redis, queue: str) -> None:
+    def __init__(self, redis: Redis, queue: str, kinds: tuple[KindSlice, ...]) -> None:
         self._redis = redis
         self.registry = CollectorRegistry()
         self.collector = FleetCollector(queue)
         self.registry.register(self.collector)
-        self.goals = GoalCollector()
-        self.registry.register(self.goals)
-        self.evals = EvalCollector()
-        self.registry.register(self.evals)
+        self.kind_collectors: list[ReadCollector[Any]] = []
+        """Every kind's own collector (its slice's `metrics` module, service.core.kinds)."""
+        for kind in kinds:
+            module = kind.front("metrics")
+            if module is not None:
+                collector: ReadCollector[Any] = module.collector()
+                self.registry.register(collector)
+                self.kind_collectors.append(collector)
         self.step_duration = Histogram(
             f"{NAMESPACE}_step_duration_seconds",
             "Duration of finished steps: a case's run, analyze, apply; a goal's plan, work, review.",
@@ -243,8 +254,8 @@ class FleetMetrics:
     async def scrape(self) -> bytes:
         """The Prometheus text exposition, with the live state read now."""
         await self.refresh()
-        await self.goals.refresh(self._redis)
-        await self.evals.refresh(self._redis)
+        for collector in self.kind_collectors:
+            await collector.refresh(self._redis)
         return generate_latest(self.registry)
 
     def observe(self, event: Event) -> None:
@@ -252,11 +263,12 @@ class FleetMetrics:
         self.events.labels(event.kind.value).inc()
         if event.kind is EventKind.STEP_FINISHED and event.step is not None and event.duration_ms is not None:
             self.step_duration.labels(event.tuning, event.step).observe(event.duration_ms / 1000)
-        elif event.kind is EventKind.STEP_STARTED:
-            if event.step == "apply" and isinstance(event.data.get("lock_wait_ms"), int | float):
-                self.lock_wait.labels(event.tuning).observe(event.data["lock_wait_ms"] / 1000)
-            elif event.step == "run" and isinstance(event.data.get("apply_wait_ms"), int | float):
-                self.apply_wait.labels(event.tuning).observe(event.data["apply_wait_ms"] / 1000)
+        elif isinstance(event, StepStartedEvent):
+            started = event.data
+            if event.step == "apply" and started.lock_wait_ms is not None:
+                self.lock_wait.labels(event.tuning).observe(started.lock_wait_ms / 1000)
+            elif event.step == "run" and started.apply_wait_ms is not None:
+                self.apply_wait.labels(event.tuning).observe(started.apply_wait_ms / 1000)
 
     async def mark_start(self) -> None:
         """Start counting at the stream's current end (events before it are not counted)."""
@@ -275,7 +287,7 @@ class FleetMetrics:
                 self.last_id = entry_id
                 seen += 1
                 try:
-                    self.observe(Event.model_validate_json(fields[b"event"]))
+                    self.observe(parse_event(fields[b"event"]))
                 except (KeyError, ValidationError) as exc:
                     log.warning("metrics_event_unreadable", id=entry_id.decode(), error=str(exc))
         return seen

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import RunRecord
 from tests.support.fleet import Fleet, wait_until
 from tests.test_command_loop import case_root, inline, start_one_case

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from service.cli.render import status_table
 from service.client.tunings import load_tuning_file
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import CaseResult, RunOutput, RunRecord, Usage
 from service.core.models.status import FleetStatus, TuningStatus
 from service.core.models.tuning import TuningConfig

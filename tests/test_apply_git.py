@@ -7,7 +7,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import ApplyRecord
 from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning

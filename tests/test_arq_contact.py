@@ -1,4 +1,4 @@
-"""The contract with arq (service/core/arq_contact.py): every arq internal tunefleet relies on is as the
+"""The contract with arq (service/core/io/arq_contact.py): every arq internal tunefleet relies on is as the
 contact module uses it, and arq's public client reads and writes tunefleet's jobs. An arq upgrade that
 changes a signature, a key name or the job format fails here."""
 
@@ -12,14 +12,15 @@ from arq import Retry
 from arq.connections import ArqRedis
 from arq.jobs import Job, JobStatus, deserialize_job_raw, serialize_job, serialize_result
 
-from service.client.submission import enqueue_cases
-from service.core import arq_contact, keys
-from service.core.connection import connect
+from service.core import keys
+from service.core.io import arq_contact
+from service.core.io.connection import connect
 from service.core.models.jobs import CASE_FUNCTION, CaseJob, dump_job, load_job
 from service.core.settings import FleetSettings
+from service.kinds.cases.fleet import enqueue_cases
 from workers.claim import Claimer
 from workers.finish import Finisher, Outcome
-from workers.lease import CaseLease
+from workers.lease import JobLease
 from workers.runtime import WorkerRuntime
 
 JOB = CaseJob(tuning="t1", case="c1", rev=1)
@@ -41,7 +42,7 @@ def _parameters(function: object) -> list[str]:
 
 def test_the_record_functions_take_what_the_contact_module_passes() -> None:
     """serialize_job, deserialize_job_raw and serialize_result have the parameters, in the order, that
-    service/core/arq_contact.py passes them (positionally)."""
+    service/core/io/arq_contact.py passes them (positionally)."""
     assert _parameters(serialize_job) == [
         "function_name",
         "args",
@@ -123,14 +124,14 @@ async def test_a_job_enqueue_job_wrote_is_claimed_run_and_finished_as_arq_reads_
         (JOB.model_dump(),),
     )
     assert await job.status() == JobStatus.in_progress
-    lease, _ = await CaseLease.acquire(runtime.batch, settings.queue, JOB.job_id, 10.0, "t1", runtime.name)
+    lease, _ = await JobLease.acquire(runtime.batch, settings.queue, JOB.job_id, 10.0, "t1", runtime.name)
     assert lease is not None and await lease.requeue()
     assert await job.status() == JobStatus.queued
 
     await enqueue_cases(pool, settings.queue, [fresh], 1)  # due since 1970
     (again,) = await claimer.claim(1, 10_000, [], ())
     assert (again.job_id, again.job_try) == (JOB.job_id, 2)
-    ending = arq_contact.Ending(True, {"state": "completed"}, 1, 2)
+    ending = arq_contact.TryRecord(True, {"state": "completed"}, 1, 2)
     result = arq_contact.result_record(JOB.job_id, record, 2, ending, settings.queue, dump_job)
     assert await finisher.finish(JOB.job_id, None, Outcome(ended=True, result=result))
     assert await job.status() == JobStatus.complete

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from service.client.tunings import load_tuning_file
-from service.core.cases import load_case
 from service.core.errors import CaseFileError, ConfigError, StoreError
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import CaseResult
 from service.core.models.tuning import LlmAdapter
-from service.goals.spec import load_goal_file
-from tests.support.fleet import Fleet, case, settings_env, write_tuning
+from service.kinds.cases.files import load_case
+from service.kinds.goals.spec import load_goal_file
+from tests.support.cli import fleet_env, tunefleet
+from tests.support.fleet import Fleet, case, write_tuning
 
 BAD_FILES = {
     "dotdot.yaml": ({**case("ok"), "id": "../x"}, "'id'"),
@@ -68,13 +66,7 @@ async def test_submit_refuses_bad_files_and_enqueues_the_rest(fleet: Fleet, tmp_
     tuning = write_tuning(tmp_path / "t", [case("first")])
     await fleet.start_tuning(tuning)
     write_bad_cases(tmp_path / "incoming")
-    done = subprocess.run(
-        [sys.executable, "-m", "service", "submit", str(tmp_path / "incoming"), "--tuning", "t1"],
-        env={**os.environ, **settings_env(fleet.settings)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = tunefleet("submit", str(tmp_path / "incoming"), "--tuning", "t1", env=fleet_env(fleet.settings))
     assert done.returncode == 1, done.stderr
     for name in [*BAD_FILES, "broken.yaml"]:
         assert name in done.stderr
@@ -98,7 +90,9 @@ def test_a_tuning_with_an_unknown_placeholder_is_refused(tmp_path: Path) -> None
     """An argv template naming a placeholder the role does not have is refused when the tuning is read."""
     runner = {"kind": "command", "argv": ["agent", "--in", "{inptu}"]}
     path = write_tuning(tmp_path, [case("a")], runner=runner)
-    with pytest.raises(ConfigError, match=r"runner.argv\[2\]: unknown placeholder \{inptu\}"):
+    with pytest.raises(
+        ConfigError, match=r"field 'runner.argv\[2\]': unknown placeholder \{inptu\}; did you mean 'input'\?"
+    ):
         load_tuning_file(path)
 
 

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from service.core.batch import RedisBatch
+from service.core.io.batch import RedisBatch
 from tests.support.redis_server import RedisServer
 
 CALLS = 50

@@ -4,8 +4,6 @@ until resumed or given a larger budget, and usage no record keeps is counted all
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,12 +14,13 @@ from service.client.client import TunefleetClient
 from service.core import keys
 from service.core.models.records import CaseResult, Spend
 from service.core.settings import FleetSettings
+from service.kinds.registry import slices
 from service.metrics import FleetMetrics
+from tests.support.cli import fleet_env, tunefleet
 from tests.support.fleet import (
     Fleet,
     case,
     demo_adapter,
-    settings_env,
     step_starts,
     wait_until,
     write_tuning,
@@ -40,15 +39,7 @@ def tokens_case(case_id: str, **demo: Any) -> dict[str, Any]:
 
 def cli(fleet: Fleet, *args: str) -> str:
     """Run `tunefleet ARGS` against the test's fleet; its standard output."""
-    done = subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        env={**os.environ, **settings_env(fleet.settings)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout
+    return tunefleet(*args, env=fleet_env(fleet.settings), check=True).stdout
 
 
 def result_of(fleet: Fleet, case_id: str, tuning: str = "t1") -> CaseResult:
@@ -108,7 +99,9 @@ async def test_a_tuning_at_its_budget_is_held_until_resumed_and_then_its_cases_f
         status = await client.status()
         held = status.tunings[0].held
         assert held is not None and (held.kind, held.reason) == ("budget", reason)
-        scraped = (await FleetMetrics(client.redis, fleet.settings.queue).scrape()).decode()
+        scraped = (
+            await FleetMetrics(client.redis, fleet.settings.queue, slices(fleet.settings)).scrape()
+        ).decode()
     assert f'tunefleet_tuning_held{{kind="budget",reason="{reason}",tuning="t1"}} 1.0' in scraped
     as_json = json.loads(cli(fleet, "status", "--json"))
     assert as_json["tunings"][0]["held"]["reason"] == reason
@@ -122,7 +115,9 @@ async def test_a_tuning_at_its_budget_is_held_until_resumed_and_then_its_cases_f
     assert {r.state for r in finished.values()} == {"completed"}
     async with fleet.client() as client:
         assert (await client.status()).tunings[0].held is None
-        scraped = (await FleetMetrics(client.redis, fleet.settings.queue).scrape()).decode()
+        scraped = (
+            await FleetMetrics(client.redis, fleet.settings.queue, slices(fleet.settings)).scrape()
+        ).decode()
     assert "tunefleet_tuning_held{" not in scraped
 
 

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import pytest
 from arq.connections import ArqRedis
 
-from service.client.submission import enqueue_cases
 from service.core import keys
-from service.core.arq_contact import RESUME_SHIFT_MS
-from service.core.connection import connect
+from service.core.io.arq_contact import RESUME_SHIFT_MS
+from service.core.io.connection import connect
 from service.core.models.jobs import CaseJob
 from service.core.settings import FleetSettings
+from service.kinds.cases.fleet import enqueue_cases
 from workers.claim import Claimed, Claimer
 
 

@@ -12,23 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.core.cases import load_case
 from service.core.errors import CaseFileError
 from service.core.models.case import SLUG_PATTERN
 from service.core.settings import FleetSettings
+from service.kinds.cases.files import load_case
+from tests.support.cli import fleet_env, tunefleet
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
-
-
-def tunefleet(settings: FleetSettings, *args: str) -> subprocess.CompletedProcess[str]:
-    """`tunefleet ARGS` as a real process on the test's fleet, stdin not a terminal."""
-    return subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        env={**os.environ, **settings_env(settings)},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -43,7 +32,7 @@ async def test_submitting_a_missing_path_is_an_error_naming_it(fleet: Fleet, tmp
     """`submit` of a path that does not exist prints one `error:` line naming it and exits non-zero."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", []))
     missing = tmp_path / "no-such-folder"
-    done = tunefleet(fleet.settings, "submit", str(missing), "--tuning", "t1")
+    done = tunefleet("submit", str(missing), "--tuning", "t1", env=fleet_env(fleet.settings))
     assert done.returncode != 0, done.stdout
     assert len(error_lines(done.stderr)) == 1 and str(missing) in done.stderr
     assert "enqueued" not in done.stdout
@@ -57,7 +46,7 @@ async def test_submitting_a_folder_without_case_files_is_an_error_naming_it(
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "notes.txt").write_text("not a case\n")
-    done = tunefleet(fleet.settings, "submit", str(empty), "--tuning", "t1")
+    done = tunefleet("submit", str(empty), "--tuning", "t1", env=fleet_env(fleet.settings))
     assert done.returncode != 0, done.stdout
     assert len(error_lines(done.stderr)) == 1 and str(empty) in done.stderr
     assert "enqueued" not in done.stdout
@@ -66,7 +55,7 @@ async def test_submitting_a_folder_without_case_files_is_an_error_naming_it(
 async def test_cancelling_an_unknown_case_is_an_error(fleet: Fleet, tmp_path: Path) -> None:
     """`cancel TUNING CASE` of a case the tuning lacks names it in an `error:` line and exits non-zero."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c0")]))
-    done = tunefleet(fleet.settings, "cancel", "t1", "no-such-case")
+    done = tunefleet("cancel", "t1", "no-such-case", env=fleet_env(fleet.settings))
     assert done.returncode != 0, done.stdout
     assert len(error_lines(done.stderr)) == 1 and "no-such-case" in done.stderr
     assert states(fleet) == {"unfinished"}
@@ -75,7 +64,7 @@ async def test_cancelling_an_unknown_case_is_an_error(fleet: Fleet, tmp_path: Pa
 async def test_cancelling_in_an_unknown_tuning_is_an_error(fleet: Fleet, tmp_path: Path) -> None:
     """`cancel TUNING CASE` of an unregistered tuning names it in an `error:` line and exits non-zero."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case("c0")]))
-    done = tunefleet(fleet.settings, "cancel", "no-such-tuning", "c0")
+    done = tunefleet("cancel", "no-such-tuning", "c0", env=fleet_env(fleet.settings))
     assert done.returncode != 0, done.stdout
     assert len(error_lines(done.stderr)) == 1 and "no-such-tuning" in done.stderr
 
@@ -83,12 +72,12 @@ async def test_cancelling_in_an_unknown_tuning_is_an_error(fleet: Fleet, tmp_pat
 async def test_cancelling_a_tuning_without_a_terminal_needs_yes(fleet: Fleet, tmp_path: Path) -> None:
     """`cancel TUNING` with stdin not a terminal refuses, saying how many cases, unless `--yes` is given."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", [case(f"c{i}") for i in range(3)]))
-    refused = tunefleet(fleet.settings, "cancel", "t1")
+    refused = tunefleet("cancel", "t1", env=fleet_env(fleet.settings))
     assert refused.returncode != 0, refused.stdout
     assert len(error_lines(refused.stderr)) == 1 and "3 unfinished case(s)" in refused.stderr
     assert "--yes" in refused.stderr
     assert states(fleet) == {"unfinished"}
-    done = tunefleet(fleet.settings, "cancel", "t1", "--yes")
+    done = tunefleet("cancel", "t1", "--yes", env=fleet_env(fleet.settings))
     assert done.returncode == 0, done.stderr
     assert "cancelled 3 case(s)" in done.stdout
     assert states(fleet) == {"cancelled"}
@@ -149,7 +138,7 @@ async def test_refusals_print_the_id_pattern_as_is(fleet: Fleet, tmp_path: Path)
     incoming = tmp_path / "incoming"
     incoming.mkdir()
     (incoming / "bad.yaml").write_text(yaml.safe_dump({**case("ok"), "id": "Bad Id"}))
-    done = tunefleet(fleet.settings, "submit", str(incoming), "--tuning", "t1")
+    done = tunefleet("submit", str(incoming), "--tuning", "t1", env=fleet_env(fleet.settings))
     assert done.returncode == 1, done.stderr
     assert SLUG_PATTERN in "".join(done.stderr.split()), done.stderr
 
@@ -158,7 +147,7 @@ async def test_a_folder_named_like_markup_does_not_crash_submit(fleet: Fleet, tm
     """`submit` of a missing folder named `m[/b]` prints its name as is in one `error:` line, no traceback."""
     await fleet.start_tuning(write_tuning(tmp_path / "t", []))
     odd = tmp_path / "m[/b]"
-    done = tunefleet(fleet.settings, "submit", str(odd), "--tuning", "t1")
+    done = tunefleet("submit", str(odd), "--tuning", "t1", env=fleet_env(fleet.settings))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr
     assert len(error_lines(done.stderr)) == 1 and "m[/b]" in done.stderr
@@ -173,7 +162,7 @@ async def test_a_bad_file_in_a_folder_named_like_markup_is_refused_as_is(
     odd.mkdir(parents=True)
     (odd / "broken.yaml").write_text("id: broken\ninput: [unclosed\n")
     (odd / "good.yaml").write_text(yaml.safe_dump(case("good")))
-    done = tunefleet(fleet.settings, "submit", str(odd), "--tuning", "t1")
+    done = tunefleet("submit", str(odd), "--tuning", "t1", env=fleet_env(fleet.settings))
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and "m[/b]" in done.stderr and "broken.yaml" in done.stderr
     assert "enqueued 1" in done.stdout
@@ -196,7 +185,7 @@ async def test_submit_refuses_a_non_utf8_file_and_enqueues_the_rest(fleet: Fleet
     incoming.mkdir()
     (incoming / "latin1.yaml").write_bytes("id: latin\ninput: Qu\xe9stion\n".encode("latin-1"))
     (incoming / "good.yaml").write_text(yaml.safe_dump(case("good")))
-    done = tunefleet(fleet.settings, "submit", str(incoming), "--tuning", "t1")
+    done = tunefleet("submit", str(incoming), "--tuning", "t1", env=fleet_env(fleet.settings))
     assert done.returncode == 1, done.stderr
     assert "latin1.yaml" in done.stderr and "not UTF-8 text" in done.stderr
     assert "enqueued 1" in done.stdout and "Traceback" not in done.stderr

@@ -3,6 +3,7 @@ item 11); the demo's progress line stands apart from the result table."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -15,7 +16,8 @@ from rich.console import Console
 from service.cli.render import results_table
 from service.client.queries import results
 from service.core.store import Store
-from tests.support.fleet import Fleet, case, settings_env, write_tuning
+from tests.support.cli import fleet_env, tunefleet
+from tests.support.fleet import Fleet, case, write_tuning
 
 LONG_ID = "a-case-whose-identifier-is-long-enough-to-be-cut-in-eighty-columns"
 CASES = [
@@ -25,17 +27,9 @@ CASES = [
 ]
 
 
-def tunefleet(fleet: Fleet, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """`tunefleet ARGS` as a real process whose stdout is a pipe."""
-    return subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        env={**os.environ, **settings_env(fleet.settings), "TUNEFLEET_LOG_FORMAT": "json", **env},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+def json_env(fleet: Fleet, **more: str) -> dict[str, str]:
+    """The fleet's settings as the environment, logs as JSON lines."""
+    return fleet_env(fleet.settings, TUNEFLEET_LOG_FORMAT="json", **more)
 
 
 @pytest.fixture
@@ -52,11 +46,11 @@ async def test_a_pipe_gets_whole_values(finished: Fleet) -> None:
     rows = finished.results()
     reasons = [r.reason for r in rows.values() if r.reason]
     assert len(reasons) == 2 and all(len(reason) > 36 for reason in reasons)
-    shown = tunefleet(finished, "results", "t1").stdout
+    shown = tunefleet("results", "t1", env=json_env(finished), timeout_s=120, check=True).stdout
     assert LONG_ID in shown and "…" not in shown
     for reason in reasons:
         assert reason in shown
-    status = tunefleet(finished, "status").stdout
+    status = tunefleet("status", env=json_env(finished), timeout_s=120, check=True).stdout
     assert "…" not in status
     for header in ("submitted", "waiting", "completed", "difficult", "cancelled", "tokens"):
         assert header in status
@@ -65,7 +59,9 @@ async def test_a_pipe_gets_whole_values(finished: Fleet) -> None:
 async def test_tsv_gives_one_line_per_case(finished: Fleet) -> None:
     """`results --format tsv` prints a header and one tab-separated line per case with every value whole;
     `status --format tsv` one line per tuning."""
-    lines = tunefleet(finished, "results", "t1", "--format", "tsv").stdout.splitlines()
+    lines = tunefleet(
+        "results", "t1", "--format", "tsv", env=json_env(finished), timeout_s=120, check=True
+    ).stdout.splitlines()
     header, *body = (line.split("\t") for line in lines)
     assert header[:6] == ["case", "rev", "state", "reason", "tokens", "cost_usd"]
     by_case = {cells[0]: dict(zip(header, cells, strict=True)) for cells in body}
@@ -75,7 +71,10 @@ async def test_tsv_gives_one_line_per_case(finished: Fleet) -> None:
         assert by_case[row.case]["reason"] == (row.reason or "")
         assert int(by_case[row.case]["tokens"]) == row.tokens
     status_header, tuning = (
-        line.split("\t") for line in tunefleet(finished, "status", "--format", "tsv").stdout.splitlines()
+        line.split("\t")
+        for line in tunefleet(
+            "status", "--format", "tsv", env=json_env(finished), timeout_s=120, check=True
+        ).stdout.splitlines()
     )
     status = dict(zip(status_header, tuning, strict=True))
     assert (status["tuning"], status["submitted"], status["completed"], status["difficult"]) == (
@@ -106,13 +105,26 @@ async def test_the_demo_progress_line_stands_apart(fleet: Fleet, tmp_path: Path)
     no_goals = tmp_path / "no-goals"
     no_goals.mkdir()
     demo = ["demo", "--tuning", str(tuning), "--workers", "1", "--goals", str(no_goals)]
-    out = tunefleet(fleet, *demo).stdout.splitlines()
+    out = tunefleet(*demo, env=json_env(fleet), timeout_s=120, check=True).stdout.splitlines()
     at = out.index("2/2 cases finished")
     assert out[at + 1] == ""
     assert out[at + 2].startswith("┏")
 
 
 DEVELOPER_WORDS = ("import", "package", "python -m", "module", "noqa", "TODO")
+
+
+HELP_READER = """
+import json, sys
+from typer.testing import CliRunner
+from service.cli.main import app
+out = []
+for args in json.loads(sys.argv[1]):
+    done = CliRunner().invoke(app, [*args, "--help"], prog_name="tunefleet")
+    assert done.exit_code == 0, (args, done.output)
+    out.append([args, done.stdout])
+print(json.dumps(out))
+"""
 
 
 def test_help_texts_speak_to_users() -> None:
@@ -122,16 +134,18 @@ def test_help_texts_speak_to_users() -> None:
 
     commands = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
     assert len(commands) >= 12
-    for args in [[], *([name] for name in commands)]:
-        done = subprocess.run(
-            [sys.executable, "-m", "service", *args, "--help"],
+    # One process reads every --help (the CLI's callback configures logging: not in the tests' own).
+    helps = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", HELP_READER, json.dumps([[], *([name] for name in commands)])],
             env={**os.environ, "COLUMNS": "200", "TUNEFLEET_LOG_FORMAT": "console"},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=120,
             check=True,
-        )
-        text = done.stdout
+        ).stdout
+    )
+    for args, text in helps:
         for word in DEVELOPER_WORDS:
             assert word not in text, (args, word, text)
         assert not re.search(r"<[\w\[\], ]+>\s+\[required\]", text), (args, text)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import RunRecord
 from tests.support.fleet import Fleet, demo_adapter, wait_until, write_tuning
 

@@ -9,8 +9,8 @@ import pytest
 from pydantic import SecretStr
 from redis.asyncio.connection import Connection
 
-from service.core.connection import connect, safe_url
 from service.core.errors import RedisUnavailableError
+from service.core.io.connection import connect, safe_url
 from service.core.settings import FleetSettings
 from tests.support.fleet import wait_until
 from tests.support.redis_server import RedisServer, free_port

@@ -71,6 +71,7 @@ async def test_cancelling_a_running_case_stops_its_agent_and_nothing_else(
             str(
                 fleet.settings.store / "tunings/t2/cases/stuck/r1/case.json"
             ),  # an unsandboxed agent's marker
+            "{output}",
         ],
     }
     hang = write_tuning(tmp_path / "hang", [case("stuck")], name="t2", runner=runner)

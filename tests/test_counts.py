@@ -10,6 +10,7 @@ from pathlib import Path
 
 from service.core.models.status import TuningStatus
 from service.core.settings import FleetSettings
+from service.kinds.registry import slices
 from service.metrics import FleetMetrics
 from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
 
@@ -60,6 +61,7 @@ async def test_every_run_set_aside_counts_as_a_void(fleet: Fleet, tmp_path: Path
     fleet.start_worker(concurrency=4)
     rows = await fleet.wait_finished(len(CASES))
     assert {r.state for r in rows.values()} == {"completed"}
+    await fleet.wait_counted(len(CASES))
     events = fleet.events()
     assert void_folders(fleet.settings) == VOIDS
     assert sum(e["kind"] == "attempt_set_aside" for e in events) == VOIDS
@@ -67,7 +69,7 @@ async def test_every_run_set_aside_counts_as_a_void(fleet: Fleet, tmp_path: Path
     status = await tuning_status(fleet)
     assert status.runs_by_outcome == {"void": VOIDS, "ran": runs - VOIDS}
     async with fleet.client() as client:
-        metrics = FleetMetrics(client.redis, fleet.settings.queue)
+        metrics = FleetMetrics(client.redis, fleet.settings.queue, slices(fleet.settings))
         await metrics.refresh()
     sample = metrics.registry.get_sample_value
     assert sample("tunefleet_runs_total", {"tuning": "t1", "outcome": "void"}) == VOIDS
@@ -84,6 +86,7 @@ async def test_run_counts_are_rebuilt_from_the_store_when_redis_is_emptied(
     await wait_until(lambda: (fleet.settings.store / "tunings/t1/events.jsonl").exists(), 30, "the daemon")
     fleet.start_worker(concurrency=4)
     await fleet.wait_finished(len(CASES))
+    await fleet.wait_counted(len(CASES))
     before = await tuning_status(fleet)
     assert before.runs_by_outcome["void"] == VOIDS and before.runs_by_outcome["ran"] > len(CASES)
     restores = restores_logged(fleet)

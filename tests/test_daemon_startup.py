@@ -16,6 +16,7 @@ import pytest
 
 from service.core import keys
 from service.core.settings import FleetSettings
+from tests.support.cli import tunefleet
 from tests.support.fleet import case, settings_env, wait_until, write_tuning
 from tests.support.redis_server import RedisServer, free_port
 
@@ -24,18 +25,6 @@ def cli_env(settings: FleetSettings, log_format: str = "console", **extra: str) 
     env = {**os.environ, **settings_env(settings), "TUNEFLEET_LOG_FORMAT": log_format, **extra}
     env.pop("TUNEFLEET_CONFIG", None)
     return env
-
-
-def tunefleet(env: dict[str, str], *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    """`tunefleet ARGS` as a real process, to its end."""
-    return subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
 
 
 def only_error_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -64,7 +53,7 @@ def test_a_busy_port_fails_in_one_line_before_registering(
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         env = cli_env(settings, TUNEFLEET_API_PORT=str(port))
-        line = only_error_line(tunefleet(env, "daemon", str(tuning_file(tmp_path))))
+        line = only_error_line(tunefleet("daemon", str(tuning_file(tmp_path)), env=env))
     assert f"127.0.0.1:{port}" in line
     nothing_registered(settings, redis_server)
     assert redis_server.get(keys.daemon()) is None
@@ -77,7 +66,7 @@ def test_the_error_line_is_json_when_logs_are(
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         env = cli_env(settings, "json", TUNEFLEET_API_PORT=str(port))
-        done = tunefleet(env, "daemon", str(tuning_file(tmp_path)))
+        done = tunefleet("daemon", str(tuning_file(tmp_path)), env=env)
     assert done.returncode == 2
     [line] = done.stderr.splitlines()
     record = json.loads(line)
@@ -103,7 +92,7 @@ async def test_a_second_daemon_on_the_same_redis_is_refused(
         holder = json.loads(redis_server.get(keys.daemon()) or b"{}")
         assert holder["pid"] == first.pid
         second_env = cli_env(settings, TUNEFLEET_API_PORT=str(free_port()))
-        line = only_error_line(tunefleet(second_env, "daemon", str(tuning_file(tmp_path, "t2"))))
+        line = only_error_line(tunefleet("daemon", str(tuning_file(tmp_path, "t2")), env=second_env))
         assert "another daemon" in line and f"pid {first.pid}" in line
         nothing_registered(settings, redis_server, "t2")
         assert first.poll() is None
@@ -111,7 +100,7 @@ async def test_a_second_daemon_on_the_same_redis_is_refused(
         first.send_signal(signal.SIGTERM)
         assert first.wait(30) == 0
     assert redis_server.get(keys.daemon()) is None
-    again = tunefleet(cli_env(settings), "daemon", "--once", str(tuning_file(tmp_path, "t2")))
+    again = tunefleet("daemon", "--once", str(tuning_file(tmp_path, "t2")), env=cli_env(settings))
     assert again.returncode == 0, again.stderr
     assert (settings.store / "tunings" / "t2").exists()
 
@@ -145,14 +134,14 @@ def test_a_settings_mistake_is_one_error_line(
             path.write_text(text)
         args = ["--config", str(path)]
     env |= {k: v for k, v in given.items() if k != "config" and v is not None}
-    line = only_error_line(tunefleet(env, *args, "daemon", str(tuning_file(tmp_path))))
+    line = only_error_line(tunefleet(*args, "daemon", str(tuning_file(tmp_path)), env=env))
     assert expected in line
     nothing_registered(settings, redis_server)
 
 
 def test_a_worker_of_no_slots_is_refused(settings: FleetSettings) -> None:
     """`tunefleet worker --concurrency 0` is refused in one `error:` line instead of starting."""
-    line = only_error_line(tunefleet(cli_env(settings), "worker", "--concurrency", "0"))
+    line = only_error_line(tunefleet("worker", "--concurrency", "0", env=cli_env(settings)))
     assert "--concurrency must be 1 or more (got 0)" in line
 
 
@@ -165,7 +154,7 @@ def test_a_redis_error_after_connecting_is_one_line(
     admin.config_set("maxmemory", "1")
     try:
         env = cli_env(settings, TUNEFLEET_API_PORT=str(free_port()))
-        line = only_error_line(tunefleet(env, "daemon", str(tuning_file(tmp_path))))
+        line = only_error_line(tunefleet("daemon", str(tuning_file(tmp_path)), env=env))
     finally:
         admin.config_set("maxmemory", "0")
     assert "Redis answered with an error" in line
@@ -179,7 +168,7 @@ def test_every_command_refuses_a_bad_redis_url_in_one_line(
 ) -> None:
     """Not only the daemon: any command given a URL that names no Redis says so in one `error:` line."""
     env = cli_env(settings, TUNEFLEET_REDIS_URL="http://127.0.0.1:6379/0")
-    line = only_error_line(tunefleet(env, *command))
+    line = only_error_line(tunefleet(*command, env=env))
     assert "is not a Redis URL" in line
 
 
@@ -220,7 +209,7 @@ async def test_a_frozen_daemon_loses_its_lease_and_stops(
 ) -> None:
     """A daemon frozen past `daemon_lease_s` loses the fleet to a new daemon; thawed, it finds its lease
     taken and stops with one error line saying so, leaving the new daemon in charge."""
-    lease = {"TUNEFLEET_DAEMON_LEASE_S": "1"}
+    lease = {"TUNEFLEET_DAEMON_LEASE_S": "2"}  # renewed every 0.67 s: a loaded machine's stalls ride it out
     first = start_daemon(cli_env(settings, TUNEFLEET_API_PORT="0", **lease), tuning_file(tmp_path, "t1"))
     second: subprocess.Popen[str] | None = None
     try:
@@ -276,7 +265,7 @@ async def test_the_lease_is_renewed_while_a_long_start_registers(
     its first registration to the last case queued, `tf:daemon` names this daemon at every look."""
     count = 5000
     tuning = write_tuning(tmp_path / "big", [case(f"c{i:04d}") for i in range(count)], name="big")
-    lease_s = 1.0
+    lease_s = 1.5  # renewed every 0.5 s: rides out a one-second stall of a loaded 2-core machine
     env = cli_env(settings, TUNEFLEET_API_PORT="0", TUNEFLEET_DAEMON_LEASE_S=str(lease_s))
     daemon = start_daemon(env, tuning)
     holders: list[int | None] = []

@@ -3,17 +3,16 @@ and only `tunefleet demo` reads the outcome it declares (`demo.expect`)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from service.core.models.case import Case
-from service.core.models.goal import GoalSpec
-from tests.support.fleet import RUBRIC, Fleet, case, settings_env, write_tuning
+from service.kinds.goals.models import GoalSpec
+from tests.support.cli import fleet_env, tunefleet
+from tests.support.fleet import RUBRIC, Fleet, case, write_tuning
 from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from workers.adapters.demo_knobs import DemoKnobs, GoalDemoKnobs, read_knobs
 from workers.errors import JobFault
@@ -24,15 +23,8 @@ def tunefleet_demo(fleet: Fleet, tuning: Path, tmp_path: Path) -> subprocess.Com
     no_goals = tmp_path / "no-goals"
     no_goals.mkdir(exist_ok=True)
     demo = ["demo", "--tuning", str(tuning), "--workers", "1", "--goals", str(no_goals)]
-    return subprocess.run(
-        [sys.executable, "-m", "service", *demo],
-        env={**os.environ, **settings_env(fleet.settings), "TUNEFLEET_LOG_FORMAT": "json", "COLUMNS": "200"},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = fleet_env(fleet.settings, TUNEFLEET_LOG_FORMAT="json", COLUMNS="200")
+    return tunefleet(*demo, env=env, timeout_s=120)
 
 
 def test_the_core_keeps_any_demo_mapping_as_written() -> None:

@@ -689,7 +689,7 @@ def test_parse_duration() -> None:
 
 def test_the_grafana_dashboard_plots_only_metrics_the_daemon_exports() -> None:
     """Every metric the Grafana dashboard queries is one that the daemon's collectors export
-    (service/metrics.py, service/goals/metrics.py and service/evals/metrics.py)."""
+    (service/metrics.py, service/kinds/goals/metrics.py and service/kinds/evals/metrics.py)."""
     import json
     import re
 
@@ -698,7 +698,7 @@ def test_the_grafana_dashboard_plots_only_metrics_the_daemon_exports() -> None:
     used = {m for e in exprs for m in re.findall(r"tunefleet_[a-z_]+", e)}
     source = "".join(
         (ROOT / "service" / name).read_text()
-        for name in ("metrics.py", "goals/metrics.py", "evals/metrics.py")
+        for name in ("metrics.py", "kinds/goals/metrics.py", "kinds/evals/metrics.py")
     )
     exported = set(re.findall(r'"(?:\{NAMESPACE\}_)?([a-z_]+)"', source))
     for metric in used:

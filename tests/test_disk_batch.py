@@ -1,6 +1,6 @@
-"""The group commit of durable writes (service/core/disk_batch.py): each write lands whole under its name
+"""The group commit of durable writes (service/core/io/disk_batch.py): each write lands whole under its name
 or not at all, flushed together with the writes of the same moment by a real writer process
-(service/core/durable.py), on the real filesystem; the writer survives what it must and never outlives
+(service/core/io/durable.py), on the real filesystem; the writer survives what it must and never outlives
 its parent."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from service.core import durable
-from service.core.disk_batch import WRITER_STARTS, DiskBatch
+from service.core.io import durable
+from service.core.io.disk_batch import WRITER_STARTS, DiskBatch
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -190,7 +190,7 @@ async def test_closing_the_batch_ends_its_writer(tmp_path: Path) -> None:
 PARENT = """
 import asyncio, sys
 from pathlib import Path
-from service.core.disk_batch import DiskBatch
+from service.core.io.disk_batch import DiskBatch
 
 async def main() -> None:
     disk = DiskBatch()

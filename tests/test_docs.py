@@ -20,7 +20,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from service.cli.schema import SCHEMAS
+from service.core.models.acceptance import GateConfig
 from service.core.models.events import EventKind
+from service.core.models.guards import GuardsConfig
 from service.core.models.holdout import HoldoutConfig
 from service.core.models.tuning import (
     PLACEHOLDERS,
@@ -35,7 +37,6 @@ from service.core.models.tuning import (
     TuningConfig,
 )
 from service.core.settings import CONFIG_ENV, FleetSettings
-from service.gate.config import GateConfig
 from tests.support.fleet import Fleet, case, settings_env, write_tuning
 from workers.adapters.demo_knobs import DemoKnobs
 
@@ -55,6 +56,7 @@ TUNING_MODELS: list[type[BaseModel]] = [
     Budget,
     HoldoutConfig,
     GateConfig,
+    GuardsConfig,
 ]
 
 
@@ -207,6 +209,34 @@ async def test_the_readmes_client_example_runs(fleet: Fleet, tmp_path: Path) -> 
         "c0 unfinished ",
         "late unfinished ",
     ]
+
+
+def test_the_readmes_quick_start_runs_as_written(fleet: Fleet, tmp_path: Path) -> None:
+    """Every command of the README's quick start runs as written, in order, on a real fleet (its `export` of
+    the fleet's address replaced by the test's Redis and store): both example cases complete, the tuned
+    version passes what the imported one failed, and the exported instructions are main's."""
+    lines = [line.split("  #")[0].strip() for line in readme_block("## Quick start", "sh").splitlines()]
+    commands = [line for line in lines if line and not line.startswith("export ")]
+    assert commands[0].startswith("tunefleet init") and commands[-1].startswith("tunefleet export")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+    env |= settings_env(fleet.settings) | {"PYTHONPATH": str(DOCS.parent), "TUNEFLEET_API_PORT": "0"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    said = {}
+    for command in commands:
+        done = subprocess.run(
+            command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        words = command.split()
+        said[" ".join(words[1:3] if words[1] == "eval" else words[1:2])] = done.stdout
+    assert "greeting" in said["results"] and said["results"].count("completed") == 2
+    assert "ok:" in said["check"]
+    store_repo = fleet.settings.store / "tunings" / "my-agent" / "system.git"
+    main = subprocess.run(
+        ["git", f"--git-dir={store_repo}", "show", "main:instructions.md"], capture_output=True, text=True
+    ).stdout
+    assert (tmp_path / "tuned" / "instructions.md").read_text() == main and '"30 days"' in main
+    assert "gained (fail -> pass): 2; lost (pass -> fail): 0" in said["eval compare"], said["eval compare"]
 
 
 ARCHITECTURE = DOCS / "architecture.md"

@@ -133,7 +133,7 @@ async def test_a_provider_outage_hands_the_job_back_without_spending_a_try(
     with FakeOpenAI(responder=responder) as server:
         await kind.start(fleet, tmp_path, config=meta(server))
         fleet.start_worker(4, **{KEY_ENV: KEY, "TUNEFLEET_PROVIDER_RETRY_S": RETRY_S})
-        await wait_until(lambda: len(events(fleet, "provider_down")) >= 2, 30, "two hand-backs")
+        await wait_until(lambda: len(events(fleet, "provider_down")) >= 2, 60, "two hand-backs")
         assert kind.ended(fleet) is None
         down = False
         done = await kind.wait_ended(fleet)

@@ -15,7 +15,7 @@ import pytest
 from service.client.client import TunefleetClient
 from service.core.settings import FleetSettings
 from service.daemon.main import Daemon
-from service.evals.report import final_eval_id, initial_eval_id
+from service.kinds.evals.names import final_eval_id, initial_eval_id
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
 from tests.support.tools import needs_module, needs_tool
 from tests.test_dashboard_browser import browser_page, served

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from service.core.models.records import Usage
-from service.evals.compare import compare
-from service.evals.models import EvalCaseRef, EvalSpec, ItemResult
-from service.evals.results import read_results
-from service.evals.store import EvalStore
+from service.kinds.evals.compare import chance_line, compare
+from service.kinds.evals.models import EvalCaseRef, EvalSpec, ItemResult
+from service.kinds.evals.results import read_results
+from service.kinds.evals.store import EvalStore
 
 VERSION = "a" * 40
 
@@ -140,7 +140,7 @@ def test_compare_counts_flips_per_case_with_the_exact_test(tmp_path: Path) -> No
 
 def test_compare_pairs_cases_by_their_majority_of_repeats(tmp_path: Path) -> None:
     """With repeats a case is one pair: 2 of 3 passed is a pass, 1 of 2 (a tie) is not; a case graded on
-    one side only is unpaired."""
+    one side only is unpaired; the sentence says its figure is of cases passing most of their repeats."""
     before, after = (
         make_eval(tmp_path, "b", ["a", "tie", "gone"], 3),
         make_eval(tmp_path, "a", ["a", "tie"], 3),
@@ -157,3 +157,26 @@ def test_compare_pairs_cases_by_their_majority_of_repeats(tmp_path: Path) -> Non
     assert [(f.case, f.direction) for f in result.flips] == [("a", "gained"), ("tie", "lost")]
     assert result.unpaired == ["gone"]
     assert result.pairs == 2
+    assert "+0.0 points in cases passing most of their repeats, 95 % CI" in chance_line(result)
+
+
+def test_compare_says_in_words_whether_the_difference_is_beyond_chance(tmp_path: Path) -> None:
+    """Six gained and one lost of eight (p = 0.125) is within chance, said so in words; twelve gained of
+    twelve (p = 0.0005, interval above 0) is better beyond chance; twelve lost is worse."""
+    eight = [f"c{i}" for i in range(8)]
+    before, after = make_eval(tmp_path, "b8", eight, 1), make_eval(tmp_path, "a8", eight, 1)
+    for i, case in enumerate(eight):
+        end_item(before, case, 1, "pass" if i in (0, 1) else "fail")
+        end_item(after, case, 1, "fail" if i == 1 else "pass")
+    within = compare(read_results(before), read_results(after))
+    assert within.chance == "within-chance"
+    assert chance_line(within).startswith("The difference is within chance (+62.5 points")
+    twelve = [f"d{i}" for i in range(12)]
+    low, high = make_eval(tmp_path, "low", twelve, 1), make_eval(tmp_path, "high", twelve, 1)
+    for case in twelve:
+        end_item(low, case, 1, "fail")
+        end_item(high, case, 1, "pass")
+    better = compare(read_results(low), read_results(high))
+    assert better.chance == "better" and chance_line(better).startswith("B is better than A beyond chance")
+    worse = compare(read_results(high), read_results(low))
+    assert worse.chance == "worse" and "worse than A beyond chance" in chance_line(worse)

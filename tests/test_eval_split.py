@@ -11,7 +11,7 @@ import yaml
 from service.client.client import TunefleetClient
 from service.core.errors import TunefleetError
 from service.core.settings import FleetSettings
-from service.evals.split import held_out_ids, read_split
+from service.kinds.evals.split import held_out_ids, read_split
 from tests.support.fleet import case, write_tuning
 
 CASES = [case(f"c{i:02d}") for i in range(10)]
@@ -69,7 +69,7 @@ async def test_a_kept_split_cannot_change(settings: FleetSettings, tmp_path: Pat
         ({"fraction": 0.01}, r"field 'holdout.fraction': 0.01 of 10 cases .* makes an empty split"),
         ({"fraction": 0.97}, r"field 'holdout.fraction': 0.97 of 10 cases .* makes an empty split"),
         ({"fraction": 1.5}, r"holdout.fraction.*less than 1"),
-        ({"fraction": 0}, r"holdout.fraction.*greater than 0"),
+        ({"fraction": 0}, r"holdout.fraction.*expected more than 0, not 0"),
         ({"fraction": 0.3, "cases": "held"}, r"either `fraction`.*or `cases`"),
     ],
 )

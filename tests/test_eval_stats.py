@@ -1,10 +1,10 @@
-"""The evaluation's statistics give the values published for them (service/evals/stats.py)."""
+"""The evaluation's statistics give the values published for them (service/kinds/evals/stats.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.evals.stats import binomial_cdf_half, mcnemar_exact, paired_difference, wilson
+from service.kinds.evals.stats import binomial_cdf_half, mcnemar_exact, paired_difference, wilson
 
 
 @pytest.mark.parametrize(

@@ -16,17 +16,18 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from service.api.app import create_app
-from service.api.contract import CONTRACT_PATH
+from service.api.contract import CONTRACT_PATH, event_fields
 from service.client.client import TunefleetClient
 from service.core import keys
-from service.core.errors import UnknownEventKindError
+from service.core.errors import EventDataError, UnknownEventKindError
 from service.core.events import EventSink
-from service.core.models.events import CASE_ENDS, GOAL_ENDS, LOGGED_AT_DEBUG, Event, EventKind
+from service.core.models.events import CASE_ENDS, LOGGED_AT_DEBUG, EventKind, event_of
 from service.core.settings import FleetSettings
+from service.kinds.goals.models import GOAL_ENDS
+from service.kinds.registry import counter_rules
 from tests.support.events import emit_sites, js_kind_literals, kind_literals
 from tests.support.fleet import Fleet, case, wait_until, write_tuning
 from tests.support.imports import module_sources
@@ -36,10 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "service" / "dashboard"
 PLANTED = """
 
-async def planted(cr, sink, state):
-    await cr.emit("case_exploded")
+async def planted(case_run, sink, state):
+    await case_run.emit("case_exploded")
     await sink.emit(f"case_{state}", "t1")
-    await cr.emit(EventKind.CASE_EXPLODED)
+    await case_run.emit(EventKind.CASE_EXPLODED)
 """
 
 
@@ -51,8 +52,9 @@ async def client(settings: FleetSettings) -> AsyncIterator[TunefleetClient]:
 
 def test_every_kind_the_code_emits_is_in_the_contract() -> None:
     """No emit site in service/ or workers/ gives text for its kind or names a member the enum lacks, and
-    the producers (core, client, daemon, workers) name every member: the contract has no dead kind."""
-    named, outside = emit_sites(module_sources(ROOT))
+    the producers (core, client, daemon, workers, and the test-only kinds of tests/kinds, which use the
+    `job_*` kinds a kind without its own has) name every member: the contract has no dead kind."""
+    named, outside = emit_sites(module_sources(ROOT, ("service", "workers", "tests/kinds")))
     assert outside == []
     assert named == {kind.value for kind in EventKind}
 
@@ -60,14 +62,14 @@ def test_every_kind_the_code_emits_is_in_the_contract() -> None:
 def test_a_planted_unknown_kind_is_caught() -> None:
     """An emit site that names its kind by string, by f-string or by a member the enum lacks is reported."""
     sources = module_sources(ROOT)
-    sources["workers.loop"] += PLANTED
+    sources["workers.kinds.cases.loop"] += PLANTED
     _, outside = emit_sites(sources)
     assert [site.split(": ", 1)[1] for site in outside] == [
         "'case_exploded'",
         "f'case_{state}'",
         "EventKind.CASE_EXPLODED",
     ]
-    assert all(site.startswith("workers.loop:") for site in outside)
+    assert all(site.startswith("workers.kinds.cases.loop:") for site in outside)
 
 
 def test_no_front_end_or_worker_matches_a_kind_by_string() -> None:
@@ -96,8 +98,9 @@ def test_the_dashboard_names_no_kind_by_string() -> None:
 async def test_the_dashboard_contract_module_is_the_enum(
     client: TunefleetClient, settings: FleetSettings
 ) -> None:
-    """The served contract.js (no token needed, as the static files) exports exactly the enum's kinds and
-    the case and goal ends, and the dashboard imports it."""
+    """The served contract.js (no token needed, as the static files) exports exactly the enum's kinds,
+    each kind's fields (tests/test_event_payloads.py checks them against the payload models) and the case
+    and goal ends, and the dashboard imports it."""
     app = create_app(client, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as web:
         answer = await web.get(CONTRACT_PATH)
@@ -108,6 +111,7 @@ async def test_the_dashboard_contract_module_is_the_enum(
     }
     assert exports == {
         "EVENT_KINDS": {kind.name: kind.value for kind in EventKind},
+        "EVENT_FIELDS": event_fields(),
         "CASE_ENDS": {state: kind.value for state, kind in CASE_ENDS.items()},
         "GOAL_ENDS": {status: kind.value for status, kind in GOAL_ENDS.items()},
     }
@@ -119,7 +123,7 @@ async def test_the_sink_refuses_an_unknown_kind_and_writes_nothing(
 ) -> None:
     """EventSink.emit and emit_many refuse a kind outside the contract, naming it, before any write: no
     stream entry, no counter, no events.jsonl line; a known kind goes through."""
-    sink = EventSink(client.redis, client.store, settings.events_max)
+    sink = EventSink(client.redis, client.store, settings.events_max, counter_rules(settings))
     with pytest.raises(UnknownEventKindError, match="'case_exploded' is not in the contract"):
         await sink.emit("case_exploded", "t1", case="c1", rev=1)  # type: ignore[arg-type]
     with pytest.raises(UnknownEventKindError, match="'case_exploded' is not in the contract"):
@@ -137,7 +141,7 @@ async def test_an_event_whose_line_cannot_be_written_never_reaches_redis(
     """The sink queues an event's line and its script call in one loop turn: when the line cannot be
     written (the events file is a folder here), the emit fails with the OSError and Redis gets no
     stream entry and no counter, while another tuning's event of the same turn goes through whole."""
-    sink = EventSink(client.redis, client.store, settings.events_max)
+    sink = EventSink(client.redis, client.store, settings.events_max, counter_rules(settings))
     client.store.tuning("t1").events_file.mkdir(parents=True)
     failed, fine = await asyncio.gather(
         sink.emit(EventKind.CASE_QUEUED, "t1", case="c1", rev=1),
@@ -159,7 +163,7 @@ async def test_an_abandoned_event_leaves_no_unretrieved_error(
     """An event that nobody will wait for (an earlier event of its case failed: Redis went away) takes
     its own error as seen: the loop reports no "exception was never retrieved" once it is gone; the
     earlier one's error reaches its caller, and both lines are in the events file."""
-    sink = EventSink(client.redis, client.store, settings.events_max)
+    sink = EventSink(client.redis, client.store, settings.events_max, counter_rules(settings))
     reported: list[dict[str, Any]] = []
     asyncio.get_running_loop().set_exception_handler(lambda _, context: reported.append(context))
     redis_server.stop()
@@ -202,13 +206,13 @@ def test_a_finished_step_has_one_shape_for_every_job() -> None:
     """A step_finished event without its step or its duration_ms is refused, whatever the job; a goal's
     finished step is accepted with its step, iteration and duration_ms at the top level."""
     now = datetime.now(UTC)
-    with pytest.raises(ValidationError, match="duration_ms"):
-        Event(at=now, kind=EventKind.STEP_FINISHED, tuning="t1", case="c1", step="run")
-    with pytest.raises(ValidationError, match="duration_ms"):
-        Event(at=now, kind=EventKind.STEP_FINISHED, tuning="t1", case="c1", duration_ms=5)
-    finished = Event(at=now, kind=EventKind.STEP_FINISHED, tuning="", goal="g1", iteration=2, step="work",
-                     duration_ms=1250)  # fmt: skip
-    assert json.loads(finished.model_dump_json(exclude_defaults=True)) == {
+    with pytest.raises(EventDataError, match="duration_ms"):
+        event_of(dict(at=now, kind=EventKind.STEP_FINISHED, tuning="t1", case="c1", step="run"))
+    with pytest.raises(EventDataError, match="duration_ms"):
+        event_of(dict(at=now, kind=EventKind.STEP_FINISHED, tuning="t1", case="c1", duration_ms=5))
+    finished = event_of(dict(at=now, kind=EventKind.STEP_FINISHED, tuning="", goal="g1", iteration=2,
+                             step="work", duration_ms=1250))  # fmt: skip
+    assert json.loads(finished.line()) == {
         "at": finished.model_dump(mode="json")["at"],
         "kind": "step_finished",
         "tuning": "",

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from service.core import keys
-from service.core.connection import connect
+from service.core.io.connection import connect
 from service.core.settings import FleetSettings
 from tests.support.fleet import (
     Fleet,

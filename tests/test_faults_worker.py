@@ -16,9 +16,9 @@ import redis
 from arq.utils import timestamp_ms
 
 from service.core import keys
-from service.core.arq_contact import RESUME_SHIFT_MS
-from service.core.connection import connect
-from service.core.files import read_model
+from service.core.io.arq_contact import RESUME_SHIFT_MS
+from service.core.io.connection import connect
+from service.core.io.files import read_model
 from service.core.models.records import RunRecord
 from service.core.settings import FleetSettings
 from tests.support.fleet import (
@@ -33,7 +33,7 @@ from tests.support.fleet import (
 )
 from tests.support.redis_server import RedisServer
 from workers.finish import Finisher, Outcome
-from workers.lease import CaseLease
+from workers.lease import JobLease
 from workers.runtime import WorkerRuntime
 
 SLOW_RUN = demo_adapter(run_ms=2500, analyze_ms=50, apply_ms=50)
@@ -260,7 +260,7 @@ async def test_a_retried_case_is_due_after_its_delay_not_after_its_run(
         runtime = WorkerRuntime(settings, redis_pool, name="test:1")
         job_id = "case:t1:c1:1"
         await redis_pool.zadd(settings.queue, {job_id: timestamp_ms() - 60_000})  # claimed a minute ago
-        lease, _ = await CaseLease.acquire(runtime.batch, settings.queue, job_id, 30.0, "t1", runtime.name)
+        lease, _ = await JobLease.acquire(runtime.batch, settings.queue, job_id, 30.0, "t1", runtime.name)
         assert lease is not None
         defer_ms = 500
         finisher = Finisher(runtime.batch, settings.queue, runtime.name, 60_000)

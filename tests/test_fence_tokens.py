@@ -1,4 +1,4 @@
-"""Fencing tokens after Redis lost its last writes (service.core.lua.NEXT_TOKEN): a real redis-server is
+"""Fencing tokens after Redis lost its last writes (service.core.io.lua.NEXT_TOKEN): a real redis-server is
 killed and started again from a snapshot taken before a grant, as a restart from an RDB file or a
 failover to a replica that the grant had not reached leaves it. The holder of the lost grant must never
 find a new holder's token equal to its own, or both would pass the fence."""
@@ -9,10 +9,10 @@ import pytest
 from redis.asyncio import Redis
 
 from service.core import keys
-from service.core.batch import RedisBatch
+from service.core.io.batch import RedisBatch
 from tests.support.redis_server import RedisServer
 from workers.errors import LeaseLost, LockLost
-from workers.lease import CaseLease
+from workers.lease import JobLease
 from workers.lock import ImprovementsLock, LockHold
 from workers.outage import RedisOutage
 
@@ -54,14 +54,14 @@ async def test_a_lease_granted_after_its_grant_was_lost_has_a_new_token(redis_se
         await redis.zadd(QUEUE, {JOB: 0})
     snapshot_then_lose_what_follows(redis_server)
     async with Redis.from_url(redis_server.url) as redis:
-        first, _ = await CaseLease.acquire(RedisBatch(redis), QUEUE, JOB, 30, "t1", worker="w1")
+        first, _ = await JobLease.acquire(RedisBatch(redis), QUEUE, JOB, 30, "t1", worker="w1")
         assert first is not None
     redis_server.restart()
     async with Redis.from_url(redis_server.url) as redis:
         batch = RedisBatch(redis)
-        second, _ = await CaseLease.acquire(batch, QUEUE, JOB, 30, "t1", worker="w2")
+        second, _ = await JobLease.acquire(batch, QUEUE, JOB, 30, "t1", worker="w2")
         assert second is not None and second.token > first.token
-        stale = CaseLease(batch, QUEUE, JOB, 30, first.token, worker="w1")
+        stale = JobLease(batch, QUEUE, JOB, 30, first.token, worker="w1")
         with pytest.raises(LeaseLost):
             await stale.check()
         await second.check()

@@ -38,7 +38,9 @@ async def test_a_gate_survives_sigkill_of_an_item_worker_then_of_the_candidates_
     """The gate's items and the gating case are taken over after their workers die: the gate starts once,
     every item ends once, one verdict is given, and the candidate is published exactly once."""
     root = tmp_path / "t"
-    tuning = write_tuning(root, SLOW_PASSERS, adapter=demo_adapter(run_ms=100), gate={"sample": 10})
+    tuning = write_tuning(
+        root, SLOW_PASSERS, adapter=demo_adapter(run_ms=100), gate={"sample": 10, "rule": "strict"}
+    )
     workers = [fleet.start_worker(concurrency=1) for _ in range(3)]
     await fleet.start_tuning(tuning)
     await fleet.wait_finished(3, timeout_s=60)

@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 
 from service.core import keys
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import ApplyRecord, Spend
-from service.gate.models import Candidate, GateRecord
+from service.kinds.evals.gate.models import Candidate, GateRecord
 from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
 
 ADAPTER = demo_adapter(run_ms=150, analyze_ms=20, apply_ms=20)
@@ -60,7 +60,9 @@ async def test_the_gate_stops_an_edit_that_breaks_two_passed_cases(fleet: Fleet,
     fleet.start_worker(concurrency=3)
     fleet.start_worker(concurrency=3)
     root = tmp_path / "t"
-    await run_in_two_waves(fleet, root, KEEPERS, [FIXER], gate={"cases": "passed", "sample": 10})
+    await run_in_two_waves(
+        fleet, root, KEEPERS, [FIXER], gate={"cases": "passed", "sample": 10, "rule": "strict"}
+    )
     rows = fleet.results()
     assert rows["keep-1"].state == rows["keep-2"].state == "completed"
     assert rows["fixer"].state == "difficult"
@@ -83,7 +85,10 @@ async def test_the_gate_stops_an_edit_that_breaks_two_passed_cases(fleet: Fleet,
     assert "Edits the gate rejected" in told and "keep-1, keep-2" in told
     assert len(kinds(fleet, "gate_started")) == len(kinds(fleet, "gate_rejected")) == 2
     ended = [e for e in kinds(fleet, "eval_item_ended") if e["data"]["eval"].startswith("gate-")]
-    assert len(ended) == 4 and {e["data"]["outcome"] for e in ended} == {"fail"}
+    on_candidates = [e for e in ended if not e["data"]["eval"].startswith("gate-base-")]
+    assert len(on_candidates) == 4 and {e["data"]["outcome"] for e in on_candidates} == {"fail"}
+    on_base = [e for e in ended if e["data"]["eval"].startswith("gate-base-")]
+    assert len(on_base) == 2 and {e["data"]["outcome"] for e in on_base} == {"pass"}  # shared by both gates
     async with fleet.client() as client:
         raw = await client.redis.hgetall(keys.stats("t1"))  # type: ignore[misc]
         shown = next(t for t in (await client.status()).tunings if t.name == "t1").gates
@@ -116,7 +121,9 @@ async def test_two_applies_gated_at_once_are_both_published_one_rebased(fleet: F
     root = tmp_path / "t"
     passers = [case("p-1"), case("p-2"), case("p-3")]
     both = [case("needs-a", rules=["rule-a"]), case("needs-b", rules=["rule-b"])]
-    await run_in_two_waves(fleet, root, passers, both, gate={"cases": "passed", "sample": 10})
+    await run_in_two_waves(
+        fleet, root, passers, both, gate={"cases": "passed", "sample": 10, "rule": "strict"}
+    )
     rows = fleet.results()
     assert all(row.state == "completed" for row in rows.values()), rows
     files = await current_tree(fleet, root)
@@ -132,19 +139,84 @@ async def test_two_applies_gated_at_once_are_both_published_one_rebased(fleet: F
     assert len(kinds(fleet, "gate_passed")) == 2
 
 
+async def test_two_gates_on_one_base_share_its_paired_runs(fleet: Fleet, tmp_path: Path) -> None:
+    """Two candidates made on the same base are each run twice on the three cases that passed, and so is
+    their base, once for both: each gate pairs every (case, repeat) with the base's grade, the two gates
+    read the same base runs, and the base ran 3 x 2 items, not twice that."""
+    fleet.start_worker(concurrency=4)
+    fleet.start_worker(concurrency=4)
+    root = tmp_path / "t"
+    passers = [case("p-1"), case("p-2"), case("p-3")]
+    both = [case("needs-a", rules=["rule-a"]), case("needs-b", rules=["rule-b"])]
+    gate = {"cases": "passed", "sample": 10, "rule": "strict", "repeats": 2}
+    await run_in_two_waves(fleet, root, passers, both, gate=gate)
+    cases = fleet.settings.store / "tunings" / "t1" / "cases"
+    gates = [read_model(cases / c["id"] / "r1/nomem/1/gate.json", GateRecord) for c in both]
+    assert gates[0] is not None and gates[1] is not None
+    assert gates[0].base == gates[1].base  # both made on one base, as the re-base below shows
+    for gate_record in gates:
+        assert gate_record is not None and gate_record.rule == "strict" and gate_record.runs == 12
+        paired = {(i.case, i.repeat): i.baseline for i in gate_record.items}
+        assert paired == {(p["id"], k): "pass" for p in passers for k in (1, 2)}
+    base_evals = {
+        e["data"]["eval"] for e in kinds(fleet, "eval_created") if e["data"]["purpose"] == "gate-base"
+    }
+    assert len(base_evals) == 3
+    base_items = [e for e in kinds(fleet, "eval_item_ended") if e["data"]["eval"] in base_evals]
+    assert sorted((e["case"], e["data"]["repeat"]) for e in base_items) == sorted(
+        (p["id"], k) for p in passers for k in (1, 2)
+    )
+    assert len(kinds(fleet, "candidate_rebased")) == 1 and len(kinds(fleet, "gate_passed")) == 2
+
+
+async def test_the_test_rule_publishes_a_harmless_candidate_after_two_of_four_rounds(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Rule test on eight cases that passed and the applying case itself (min_effect 0.3, up to 4
+    repeats): the candidate and its base agree on every pair of the eight and the candidate fixes its
+    own case, so the test publishes at its second look (one repeat, then the two that a fifth of its
+    plan asks for) and stops early; gate.json, the verdict's event and status say so, with the
+    statistic, the planned pairs and the 54 runs read."""
+    fleet.start_worker(concurrency=4)
+    fleet.start_worker(concurrency=4)
+    root = tmp_path / "t"
+    passers = [case(f"p-{n}") for n in range(1, 9)]
+    gate = {"cases": "passed", "sample": 10, "rule": "test", "min_effect": 0.3, "max_repeats": 4}
+    await run_in_two_waves(fleet, root, passers, [case("needs-a", rules=["rule-a"])], gate=gate)
+    assert fleet.results()["needs-a"].state == "completed"
+    gate_file = fleet.settings.store / "tunings/t1/cases/needs-a/r1/nomem/1/gate.json"
+    record = read_model(gate_file, GateRecord)
+    assert record is not None and record.verdict == "passed" and record.rule == "test"
+    assert record.test is not None and record.test.stopped_early and record.test.look == 2
+    assert (record.rounds, record.runs, record.test.pairs) == (2, 54, 27)
+    assert record.test.statistic >= record.test.bound and "stopped early" in record.why
+    assert record.test.planned_pairs > record.test.pairs and "planned pairs" in record.why
+    assert {item.case for item in record.items} == {*(c["id"] for c in passers), "needs-a"}
+    passed = kinds(fleet, "gate_passed")
+    assert len(passed) == 1 and passed[0]["data"]["stopped_early"] is True and passed[0]["data"]["runs"] == 54
+    assert passed[0]["data"]["planned_pairs"] == record.test.planned_pairs
+    bases = {e["data"]["eval"] for e in kinds(fleet, "eval_created") if e["data"]["purpose"] == "gate-base"}
+    assert len(bases) == 18  # 9 cases x 2 rounds
+    async with fleet.client() as client:
+        shown = next(t for t in (await client.status()).tunings if t.name == "t1").gates
+    assert shown is not None and (shown.early, shown.runs) == (1, 54)
+
+
 async def test_a_regression_folder_is_judged_against_the_base_versions_grades(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """With `cases: folder`, each regression case is graded on the candidate and on its base version: a
     case that passes on the base and fails on the candidate is broken (the candidate is rejected), one
-    that fails on both is not; the base's evaluation is shared by the gates on that base."""
+    that fails on both is not; the base's evaluations are shared by the gates on that base."""
     fleet.start_worker(concurrency=4)
     root = tmp_path / "t"
     regress = root / "regress"
     regress.mkdir(parents=True)
     for body in (case("r-ok"), case("r-clash", forbids=["risky"]), case("r-never", rules=["never-added"])):
         (regress / f"{body['id']}.yaml").write_text(yaml.safe_dump(body))
-    tuning = write_tuning(root, [FIXER], adapter=ADAPTER, gate={"cases": "folder", "folder": "regress"})
+    tuning = write_tuning(
+        root, [FIXER], adapter=ADAPTER, gate={"cases": "folder", "folder": "regress", "rule": "strict"}
+    )
     await fleet.start_tuning(tuning)
     rows = await fleet.wait_finished(1, timeout_s=90)
     assert rows["fixer"].state == "difficult" and rows["fixer"].reason == "gated: r-clash"
@@ -154,7 +226,7 @@ async def test_a_regression_folder_is_judged_against_the_base_versions_grades(
     judged = {i.case: (i.baseline, i.verdict) for i in gate.items}
     assert judged == {"r-ok": ("pass", "pass"), "r-clash": ("pass", "fail"), "r-never": ("fail", "fail")}
     bases = {e["data"]["eval"] for e in kinds(fleet, "eval_created") if e["data"]["purpose"] == "gate-base"}
-    assert len(bases) == 1  # both gates judged candidates made on the same base
+    assert len(bases) == 3  # one per regression case, shared by both gates (their candidates share a base)
 
 
 async def test_a_case_cancelled_under_gate_ends_its_gate_and_counts_its_applier(
@@ -167,7 +239,9 @@ async def test_a_case_cancelled_under_gate_ends_its_gate_and_counts_its_applier(
     slow_apply = demo_adapter(run_ms=150, analyze_ms=20, apply_ms=1500)
     fleet.start_worker(concurrency=3)
     root = tmp_path / "t"
-    tuning = write_tuning(root, KEEPERS, adapter=slow_apply, gate={"cases": "passed", "sample": 10})
+    tuning = write_tuning(
+        root, KEEPERS, adapter=slow_apply, gate={"cases": "passed", "sample": 10, "rule": "strict"}
+    )
     await fleet.start_tuning(tuning)
     await fleet.wait_finished(2, timeout_s=60)
     (root / "cases" / "fixer.yaml").write_text(yaml.safe_dump(FIXER))

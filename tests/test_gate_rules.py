@@ -9,11 +9,11 @@ import pytest
 
 from service.client.tunings import load_tuning_file
 from service.core.errors import ConfigError
+from service.core.models.acceptance import GateConfig
 from service.core.system import SystemRepo
-from service.gate.config import GateConfig
-from service.gate.models import GateItem
-from service.gate.repo import rebase
-from service.gate.rule import judge
+from service.kinds.evals.gate.models import GateItem
+from service.kinds.evals.gate.repo import rebase
+from service.kinds.evals.gate.rule import judge
 from tests.support.fleet import write_tuning
 
 
@@ -22,16 +22,36 @@ from tests.support.fleet import write_tuning
     [
         ({"cases": "folder", "folder": "no-such"}, "gate.folder", "does not exist"),
         ({"cases": "both"}, "gate.folder", "need a folder"),
-        ({"sample": 0}, "gate.sample", "greater than or equal to 1"),
-        ({"max_drop": 1.5}, "gate.max_drop", "less than or equal to 1"),
-        ({"max_drop": -0.1}, "gate.max_drop", "greater than or equal to 0"),
+        ({"sample": 0}, "gate.sample", "expected at least 1, not 0"),
+        ({"max_drop": 1.5}, "gate.max_drop", "expected at most 1, not 1.5"),
+        ({"max_drop": -0.1}, "gate.max_drop", "expected at least 0, not -0.1"),
+        ({"rule": "lenient"}, "gate.rule", "'strict', 'max_drop' or 'test'"),
+        ({"rule": "max_drop"}, "gate.max_drop", "rule max_drop needs max_drop"),
+        ({"rule": "test", "max_drop": 0.1}, "gate.max_drop", "only rule max_drop reads it"),
+        ({"rule": "strict", "alpha": 0.1}, "gate.alpha", "only rule test reads it"),
+        ({"max_drop": 0.1, "min_effect": 0.2}, "gate.min_effect", "only rule test reads it"),
+        ({"rule": "strict", "max_repeats": 3}, "gate.max_repeats", "only rule test reads it"),
+        ({"alpha": 0}, "gate.alpha", "expected more than 0, not 0"),
+        ({"alpha": 0.5}, "gate.alpha", "less than 0.5"),
+        ({"alpha": "often"}, "gate.alpha", "valid number"),
+        ({"min_effect": 0}, "gate.min_effect", "expected more than 0, not 0"),
+        ({"min_effect": 1}, "gate.min_effect", "less than 1"),
+        ({"max_repeats": 0}, "gate.max_repeats", "expected at least 1, not 0"),
+        ({"max_repeats": 1001}, "gate.max_repeats", "expected at most 1000, not 1001"),
+        ({"repeats": 3, "max_repeats": 2}, "gate.max_repeats", "fewer than one round of repeats (3)"),
+        ({"beta": 0}, "gate.beta", "expected more than 0, not 0"),
+        ({"beta": 0.5}, "gate.beta", "less than 0.5"),
+        ({"beta": "rarely"}, "gate.beta", "valid number"),
+        ({"rule": "strict", "beta": 0.2}, "gate.beta", "only rule test reads it"),
+        ({"own_case": "maybe"}, "gate.own_case", "valid boolean"),
     ],
 )
 def test_bad_gate_input_is_one_line_naming_the_field(
     tmp_path: Path, gate: dict[str, object], field: str, expected: str
 ) -> None:
-    """A gate naming a missing folder, a sample of 0 or a drop outside [0, 1] is refused at load in one
-    line that names the file and the field."""
+    """A gate naming a missing folder, a sample of 0, a drop outside [0, 1], an unknown rule, a field its
+    rule does not read, or an alpha, beta, min_effect, max_repeats or own_case out of range is refused
+    at load in one line that names the file and the field."""
     path = write_tuning(tmp_path, [], gate=gate)
     with pytest.raises(ConfigError) as caught:
         load_tuning_file(path)
@@ -54,9 +74,9 @@ def item(case: str, baseline: str | None, verdict: str | None) -> GateItem:
 
 
 def test_the_rule_rejects_a_broken_pass_or_a_drop_past_the_limit() -> None:
-    """No max_drop: one passed case failing rejects; max_drop: only a larger drop rejects; items not
-    graded are left out, and a gate with nothing graded rejects."""
-    strict = GateConfig()
+    """Rule strict: one pair whose base run passed failing rejects; max_drop: only a larger drop rejects;
+    items not graded are left out, and a gate with nothing graded rejects."""
+    strict = GateConfig(rule="strict")
     items = [item("a", "pass", "pass"), item("b", "pass", "fail"), item("c", "fail", "pass")]
     assert judge(strict, items).verdict == "rejected" and judge(strict, items).broken == ["b"]
     assert judge(strict, [item("a", "pass", "pass"), item("b", "pass", None)]).verdict == "passed"

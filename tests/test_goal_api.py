@@ -12,9 +12,9 @@ from pydantic import SecretStr
 
 from service.api.app import create_app
 from service.client.client import TunefleetClient
-from service.core.models.goal_state import GoalSummary
 from service.core.settings import FleetSettings
-from service.goals.api import GoalCancelled, GoalDetail, GoalList
+from service.kinds.goals.api import GoalCancelled, GoalDetail, GoalList
+from service.kinds.goals.state import GoalSummary
 from tests.support.fleet import Fleet, wait_until
 from tests.support.goals import goal_state, wait_goal_ended, wait_goal_shown_ended
 

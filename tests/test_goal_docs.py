@@ -3,7 +3,7 @@ goal knobs with their defaults, and the schema names it cites."""
 
 from __future__ import annotations
 
-from service.core.models.goal import GOAL_PLACEHOLDERS
+from service.kinds.goals.models import GOAL_PLACEHOLDERS
 from tests.test_docs import ADAPTERS, render_default, section, table_rows
 from workers.adapters.demo_knobs import GoalDemoKnobs
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.goals.demo import example_specs, expectation, met
+from service.kinds.goals.demo import example_specs, expectation, met
 from tests.support.fleet import Fleet
 from tests.support.goals import goal_state, wait_goal_ended
 

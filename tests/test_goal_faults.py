@@ -19,7 +19,7 @@ import redis
 from service.core import keys
 from service.core.models.jobs import GoalJob
 from service.core.settings import FleetSettings
-from service.goals.store import LOCK_FILE
+from service.kinds.goals.store import LOCK_FILE
 from tests.support.fleet import Fleet, wait_until, write_tuning
 from tests.support.goals import (
     agent_starts,

@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from service.core.models.events import EventKind
-from service.core.models.goal import GoalLimits
-from service.core.models.goal_state import GoalState, TraceEvent
-from service.goals.errors import GoalBusyError
-from service.goals.store import LOCK_FILE, GoalStore
+from service.kinds.goals.errors import GoalBusyError
+from service.kinds.goals.models import GoalLimits
+from service.kinds.goals.state import GoalState, TraceEvent
+from service.kinds.goals.store import LOCK_FILE, GoalStore
 from tests.support.fleet import Fleet
 from tests.support.goals import frozen_lock_holder, goal_dir, start_goal, trace, wait_goal_ended, write_goal
 

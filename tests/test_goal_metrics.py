@@ -18,8 +18,8 @@ from starlette.applications import Starlette
 from service.api.app import create_app
 from service.client.client import TunefleetClient
 from service.core import keys
-from service.core.models.goal import FINAL_STATUSES
 from service.core.settings import FleetSettings
+from service.kinds.goals.models import FINAL_STATUSES
 from tests.support.fleet import Fleet, wait_until
 from tests.support.goals import goal_state, start_goal, wait_goal_ended, write_goal
 from tests.support.tools import needs_tool

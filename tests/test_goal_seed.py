@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from service.core.models.goal_state import ProgressEntry
+from service.kinds.goals.state import ProgressEntry
 from tests.support.fake_openai import FakeOpenAI, Scripted, Status
 from tests.support.fleet import Fleet, wait_until, write_tuning
 from tests.support.goals import (

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from service.core.health import HealthChecks, health_routes
+from service.core.io.health import HealthChecks, health_routes
 from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, wait_until, write_tuning
 from tests.support.redis_server import RedisServer, free_port
@@ -98,7 +98,7 @@ async def test_an_unwritable_store_makes_the_process_unready(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """A store path that takes no file (here a regular file) makes readiness fail, naming the store."""
-    from service.core.connection import connect
+    from service.core.io.connection import connect
 
     not_a_folder = tmp_path / "store"
     not_a_folder.write_text("a file, not a folder")
@@ -125,7 +125,7 @@ async def test_a_worker_whose_health_port_is_taken_says_so_and_exits(health_flee
 async def test_a_loop_that_stopped_turning_is_not_alive(redis_server: RedisServer, tmp_path: Path) -> None:
     """/healthz answers 503 with alive false once the loop's last turn is older than stale_after_s, 200
     before; /readyz does not depend on it."""
-    from service.core.connection import connect
+    from service.core.io.connection import connect
 
     settings = FleetSettings(redis_url=redis_server.url, store=tmp_path)
     redis = await connect(settings)

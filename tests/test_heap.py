@@ -1,4 +1,4 @@
-"""A process's long-lived objects leave the garbage collector's full passes (service.core.heap), and no
+"""A process's long-lived objects leave the garbage collector's full passes (service.core.io.heap), and no
 garbage is kept for ever with them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tests.support.fleet import write_tuning
 
 PROBE = """
 import gc, json, weakref
-from service.core.heap import freeze_long_lived
+from service.core.io.heap import freeze_long_lived
 
 class Node:
     pass

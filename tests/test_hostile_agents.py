@@ -32,7 +32,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import ApplyRecord, Feedback, RunRecord
 from service.core.settings import FleetSettings
 from tests.support.acl_redis import AclRedis, role_settings

@@ -109,13 +109,14 @@ async def test_a_misbehaving_provider_ends_every_case_and_counts_what_it_billed(
         with redis_server.client() as redis:
             limits = cast(dict[bytes, bytes], redis.hgetall(keys.llm_limits()))
         rows = await fleet.wait_finished(len(names), timeout_s=90)
+        await fleet.wait_counted(len(names))
         async with fleet.client() as client:
             status = await client.status()
         billed = server.billed_tokens
     states = {n: rows[n].state for n in names}
     assert states == {SLOW: "failed", "a": "completed", "b": "completed", "c": "completed"}
     reason = rows[SLOW].reason or ""
-    assert re.search(r"timed out [12] times .* while .* answered other calls", reason), reason
+    assert re.search(r"timed out [12] times .* while .* answered other calls or a probe", reason), reason
     slow_calls = [r for r in server.requests if f"# The case `{SLOW}`" in r.text]
     assert len(slow_calls) in (2, 3)  # one analysis: at timeouts_max strikes, or its attempts spent
     [counted] = status.tunings
@@ -139,8 +140,8 @@ async def test_a_provider_that_times_out_for_every_case_hands_them_back(fleet: F
     down = True
 
     def responder(body: dict[str, Any]) -> Scripted:
-        if down and "response_format" in body:
-            return Reply(verdict(body), 10, 10, delay_s=TIMEOUT_S * 3)
+        if down:  # the analyses and the probes that ask whether the provider is up
+            return Reply("late", 10, 10, delay_s=TIMEOUT_S * 3)
         if "response_format" not in body:
             return Reply("Hello, Ada!", 10, 3)
         return Reply(verdict(body), 10, 10)

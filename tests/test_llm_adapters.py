@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.errors import ConfigError
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.case import Case, RubricItem
 from service.core.models.records import Feedback, Improvement, RunOutput, RunRecord, Usage
 from service.core.models.tuning import LlmAdapter, ModelPrice, TuningConfig

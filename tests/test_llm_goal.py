@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from service.core.models.goal import GoalStep
-from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter, ModelPrice
-from service.goals.todo import parse_todo
+from service.kinds.goals.models import GoalStep
+from service.kinds.goals.state import ProgressEntry, Review, WorkerResult
+from service.kinds.goals.todo import parse_todo
 from tests.support.fake_openai import FakeOpenAI, Reply, Scripted, Status
 from tests.support.fleet import Fleet
 from tests.support.goals import start_goal, wait_goal_ended, wait_goal_shown_ended, write_goal

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.case import Case, RubricItem
 from service.core.models.records import Feedback
 from tests.support.fake_openai import FakeOpenAI, Reply

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from service.core.models.case import Case
-from service.core.models.goal_state import Review
+from service.kinds.goals.state import Review
 from tests.support.fake_openai import FakeOpenAI, Forward, Scripted
 from tests.support.fleet import Fleet, write_tuning
 from tests.support.llama import MODEL, LlamaServer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import ApplyRecord, CaseResult, RunRecord
 from service.core.settings import FleetSettings
 from tests.support.fleet import RULE_CASES, Fleet, case, step_starts, write_tuning

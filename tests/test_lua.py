@@ -1,4 +1,4 @@
-"""The Lua time prelude: every script takes Redis's clock through the one piece in service/core/lua.py."""
+"""The Lua time prelude: every script takes Redis's clock through the one piece in service/core/io/lua.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from service.core.lua import NOW
+from service.core.io.lua import NOW
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ async def test_prelude_reads_redis_clock_in_ms_and_us(redis_server: RedisServer)
 
 def test_no_script_reads_time_but_the_prelude() -> None:
     """No production module calls Redis `TIME` in Lua itself: each script uses the prelude."""
-    prelude = ROOT / "service" / "core" / "lua.py"
+    prelude = ROOT / "service" / "core" / "io" / "lua.py"
     copies = [
         f"{path.relative_to(ROOT)}:{n}"
         for package in ("service", "workers")
@@ -36,4 +36,4 @@ def test_no_script_reads_time_but_the_prelude() -> None:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
         if TIME_CALL.search(line)
     ]
-    assert copies == [], f"Lua TIME read outside service/core/lua.py: {copies}"
+    assert copies == [], f"Lua TIME read outside service/core/io/lua.py: {copies}"

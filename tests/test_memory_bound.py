@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from service.core.files import read_model
+from service.core.io.files import read_model
+from service.core.io.trees import FolderSize, folder_size
 from service.core.models.records import CaseResult
-from service.core.trees import FolderSize, folder_size
 from tests.agents.contract_agent import HOARD_BYTES, HOARD_FILES
 from tests.support.fleet import Fleet
 from tests.test_command_loop import agent, case_root

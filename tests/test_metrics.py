@@ -18,6 +18,7 @@ from service.core.events import EventSink
 from service.core.models.api import StatusView
 from service.core.models.events import EventKind
 from service.core.settings import FleetSettings
+from service.kinds.registry import counter_rules
 from service.metrics import FleetMetrics
 from tests.support.fleet import Fleet, case, demo_adapter, wait_until, write_tuning
 from tests.support.tools import require_tool
@@ -85,6 +86,11 @@ async def ran(fleet: Fleet, app: Starlette, tmp_path: Path) -> Fleet:
         async with asyncio.timeout(30):  # the second worker's presence, within its first heartbeats
             while await announced() < 2:
                 await asyncio.sleep(0.05)
+
+        async def drained() -> bool:  # a case's result lands before its worker takes its job off the queue
+            return (await client.status()).queue_depth == 0
+
+        await wait_until(drained, 30, "the ended cases' jobs off the queue")
     finishes = sum(e["kind"] == "step_finished" for e in fleet.events())
     registry = metrics_of(app).registry
     await wait_until(
@@ -173,7 +179,7 @@ async def test_lock_waits_from_the_stream_fill_the_histogram(
     settings: FleetSettings, client: TunefleetClient, app: Starlette
 ) -> None:
     """An apply's step_started event with lock_wait_ms lands in the lock-wait histogram, in seconds."""
-    sink = EventSink(client.redis, client.store, settings.events_max)
+    sink = EventSink(client.redis, client.store, settings.events_max, counter_rules(settings))
     await sink.emit(EventKind.STEP_STARTED, "t9", case="c", rev=1, phase="nomem", attempt=1, step="apply",
                     data={"lock_wait_ms": 2500, "fence": 7})  # fmt: skip
     await sink.emit(EventKind.STEP_STARTED, "t9", case="c", rev=1, phase="nomem", attempt=1, step="run")

@@ -4,8 +4,6 @@ nothing the others do (the submitter cannot claim, the monitor cannot write)."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from service.metrics import fleet_snapshot
 from service.watch.snapshot import take_snapshot
 from tests.support.acl_redis import PASSWORDS, AclRedis, role_env, role_settings
 from tests.support.acl_redis import acl_redis as acl_redis  # the fixture
+from tests.support.cli import tunefleet
 from tests.support.fleet import Fleet, case, wait_until, write_tuning
 from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from tests.support.keda import COUNT_QUEUE
@@ -39,7 +38,8 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
 ) -> None:
     """The daemon and submission as `submitter`, a worker as `worker` and `tunefleet status` as `monitor`
     take a tuning with applies and a goal to the end, the daemon's API and both /readyz answer 200, `pause`,
-    `resume`, `submit` and `cancel` work as `submitter`, and Redis's ACL log records no denial."""
+    `resume`, `submit`, `cancel` and `gc --apply` (every age 0) work as `submitter`, and Redis's ACL log
+    records no denial."""
     submitter = role_settings(settings, acl_redis, "submitter").model_copy(
         update={"api_port": free_port(), "api_public_read": True}
     )
@@ -53,7 +53,7 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
         fleet.start_daemon(tuning)
         workers.start_worker()
         try:
-            rows = await fleet.wait_finished(3, timeout_s=30)
+            rows = await fleet.wait_finished(3, timeout_s=60)
         except AssertionError as exc:
             refused = {u: acl_redis.denials(u) for u in PASSWORDS}
             raise AssertionError(f"{exc}; ACL denials: {refused}") from None
@@ -80,23 +80,14 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
         ["submit", str(extra), "--tuning", "t1"],
         ["cancel", "t1", "late"],
     ):
-        done = subprocess.run(
-            [sys.executable, "-m", "service", *command],
-            env=role_env(submitter),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        done = tunefleet(*command, env=role_env(submitter), timeout_s=30)
         assert done.returncode == 0, (command, done.stderr)
     assert fleet.results()["late"].state == "cancelled"
+    ages = {f"TUNEFLEET_RETENTION_{w}_AGE_S": "0" for w in ("SNAPSHOT", "CANDIDATE", "EVAL_ITEM", "VOID")}
+    done = tunefleet("gc", "--apply", env={**role_env(submitter), **ages}, timeout_s=60)
+    assert done.returncode == 0, (done.stderr, acl_redis.denials("submitter"))
     monitor = role_settings(settings, acl_redis, "monitor")
-    status = subprocess.run(
-        [sys.executable, "-m", "service", "status", "--json"],
-        env=role_env(monitor),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    status = tunefleet("status", "--json", env=role_env(monitor), timeout_s=30)
     assert status.returncode == 0, status.stderr
     async with TunefleetClient(monitor) as client:  # what `tunefleet watch` and the metrics read
         view = await take_snapshot(client.redis, monitor.queue, event_count=20)

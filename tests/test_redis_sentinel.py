@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from service.core import keys
-from service.core.arq_contact import RESULT_PREFIX
+from service.core.io.arq_contact import RESULT_PREFIX
 from service.core.models.jobs import job_id_for
 from service.core.settings import FleetSettings
 from tests.support.fleet import (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.core.connection import connect
 from service.core.errors import RedisUnavailableError
+from service.core.io.connection import connect
 from service.core.settings import FleetSettings
 from tests.support.fleet import Fleet, case, write_tuning
 from tests.support.redis_proc import RedisProcess

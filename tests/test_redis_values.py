@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 from service.client.client import TunefleetClient
 from service.core import keys
-from service.core.connection import connect
-from service.core.models.goal_state import GoalSummary
+from service.core.io.connection import connect
 from service.core.models.status import RunningCase
 from service.core.settings import FleetSettings
+from service.kinds.goals.state import GoalSummary
 from workers.main import announce
 from workers.runtime import WorkerRuntime
 

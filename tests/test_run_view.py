@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 from service.core import keys
-from service.core.connection import connect
+from service.core.io.connection import connect
 from service.core.models.jobs import CaseJob
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
-from workers.case import START_VIEW_FRESH_S
-from workers.case_job import CaseKind
-from workers.lease import CaseLease
+from workers.kinds.cases.kind import CaseKind
+from workers.kinds.cases.run import START_VIEW_FRESH_S
+from workers.lease import JobLease
 from workers.runtime import WorkerRuntime
 
 
@@ -36,7 +36,7 @@ async def test_the_lease_reads_the_tuning_run_view_with_the_grant(fleet: Fleet) 
         assert await redis.zrange(keys.lock_pending("t1"), 0, -1) == [b"case:t1:a:1"]
         _, plain = await runtime.acquire("case:t1:y:1", "t1")
         assert plain.view is None
-        held, refused = await CaseLease.acquire(
+        held, refused = await JobLease.acquire(
             runtime.batch, fleet.settings.queue, "case:t1:x:1", 3.0, "t1", worker="w2", view_of="t1"
         )
         assert held is None and refused.view is None

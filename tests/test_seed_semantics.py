@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from service.core.files import read_model
+from service.core.io.files import read_model
 from service.core.models.records import Feedback, Note, RunRecord
 from tests.support.fleet import Fleet, write_tuning
 from tests.test_command_loop import R1_CASE, agent, case_root, inline
@@ -84,7 +84,7 @@ async def test_a_runner_that_cannot_start_is_void_until_max_voids_end_the_case(
     """A runner whose program cannot be started (exit 127) is a void run, set aside without analysis;
     `max_voids` of them in a row end the case failed with that reason."""
     missing = str(tmp_path / "no-such-agent")
-    runner = {"kind": "command", "argv": [missing, "{input}"], "timeout_s": 20}
+    runner = {"kind": "command", "argv": [missing, "{input}", "{output}"], "timeout_s": 20}
     await start_case(fleet, tmp_path, runner=runner, max_voids=2)
     rows = await fleet.wait_finished(1)
     reason = rows["c1"].reason or ""

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from service.core.errors import TunefleetError
-from service.core.serving import EmbeddedServer, listen
+from service.core.io.serving import EmbeddedServer, listen
 
 
 def accepted_socket(peer: tuple[str, int]) -> socket.socket:

@@ -13,13 +13,13 @@ import pytest
 from service.cli.render import print_as
 from service.cli.support import Format
 from service.core.errors import StoreError
-from service.core.models.goal import GoalSpec
 from service.core.validation import valid_only
-from service.evals.errors import UnknownEvalError
-from service.evals.models import EvalCaseRef, EvalHead, EvalSpec
-from service.evals.store import EvalsStore
-from service.goals.errors import UnknownGoalError
-from service.goals.store import GoalsStore
+from service.kinds.evals.errors import UnknownEvalError
+from service.kinds.evals.models import EvalCaseRef, EvalHead, EvalSpec
+from service.kinds.evals.store import EvalsStore
+from service.kinds.goals.errors import UnknownGoalError
+from service.kinds.goals.models import GoalSpec
+from service.kinds.goals.store import GoalsStore
 
 COMMIT = "0" * 40
 CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

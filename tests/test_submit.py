@@ -12,7 +12,7 @@ import yaml
 
 from service.client.client import SUBMIT_BATCH
 from service.core.errors import StoreError
-from service.core.files import publish_temps, read_model, write_temp
+from service.core.io.files import publish_temps, read_model, write_temp
 from service.core.models.case import Case
 from service.core.models.records import CaseResult
 from service.core.settings import FleetSettings

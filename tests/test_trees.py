@@ -1,4 +1,4 @@
-"""Whole-folder work sized to the folder (service.core.trees): small folders on the event loop, large
+"""Whole-folder work sized to the folder (service.core.io.trees): small folders on the event loop, large
 ones in a thread; copies keep an agent's links as links, never the bytes they point at."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from service.core.trees import SMALL_ENTRIES, copy_tree, entries_below, on_folder, remove_tree
+from service.core.io.trees import SMALL_ENTRIES, copy_tree, entries_below, on_folder, remove_tree
 
 
 def fill(folder: Path, files: int) -> Path:

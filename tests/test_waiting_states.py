@@ -14,6 +14,7 @@ from rich.console import Console, RenderableType
 
 from service.cli.render import status_table
 from service.core.models.status import FleetStatus
+from service.kinds.registry import slices
 from service.metrics import FleetMetrics
 from service.watch.snapshot import WatchSnapshot, take_snapshot
 from service.watch.view import overview
@@ -43,7 +44,7 @@ async def fleet_when(
 async def watch_and_metrics(fleet: Fleet) -> tuple[WatchSnapshot, FleetMetrics]:
     async with fleet.client() as client:
         snapshot = await take_snapshot(client.redis, fleet.settings.queue, event_count=5)
-        metrics = FleetMetrics(client.redis, fleet.settings.queue)
+        metrics = FleetMetrics(client.redis, fleet.settings.queue, slices(fleet.settings))
         await metrics.refresh()
     return snapshot, metrics
 

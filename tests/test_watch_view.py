@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console, RenderableType
 
-from service.core.models.events import Event, EventKind
+from service.core.models.events import EventKind, event_of
 from service.core.models.status import FleetStatus, LockHolder, TuningStatus, WorkerStatus
 from service.core.store import Store
 from service.watch.logtail import LogTail, find_step_log, read_tail
@@ -53,7 +53,16 @@ def snapshot(cases: list[str], events: int = 0) -> WatchSnapshot:
         running=[running(c) for c in cases],
         locks=[LockState(tuning="t1", holder_token=42, pending=1)],
         events=[
-            Event(at=NOW, kind=EventKind.CASE_STARTED, tuning="t1", case=f"c{i}", detail=f"event-{i:03d}")
+            event_of(
+                dict(
+                    at=NOW,
+                    kind=EventKind.CASE_STARTED,
+                    tuning="t1",
+                    case=f"c{i}",
+                    detail=f"event-{i:03d}",
+                    data={"lease": i, "lost_leases": 0, "suspect": None, "try": 1},
+                )
+            )
             for i in range(events)
         ],
     )
@@ -91,18 +100,26 @@ def test_goal_events_show_their_goal_iteration_step_and_end() -> None:
     snap = snapshot([]).model_copy(
         update={
             "events": [
-                Event(
-                    at=NOW,
-                    kind=EventKind.STEP_FINISHED,
-                    tuning="",
-                    goal="g1",
-                    iteration=2,
-                    step="work",
-                    duration_ms=63_000,
-                    detail="did the work",
+                event_of(
+                    dict(
+                        at=NOW,
+                        kind=EventKind.STEP_FINISHED,
+                        tuning="",
+                        goal="g1",
+                        iteration=2,
+                        step="work",
+                        duration_ms=63_000,
+                        detail="did the work",
+                    )
                 ),
-                Event(at=NOW, kind=EventKind.GOAL_FAILED, tuning="", goal="g1", iteration=2, detail="voids"),
-                Event(at=NOW, kind=EventKind.CASE_FAILED, tuning="t1", case="c1", detail="out of tries"),
+                event_of(
+                    dict(
+                        at=NOW, kind=EventKind.GOAL_FAILED, tuning="", goal="g1", iteration=2, detail="voids"
+                    )
+                ),
+                event_of(
+                    dict(at=NOW, kind=EventKind.CASE_FAILED, tuning="t1", case="c1", detail="out of tries")
+                ),
             ]
         }
     )

@@ -12,7 +12,7 @@ import pytest
 from arq.connections import ArqRedis
 
 from service.core import keys
-from service.core.connection import connect
+from service.core.io.connection import connect
 from service.core.models.events import EventKind
 from service.core.models.records import SandboxTrips, Usage
 from service.core.settings import FleetSettings

@@ -3,7 +3,7 @@
 closed → open when a run finds the sandbox unavailable or a probe fails (TRIP, atomic: one trip
 per outage). While open, no worker starts a run. One probe at a time across the fleet
 (CLAIM_PROBE), on a growing, capped, jittered interval; the first good probe closes it.
-Each worker process watches the hash once per poll (BreakerGate) and gates its cases locally.
+Each worker process watches the hash once per poll (BreakerWatch) and gates its cases locally.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from service.core import keys
 from service.core.events import EventSink
-from service.core.lua import NOW
+from service.core.io.lua import NOW
 from service.core.models.events import EventKind
 from workers.adapters.base import Prober
 from workers.door import Door
@@ -100,7 +100,7 @@ class Breaker:
         return bool(closed)
 
 
-class BreakerGate:
+class BreakerWatch:
     """One per worker process: mirrors the breaker locally and runs the fleet's probes when it is due."""
 
     def __init__(

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from service.core import keys
-from service.core.arq_contact import RESUME_SHIFT_MS, RETRY_TTL_S
-from service.core.lua import NOW
+from service.core.io.arq_contact import RESUME_SHIFT_MS, RETRY_TTL_S
+from service.core.io.lua import NOW
 from workers.lease import LOSS_VERDICT
 
 CLAIM = f"""
@@ -174,7 +174,7 @@ class Claimed:
     job_try: int
     """arq's count of the job's starts, this one included."""
     record: bytes
-    """The job's record, as arq's `enqueue_job` wrote it (service.core.arq_contact)."""
+    """The job's record, as arq's `enqueue_job` wrote it (service.core.io.arq_contact)."""
 
 
 class Claimer:

@@ -34,7 +34,9 @@ class Controls:
         self.runs = Door()
         """Shut while the fleet is paused: run starts wait at it."""
         self.cancelling: set[str] = set()
-        """Job ids whose cancellation this process started (their tasks end as `cancelled`)."""
+        """Job ids whose cancellation this process started (their tasks end as `cancelled`), until they
+        leave the running jobs: a job is cancelled once, so that a poll during its slow ending (a write
+        on a loaded disk) does not cancel the ending itself and hand the job back half-ended."""
         self.scopes: dict[str, str] = {}
         """Job id -> where its cancel is set (`tf:cancelled:<scope>`), while this process runs it (the job
         envelope, workers.envelope, notes it with the lease)."""
@@ -107,6 +109,7 @@ class Controls:
             log.info("fleet_resumed")
             self.runs.open()
         cancelled = {member.decode() for members in cancelled_sets for member in members}
+        self.cancelling &= set(running)
         for job_id in cancelled & set(running) - self.cancelling:
             self.cancelling.add(job_id)
             log.info("case_cancelling", job_id=job_id)

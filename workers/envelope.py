@@ -8,11 +8,17 @@
                                    the lease's heartbeat runs beside the load (it may wait for a lock)
     cancelled before it started    ends cancelled
     lost its lease too often       ends failed: poison
+    crashed at its claim           (an exception its load or its end did not expect) counted like a lost
+                                   lease and handed back; at `max_lease_losses` it ends failed: poison
     pursue it                      the kind's body, the lease's heartbeat beside it
     on the way out                 every exception is one outcome, the same for every kind:
         LeaseLost          another worker owns the job: write nothing, stop
         RedisError         hand the job back (it runs again once Redis answers)
-        ProviderDown       hand it back for `provider_retry_s`: no try spent, nothing marked
+        a full store       ENOSPC or EDQUOT, or Redis's OOM refusal, wherever it is met (the load,
+          or Redis         the body, the end): hand the job back, nothing marked, no try spent, and
+                           stop claiming until a probe writes (workers.store_full)
+        ProviderDown       hand it back for `provider_retry_s`: no try spent, nothing marked; past
+                           `provider_handbacks_max` hand-backs, end failed with the provider's error
         KeyRefused         hold the job's tuning and hand the job back (no tuning to hold: it fails)
         FilesBusy          hand the job back for `lease_s`: another process holds its files' lock
         JobFault           end failed, with the fault as the reason
@@ -30,23 +36,25 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable
-from typing import Any, Generic, Literal, NoReturn, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import structlog
 from arq import Retry
-from arq.typing import WorkerCoroutine
 from redis.exceptions import RedisError
 
 from service.core.errors import TunefleetError
 from service.core.models.events import EventKind
 from service.core.models.jobs import JobResult, LeasedJob
-from workers.errors import FilesBusy, JobFault, KeyRefused, LeaseLost, ProviderDown
+from workers.errors import FilesBusy, JobFault, KeyRefused, LeaseLost, ProviderDown, StoreFull
+from workers.handback import hand_back, key_refused, let_go, provider_down, store_outage
 from workers.job_run import JobRun
-from workers.lease import CaseLease, Grant
+from workers.lease import Grant, JobLease
 from workers.runtime import WorkerRuntime
+from workers.store_full import outage_of, redis_full
 from workers.tasks import quietly, watched
 
 log = structlog.get_logger()
+
 
 J = TypeVar("J", bound=LeasedJob)
 R = TypeVar("R", bound=JobRun)
@@ -55,7 +63,8 @@ Ending = Literal["failed", "cancelled"]
 
 
 class JobKind(ABC, Generic[J, R]):
-    """One kind of leased job: a third kind is a subclass of this, its models and its body."""
+    """One kind of leased job: a kind is a subclass of this, its models and its body, held as `KIND` by
+    the module its slice names (service.core.kinds, workers.jobs)."""
 
     function: str
     """arq's name of the job function (service.core.models.jobs)."""
@@ -76,12 +85,12 @@ class JobKind(ABC, Generic[J, R]):
         return None
 
     @abstractmethod
-    async def load(self, runtime: WorkerRuntime, job: J, lease: CaseLease, grant: Grant, job_try: int) -> R:
+    async def load(self, runtime: WorkerRuntime, job: J, lease: JobLease, grant: Grant, job_try: int) -> R:
         """The job's run context, its start announced; TunefleetError or OSError when it cannot be read."""
 
     @abstractmethod
     async def unloadable(
-        self, runtime: WorkerRuntime, job: J, lease: CaseLease, state: Ending, reason: str
+        self, runtime: WorkerRuntime, job: J, lease: JobLease, state: Ending, reason: str
     ) -> JobResult:
         """End a job that cannot be loaded (no run context) so that it is finished and not run again."""
 
@@ -93,34 +102,62 @@ class JobKind(ABC, Generic[J, R]):
     async def end(self, run: R, state: Ending, reason: str) -> JobResult:
         """End the job durably (or return how it ended, if it had ended already)."""
 
-    def function_for_arq(self) -> WorkerCoroutine:
-        """The coroutine arq runs for this kind, given the payload; its result is a JobResult as JSON."""
-
-        async def run_kind(ctx: dict[Any, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-            (payload,) = args
-            result = await run_job(self, ctx["runtime"], payload, ctx["job_try"])
-            return result.model_dump(mode="json", exclude_none=True)
-
-        run_kind.__name__ = run_kind.__qualname__ = self.function
-        return run_kind
-
 
 async def run_job(
     kind: JobKind[J, R], runtime: WorkerRuntime, payload: dict[str, Any], job_try: int
+) -> dict[str, Any]:
+    """One job, under a lease, to its end or until the worker lets it go; its JobResult as arq's result
+    (JSON)."""
+    result = await _run_job(kind, runtime, payload, job_try)
+    return result.model_dump(mode="json", exclude_none=True)
+
+
+async def _run_job(
+    kind: JobKind[J, R], runtime: WorkerRuntime, payload: dict[str, Any], job_try: int
 ) -> JobResult:
-    """One job, under a lease, to its end or until the worker lets it go."""
     job = kind.payload.model_validate(payload)
     await kind.prepare(runtime, job)
-    lease, grant = await runtime.acquire(job.job_id, job.scope, kind.run_view_of(runtime, job))
+    try:
+        lease, grant = await runtime.acquire(job.job_id, job.scope, kind.run_view_of(runtime, job))
+    except RedisError as exc:
+        full = redis_full(exc)
+        if full is None:
+            raise
+        await runtime.store_watch.report(full, redis=True)
+        raise Retry(defer=runtime.settings.poll_delay_s) from None
     structlog.contextvars.bind_contextvars(**job.model_dump(), worker=runtime.name)
     try:
         return await _outcome(runtime, lease, _start(kind, runtime, job, lease, grant, job_try))
+    except Retry:
+        raise
+    except Exception as exc:  # a defect that the body's own guard (_lead) does not cover
+        return await _crashed_at_claim(kind, runtime, job, lease, exc)
     finally:
         runtime.controls.scopes.pop(job.job_id, None)
 
 
+async def _crashed_at_claim(
+    kind: JobKind[J, R], runtime: WorkerRuntime, job: J, lease: JobLease, exc: Exception
+) -> JobResult:
+    """A job whose claim raised what nothing expected (its load, its end): counted like a lost lease and
+    handed back, so that one that crashes at every claim ends failed (poison) at `max_lease_losses`
+    instead of being claimed for ever (issue 54: a goal's deadline past the calendar raised
+    OverflowError at every claim)."""
+    log.error(f"{kind.noun}_crashed_at_claim", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+    crashes = await quietly(lease.count_loss())
+    if crashes is None:  # the lease moved on (its new holder carries the job), or Redis failed it
+        raise exc
+    limit = runtime.settings.max_lease_losses
+    if crashes >= limit:
+        reason = f"poison: the {kind.noun} crashed its claim {crashes} times ({type(exc).__name__}: {exc})"
+        return await kind.unloadable(runtime, job, lease, "failed", reason)
+    defer_s = runtime.settings.lease_s
+    await quietly(lease.requeue(defer_s))
+    raise Retry(defer=defer_s) from None
+
+
 async def _start(
-    kind: JobKind[J, R], runtime: WorkerRuntime, job: J, lease: CaseLease, grant: Grant, job_try: int
+    kind: JobKind[J, R], runtime: WorkerRuntime, job: J, lease: JobLease, grant: Grant, job_try: int
 ) -> JobResult:
     try:
         async with watched(lease.heartbeat()):  # a load may wait (a goal's lock, a first snapshot)
@@ -128,6 +165,8 @@ async def _start(
     except (LeaseLost, FilesBusy):
         raise
     except (TunefleetError, OSError) as exc:
+        if outage_of(exc) is not None:  # the store is full, not the job unreadable
+            raise
         log.error(f"{kind.noun}_unreadable", error=str(exc))
         state: Ending = "cancelled" if grant.cancelled else "failed"
         reason = f"the {kind.noun} could not be loaded: {exc}"
@@ -135,7 +174,7 @@ async def _start(
     return await _lead(kind, run, grant)
 
 
-async def _outcome(runtime: WorkerRuntime, lease: CaseLease, ending: Awaitable[JobResult]) -> JobResult:
+async def _outcome(runtime: WorkerRuntime, lease: JobLease, ending: Awaitable[JobResult]) -> JobResult:
     """The job's result; the ways out that leave the job to another worker, or to a later try."""
     try:
         return await ending
@@ -143,6 +182,9 @@ async def _outcome(runtime: WorkerRuntime, lease: CaseLease, ending: Awaitable[J
         log.warning("lease_lost", error=str(exc))
         return JobResult(lease_lost=lease.token)
     except RedisError as exc:
+        full = redis_full(exc)
+        if full is not None:
+            await store_outage(runtime, lease, full, redis=True)
         log.warning("redis_lost_mid_job", error=str(exc))
         await quietly(lease.requeue())
         raise Retry(defer=runtime.settings.poll_delay_s) from None
@@ -151,6 +193,15 @@ async def _outcome(runtime: WorkerRuntime, lease: CaseLease, ending: Awaitable[J
         defer_s = runtime.settings.lease_s
         await quietly(lease.requeue(defer_s))
         raise Retry(defer=defer_s) from None
+    except StoreFull as exc:
+        await store_outage(runtime, lease, exc.reason, exc.redis)
+    except Retry:
+        raise
+    except Exception as exc:  # met by the load or the end
+        outage = outage_of(exc)
+        if outage is None:
+            raise
+        await store_outage(runtime, lease, *outage)
 
 
 async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
@@ -161,32 +212,29 @@ async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
         if grant.lost >= settings.max_lease_losses:
             return await kind.end(run, "failed", f"poison: the {kind.noun} lost its lease {grant.lost} times")
         async with watched(run.lease.heartbeat()):
-            return await kind.pursue(run)
+            return await _pursue(kind, run)
     except LeaseLost as exc:
         await quietly(run.settle_spend())
         await quietly(run.emit(EventKind.LEASE_LOST, detail=str(exc)))
         raise
     except KeyRefused as exc:
-        return await _key_refused(kind, run, exc)
+        return await key_refused(kind, run, exc)
     except ProviderDown as exc:
-        log.warning("provider_down", error=str(exc))
-        await run.settle_spend()
-        await _hand_back(run, str(exc), settings.provider_retry_s)
+        return await provider_down(kind, run, exc)
     except JobFault as fault:
         await run.settle_spend()
         return await kind.end(run, "failed", str(fault))
     except FilesBusy as exc:  # what was spent is in the job's ledger: the next holder records it
         log.warning("job_files_busy", error=str(exc))
-        await _hand_back(run, str(exc), settings.lease_s, run.requeued)
-    except RedisError:
+        await hand_back(run, str(exc), settings.lease_s, run.requeued)
+    except (RedisError, StoreFull):  # the envelope hands the job back
         await quietly(run.settle_spend())
         raise
     except asyncio.CancelledError:
         if run.job_id not in run.controls.cancelling:
-            await asyncio.shield(_let_go(run))  # the worker is stopping: another resumes the job
+            await asyncio.shield(let_go(run))  # the worker is stopping: another resumes the job
             raise
-        run.controls.cancelling.discard(run.job_id)
-        return await asyncio.shield(_cancelled(kind, run))
+        return await asyncio.shield(_cancelled(kind, run))  # it stays `cancelling` until it leaves
     except Exception as exc:
         # A defect or a broken environment, not the job's own doing: visible as failed, run again later.
         log.exception(f"{kind.noun}_crashed")
@@ -197,16 +245,16 @@ async def _lead(kind: JobKind[J, R], run: R, grant: Grant) -> JobResult:
         run.abandon_writes()
 
 
-async def _key_refused(kind: JobKind[J, R], run: R, exc: KeyRefused) -> JobResult:
-    """Hold the job's tuning until the key is accepted, and hand the job back (no tuning to hold: it
-    fails, naming what to do)."""
-    log.error("provider_key_refused", error=str(exc))
-    await run.settle_spend()
-    if run.tuning is None:
-        reason = f"{exc}; it has no tuning to hold: start it again once the key is accepted"
-        return await kind.end(run, "failed", reason)
-    await quietly(run.controls.hold(run.tuning.name, "auth", str(exc)))
-    await _hand_back(run, str(exc), run.settings.provider_retry_s)
+async def _pursue(kind: JobKind[J, R], run: R) -> JobResult:
+    """The kind's body; a write it met refused for a full store or Redis, however it was met (an
+    OSError, a JobFault or a RedisError caused by one), is StoreFull: no fault of the job's."""
+    try:
+        return await kind.pursue(run)
+    except Exception as exc:
+        outage = outage_of(exc)
+        if outage is None:
+            raise
+        raise StoreFull(*outage) from exc
 
 
 async def _cancelled(kind: JobKind[J, R], run: R) -> JobResult:
@@ -223,24 +271,3 @@ async def _cancelled_at_claim(kind: JobKind[J, R], run: R) -> JobResult:
     if run.step_under_way is not None:
         return await _cancelled(kind, run)
     return await kind.end(run, "cancelled", "cancelled before it started")
-
-
-async def _let_go(run: JobRun) -> None:
-    """The worker is stopping: land the records started, record what was spent, give the job back to
-    the queue at once."""
-    await quietly(run.landed())
-    await quietly(run.settle_spend())
-    if await quietly(run.lease.requeue()):
-        await quietly(run.let_go(run.requeued, "the worker stopped"))
-
-
-async def _hand_back(
-    run: JobRun, reason: str, defer_s: float, kind: EventKind = EventKind.PROVIDER_DOWN
-) -> NoReturn:
-    """The job cannot go on here now, through no fault of its own (an LLM provider stayed down or refused
-    the key; its files are locked): give it back to the queue for `defer_s`, marking nothing and spending
-    no try (the step runs again from its start), announced with `kind`'s event."""
-    await quietly(run.landed())
-    if await quietly(run.lease.requeue(defer_s)):
-        await quietly(run.let_go(kind, reason, {"retry_in_s": defer_s}))
-    raise Retry(defer=defer_s) from None

@@ -7,6 +7,8 @@ TunefleetError
     ├── LockLost             the improvements lock was lost mid-apply: abandon the apply
     ├── ProviderDown         an LLM step's provider stayed down: hand the job back, deferred, no try spent
     ├── KeyRefused           an LLM step's provider refused the key: hold the job's tuning, hand it back
+    ├── StoreFull            a write was refused for a full store (ENOSPC, EDQUOT) or a full Redis
+    │                        (OOM): hand the job back, nothing marked, and stop claiming (store_full)
     ├── FilesBusy            the job's files are locked by a process that does not answer (frozen, its
     │                        disk hung): hand the job back for later, nothing marked
     ├── OverBudget           the job spent its budget: its kind ends it (a case `difficult`, a goal
@@ -40,6 +42,16 @@ class KeyRefused(WorkerError):
 class ProviderDown(WorkerError):
     """A meta agent's provider stayed unavailable through every retry: infrastructure, not the job's
     fault; the job goes back to the queue for later, and no try is spent."""
+
+
+class StoreFull(WorkerError):
+    """A write of the job's was refused for a full store or a full Redis: a fleet-level outage, not the
+    job's fault (workers.store_full)."""
+
+    def __init__(self, reason: str, redis: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.redis = redis
 
 
 class FilesBusy(WorkerError):

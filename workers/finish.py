@@ -3,8 +3,9 @@
 One script, `FINISH`, acts only while `tf:lease:<id>` still holds this process's token (or, for a job
 this process never leased, while no one holds a lease). It then deletes the lease, the holder and
 arq's in-progress key, and either ends the job (stores arq's result record, deletes the loss and
-start counters and the job record, removes the queue entry) or puts it back in the queue's resume
-band, due `defer_ms` from now by Redis's clock (workers.claim takes it before fresh jobs).
+start counters, the provider hand-backs' count and the job record, removes the queue entry) or puts
+it back in the queue's resume band, due `defer_ms` from now by Redis's clock (workers.claim takes it
+before fresh jobs).
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from dataclasses import dataclass
 import structlog
 
 from service.core import keys
-from service.core.batch import RedisBatch
+from service.core.io.batch import RedisBatch
 from workers.lease import RESUME_AT
 
 log = structlog.get_logger()
 
 FINISH = f"""
--- KEYS: lease holder losses in_progress retry job queue result suspect my_cases my_suspects
+-- KEYS: lease holder losses in_progress retry job queue result suspect my_cases my_suspects handbacks
 -- ARGV: token finish result result_ms defer_ms job_id
 {RESUME_AT}redis.call('SREM', KEYS[10], ARGV[6])
 redis.call('SREM', KEYS[11], ARGV[6])
@@ -35,7 +36,7 @@ if ARGV[2] == '1' then
   if ARGV[3] ~= '' then
     redis.call('SET', KEYS[8], ARGV[3], 'PX', ARGV[4])
   end
-  redis.call('DEL', KEYS[3], KEYS[5], KEYS[6], KEYS[9])
+  redis.call('DEL', KEYS[3], KEYS[5], KEYS[6], KEYS[9], KEYS[12])
   redis.call('ZREM', KEYS[7], ARGV[6])
 else
   redis.call('ZADD', KEYS[7], 'XX', resume_at(ARGV[5]), ARGV[6])
@@ -81,6 +82,7 @@ class Finisher:
                 keys.suspect(job_id),
                 keys.worker_cases(self._worker),
                 keys.worker_suspects(self._worker),
+                keys.handbacks(job_id),
             ],
             [
                 "" if token is None else str(token),

@@ -1,12 +1,13 @@
-"""The worker's scheduler: claim, run, finish. It shares arq's job format (service.core.arq_contact),
+"""The worker's scheduler: claim, run, finish. It shares arq's job format (service.core.io.arq_contact),
 so arq's public client enqueues and reads tunefleet's jobs, and none of arq's `Worker`.
 
 - **Claim** (workers.claim): every `poll_delay_s`, and at once when a slot frees (if the last claim
   filled every slot it asked for), a job lends its slot or an outage ends,
   one script takes this worker's fair share of the due jobs, resumed ones first, each for one lease.
-- **Run**: the job's function (`job_functions`) in a task of its own, given arq's `ctx` (`runtime`,
-  `job_id`, `job_try`, `enqueue_time`, `score`). It returns the job's result, raises `arq.Retry` to be
-  run again later, or is cancelled (the worker stops, or the user cancelled it: the function tells).
+- **Run**: the job's kind (workers.jobs, by the function name its record carries) in a task of its own,
+  in the job envelope (`workers.envelope.run_job`: the runtime, the payload and the try, no arq `ctx`).
+  It returns the job's result, raises `arq.Retry` to be run again later, or is cancelled (the worker
+  stops, or the user cancelled it: the envelope tells).
   Leases, not a timeout, bound how long a dead worker holds a job (workers.lease).
 - **Finish** (workers.finish): one script, fenced by the lease token, ends the job or puts it back.
   A finish that Redis does not answer is left to the lease: it lapses and the job is resumed.
@@ -21,33 +22,26 @@ import contextlib
 import functools
 import signal
 import time
-from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from arq import Retry
 from redis.exceptions import RedisError
 
-from service.core.arq_contact import Ending, JobFormatError, JobRecord, read_job, result_record
+from service.core.io.arq_contact import JobFormatError, JobRecord, TryRecord, read_job, result_record
 from service.core.models.jobs import dump_job, load_job
+from service.kinds.registry import slices
 from workers.claim import Claimed, Claimer
+from workers.envelope import run_job
 from workers.finish import Finisher, Outcome
-from workers.jobs import JOB_KINDS
+from workers.jobs import job_kinds
 from workers.runtime import WorkerRuntime
 
 log = structlog.get_logger()
 
-JobFunction = Callable[..., Coroutine[Any, Any, Any]]
 KEEP_RESULT_S = 24 * 3600
 DEFAULT_READ_LIMIT = 100
 """Queue entries one poll reads per band, at least (and 5 per slot: arq's default)."""
-
-
-def job_functions() -> dict[str, JobFunction]:
-    """The job kinds a worker runs (workers.jobs), by the function name their jobs carry; each runs in
-    the job envelope, which leases it."""
-    return {kind.function: kind.function_for_arq() for kind in JOB_KINDS}
 
 
 def _now_ms() -> int:
@@ -61,7 +55,8 @@ class FleetWorker:
         settings = runtime.settings
         self.runtime = runtime
         self.burst = burst
-        self.functions = job_functions()
+        self.kinds = job_kinds(slices(settings))
+        """Every kind this worker runs, by the function name its jobs carry."""
         self.max_jobs = settings.concurrency
         read_limit = settings.queue_read_limit or max(5 * self.max_jobs, DEFAULT_READ_LIMIT)
         stale_ms = int((3 * settings.poll_delay_s + settings.outage_backoff_max_s) * 1000)
@@ -90,9 +85,8 @@ class FleetWorker:
         """Whether the last claim filled every slot it asked for, so that more jobs may be due: only
         then does a freed slot claim at once. After a claim that found fewer, a job that ends does not
         make one due (new ones come by enqueue, and the next timed poll takes them; so does a suspect
-        that a job's end lets this worker take), and a burst of job ends would each send a claim that
-        finds nothing (about 240 claims in one `bench slots` run, most in its last half second, where
-        the last steps' bookkeeping needs the loop; 26 since)."""
+        that a job's end lets this worker take); otherwise a burst of job ends would each send a claim
+        that finds nothing, just when the last steps' bookkeeping needs the loop (`bench slots`)."""
 
     async def run(self) -> None:
         """Poll and run jobs until stopped by a signal (or, with `burst`, until the queue is empty)."""
@@ -124,7 +118,7 @@ class FleetWorker:
         self._wake.clear()
         self.polled_at_s = time.monotonic()
         free = self.slots.free()
-        if not self.allow_pick_jobs or free <= 0:
+        if not self.allow_pick_jobs or free <= 0 or self.runtime.store_watch.claims.is_shut:
             self.slots.claim_due(False)
             return
         try:
@@ -182,30 +176,27 @@ class FleetWorker:
         start_ms = _now_ms()
         try:
             job = read_job(claimed.record, load_job)
-            function = self.functions.get(job.function)
-            if function is None:
+            kind = self.kinds.get(job.function)
+            if kind is None:
                 raise JobFormatError(f"no job function is named {job.function!r}")
+            if len(job.args) != 1 or not isinstance(job.args[0], dict) or job.kwargs:
+                raise JobFormatError(
+                    f"a {job.function} job's record holds one payload object, not {job.args!r}"
+                )
         except JobFormatError as exc:
             log.error("job_unreadable", job_id=job_id, error=str(exc))
             self.jobs_failed += 1
             self._free(job_id)
             unknown = JobRecord("?", (), {}, None, 0)
-            ending = Ending(False, str(exc), start_ms, _now_ms())
+            ending = TryRecord(False, str(exc), start_ms, _now_ms())
             await self._finish(job_id, self._ended(job_id, unknown, claimed.job_try, ending))
             return
         job_try = max(claimed.job_try, job.job_try or 0)
-        ctx = {
-            "runtime": self.runtime,
-            "job_id": job_id,
-            "job_try": job_try,
-            "enqueue_time": datetime.fromtimestamp(job.enqueue_ms / 1000, UTC),
-            "score": claimed.score_ms,
-        }
-        task = asyncio.create_task(function(ctx, *job.args, **job.kwargs))
+        task = asyncio.create_task(run_job(kind, self.runtime, job.args[0], job_try))
         self.job_tasks[job_id] = task
         try:
             result = await task
-            outcome = self._ended(job_id, job, job_try, Ending(True, result, start_ms, _now_ms()))
+            outcome = self._ended(job_id, job, job_try, TryRecord(True, result, start_ms, _now_ms()))
             self.jobs_complete += 1
         except Retry as retry:
             outcome = Outcome(ended=False, defer_ms=retry.defer_score or 0)
@@ -218,7 +209,7 @@ class FleetWorker:
             outcome = Outcome(ended=False)  # the job let go (the worker stops): it handed itself back
         except Exception as exc:  # the job function's own defect: arq would fail the job for good
             log.exception("job_crashed", job_id=job_id)
-            ending = Ending(False, f"{type(exc).__name__}: {exc}", start_ms, _now_ms())
+            ending = TryRecord(False, f"{type(exc).__name__}: {exc}", start_ms, _now_ms())
             outcome = self._ended(job_id, job, job_try, ending)
             self.jobs_failed += 1
         finally:
@@ -226,7 +217,7 @@ class FleetWorker:
             self._free(job_id)
         await asyncio.shield(self._finish(job_id, outcome))
 
-    def _ended(self, job_id: str, job: JobRecord, job_try: int, ending: Ending) -> Outcome:
+    def _ended(self, job_id: str, job: JobRecord, job_try: int, ending: TryRecord) -> Outcome:
         """The outcome of a job that ended, with arq's result record."""
         record = result_record(job_id, job, job_try, ending, self.runtime.settings.queue, dump_job)
         return Outcome(ended=True, result=record)

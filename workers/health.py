@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from service.core.connection import COMMAND_RETRIES
-from service.core.health import HealthChecks
+from service.core.io.connection import COMMAND_RETRIES
+from service.core.io.health import HealthChecks
 from service.core.settings import FleetSettings
 from workers.fleet_worker import FleetWorker
 
@@ -13,7 +13,7 @@ STALE_POLLS = 25
 """Polls a worker may miss before it is not alive."""
 STALE_MIN_S = 5.0
 BACKOFF_S = 2.0
-"""What a command's retries wait between attempts, at most, in all (service.core.connection's backoff)."""
+"""What a command's retries wait between attempts, at most, in all (service.core.io.connection's backoff)."""
 
 
 def redis_stall_s(settings: FleetSettings) -> float:

@@ -1,6 +1,7 @@
 """The context every leased job carries on this worker, whatever its kind: the lease and its fenced
 writes, the fleet's controls, breaker and event sink, the gate a step start waits at, and the meter of
-the agent call under way. A kind's run context (workers.case.CaseRun, workers.goals.run.GoalRun) adds
+the agent call under way. A kind's run context (workers.kinds.cases.run.CaseRun,
+workers.kinds.goals.run.GoalRun) adds
 its own subject and answers the few questions the envelope (workers.envelope) asks on the way out.
 """
 
@@ -17,13 +18,12 @@ import structlog
 from pydantic import BaseModel
 
 from service.core import keys
-from service.core.events import COST_SCALE
-from service.core.files import model_bytes, read_model, write_atomic, write_model
+from service.core.io.files import model_bytes, read_model, write_atomic, write_model
 from service.core.models.events import EventKind
-from service.core.models.records import Usage
+from service.core.models.records import COST_SCALE, Usage
 from service.core.models.status import Hold, WaitCause
 from service.core.models.tuning import Budget
-from workers.lease import CaseLease
+from workers.lease import JobLease
 from workers.meter import CURRENT, StepMeter
 from workers.runtime import WorkerRuntime
 from workers.slots import hurry
@@ -42,12 +42,12 @@ class JobRun(ABC):
     """Its event when a stopping worker gives it back to the queue."""
 
     def __init__(
-        self, runtime: WorkerRuntime, lease: CaseLease, tuning: TuningRuntime | None, context: dict[str, Any]
+        self, runtime: WorkerRuntime, lease: JobLease, tuning: TuningRuntime | None, context: dict[str, Any]
     ) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
         self.sink = runtime.sink
-        self.gate = runtime.gate
+        self.breaker_watch = runtime.breaker_watch
         self.controls = runtime.controls
         self.worker = runtime.name
         self.lease = lease
@@ -86,7 +86,7 @@ class JobRun(ABC):
         """A fenced, durable write (with `also` files, written first and not flushed): refused
         (LeaseLost) once the lease has moved on. It lands after every write `write_behind` started. A job
         on a tuning has it flushed to disk with the other jobs' writes of the moment, off the event loop
-        (service.core.disk_batch); one without (a goal with no tuning) writes it on the event loop."""
+        (service.core.io.disk_batch); one without (a goal with no tuning) writes it on the event loop."""
         await self.landed()
         await self._write_now(path, model, *also)
 
@@ -205,6 +205,12 @@ class JobRun(ABC):
     def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
         """Keep what an agent call spent that never returned (no await)."""
 
+    def note_handback(self, count: int, error: str) -> None:
+        """The job is handed back for a provider outage (the `count`th time in a row): a kind that keeps
+        its hand-backs writes it down here, with what `unfinished_spend` kept since the last settling
+        (no await; before `settle_spend`). Others keep the count in Redis only."""
+        return None
+
     @abstractmethod
     async def settle_spend(self) -> None:
         """Record for good what `unfinished_spend` kept (the envelope calls it on every way out)."""
@@ -225,9 +231,9 @@ class JobRun(ABC):
                 await announce("hold", hold)
                 told_hold = True
             await self.controls.wait_released(self.tuning.name)
-        if self.gate.runs.is_shut:
+        if self.breaker_watch.runs.is_shut:
             await announce("sandbox", None)
-            await self.gate.runs.wait_open()
+            await self.breaker_watch.runs.wait_open()
 
 
 async def tuning_hold(run: JobRun, tuning: TuningRuntime) -> Hold | None:

@@ -24,9 +24,9 @@ from typing import Any
 import structlog
 
 from service.core import keys
-from service.core.arq_contact import RESUME_SHIFT_MS
-from service.core.batch import RedisBatch
-from service.core.lua import NEXT_TOKEN, NOW
+from service.core.io.arq_contact import RESUME_SHIFT_MS
+from service.core.io.batch import RedisBatch
+from service.core.io.lua import NEXT_TOKEN, NOW
 from workers.errors import LeaseLost
 from workers.lock import DROP_LAPSED
 from workers.outage import RedisOutage, every
@@ -120,6 +120,13 @@ redis.call('SREM', KEYS[4], ARGV[2])
 return 1
 """
 
+COUNT_LOSS = """
+-- KEYS: lease losses ; ARGV: token
+-- (a loss counted by the holder itself: its claim crashed; -1 once the lease is another's)
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+return redis.call('INCR', KEYS[2])
+"""
+
 REQUEUE = f"""
 -- KEYS: lease holder in_progress queue my_cases my_suspects ; ARGV: token job_id defer_ms
 {RESUME_AT}redis.call('SREM', KEYS[5], ARGV[2])
@@ -155,7 +162,7 @@ class Grant:
     the one that took its worker down, or an innocent neighbour (see the module's docstring)."""
 
     view: RunView | None = None
-    """The run view of the tuning named to `CaseLease.acquire` (`view_of`), read with the grant."""
+    """The run view of the tuning named to `JobLease.acquire` (`view_of`), read with the grant."""
 
     @property
     def suspect(self) -> bool:
@@ -167,7 +174,7 @@ class Grant:
         return {"lease": token, "lost_leases": self.lost, "suspect": self.level or None, "try": job_try}
 
 
-class CaseLease:
+class JobLease:
     """The lease one worker holds on one running case."""
 
     def __init__(
@@ -188,6 +195,7 @@ class CaseLease:
         self._check = batch.redis.register_script(CHECK)
         self._clear = batch.redis.register_script(CLEAR)
         self._requeue = batch.redis.register_script(REQUEUE)
+        self._count_loss = batch.redis.register_script(COUNT_LOSS)
         self._queue = queue
         self._worker = worker
         self.job_id = job_id
@@ -212,7 +220,7 @@ class CaseLease:
         outage: RedisOutage | None = None,
         on_cleared: Callable[[str], object] | None = None,
         view_of: str | None = None,
-    ) -> tuple[CaseLease | None, Grant]:
+    ) -> tuple[JobLease | None, Grant]:
         """The lease and what came with it (with `view_of`, that tuning's run view); (None, ...) if another
         worker holds it."""
         keys_ = [
@@ -287,6 +295,14 @@ class CaseLease:
             if self._on_cleared is not None:
                 self._on_cleared(self.job_id)
             log.info("case_cleared", job_id=self.job_id)
+
+    async def count_loss(self) -> int | None:
+        """Count a loss against the job while this lease holds it (its claim crashed: workers.envelope);
+        the losses counted now, None when the lease is another's."""
+        counted = await self._batch.script(
+            self._count_loss, [keys.lease(self.job_id), keys.losses(self.job_id)], [self.token]
+        )
+        return None if int(counted) < 0 else int(counted)
 
     async def requeue(self, defer_s: float = 0.0) -> bool:
         """Give the case back to the queue (a clean stop): any worker may take it in `defer_s`."""

@@ -18,8 +18,8 @@ import structlog
 from redis.asyncio import Redis
 
 from service.core import keys
-from service.core.batch import RedisBatch
-from service.core.lua import NEXT_TOKEN, NOW
+from service.core.io.batch import RedisBatch
+from service.core.io.lua import NEXT_TOKEN, NOW
 from workers.errors import LockLost
 from workers.outage import RedisOutage, every
 from workers.tasks import watched

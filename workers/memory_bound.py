@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from service.core.io.trees import SMALL_ENTRIES, folder_size
 from service.core.models.tuning import TuningConfig
-from service.core.trees import SMALL_ENTRIES, folder_size
 
 BYTES_PER_MB = 1_000_000
 

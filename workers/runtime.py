@@ -10,23 +10,25 @@ import structlog
 from arq import Retry
 from arq.connections import ArqRedis
 
-from service.core.batch import RedisBatch
-from service.core.disk_batch import DiskBatch
 from service.core.errors import TunefleetError
 from service.core.events import EventSink
+from service.core.io.batch import RedisBatch
+from service.core.io.disk_batch import DiskBatch
 from service.core.models.status import WorkerPresence
 from service.core.models.tuning import LlmAdapter
 from service.core.settings import FleetSettings
 from service.core.store import Store
+from service.kinds.registry import counter_rules
 from workers.adapters.base import Prober
 from workers.adapters.factory import llm_modules_loaded, llm_modules_present, llm_roles
 from workers.adapters.llm.pool import Providers
 from workers.adapters.process import AgentHost
-from workers.breaker import Breaker, BreakerGate
+from workers.breaker import Breaker, BreakerWatch
 from workers.control import Controls
-from workers.lease import CaseLease, Grant
+from workers.lease import Grant, JobLease
 from workers.outage import RedisOutage
 from workers.slots import Slots
+from workers.store_full import StoreWatch
 from workers.tuning import TuningRuntime
 
 log = structlog.get_logger()
@@ -45,13 +47,24 @@ class WorkerRuntime:
         self.store = Store(settings.store)
         self.name = name or worker_name()
         self.batch = RedisBatch(redis)
-        self.sink = EventSink(redis, self.store, settings.events_max, worker=self.name, batch=self.batch)
+        self.sink = EventSink(
+            redis,
+            self.store,
+            settings.events_max,
+            counter_rules(settings),
+            worker=self.name,
+            batch=self.batch,
+        )
         self.outage = RedisOutage(settings.outage_backoff_max_s)
         self.breaker = Breaker(redis, settings.breaker_probe_base_s, settings.breaker_probe_max_s)
         self.controls = Controls(redis, settings.poll_delay_s, self.outage)
-        self.gate = BreakerGate(
+        self.breaker_watch = BreakerWatch(
             self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0, outage=self.outage
         )
+        self.store_watch = StoreWatch(
+            redis, settings.store, self.sink, self.name, settings.poll_delay_s, settings.outage_backoff_max_s
+        )
+        """Whether the store (or Redis) is full, as this process last found it: claims stop while it is."""
         self.host = AgentHost.of_worker(settings)
         self.llm = Providers(redis)
         """The LLM providers' clients, limits and formats, shared by every step; closed by `aclose`."""
@@ -115,12 +128,12 @@ class WorkerRuntime:
     async def _prober_for(self, tuning: str) -> Prober:
         return self.tuning(tuning).prober
 
-    async def acquire(self, job_id: str, scope: str, view_of: str | None = None) -> tuple[CaseLease, Grant]:
+    async def acquire(self, job_id: str, scope: str, view_of: str | None = None) -> tuple[JobLease, Grant]:
         """The lease of a case (or a goal: any leased job) with its counted lease losses, whether it was
         cancelled (in the `tf:cancelled:<scope>` set: the case's tuning, or `keys.GOALS_SCOPE`), whether
         it is a suspect, and with `view_of` that tuning's run view (workers.lease.RunView); Retry when
         another worker still holds it."""
-        lease, grant = await CaseLease.acquire(
+        lease, grant = await JobLease.acquire(
             self.batch,
             self.settings.queue,
             job_id,

@@ -1,6 +1,6 @@
 """A worker's job slots (its `concurrency`): each job it runs holds one from its claim until its function
 ends. A job that waits on jobs the fleet runs for it (an apply waiting for its gate's items,
-workers.gate) lends its slot meanwhile, so that the scheduler claims those jobs into it.
+workers.kinds.evals.gate) lends its slot meanwhile, so that the scheduler claims those jobs into it.
 
 A job that will start no agent any more gives its slot up (`give_up`): a case recording its end
 (its memory kept, its result written and sent) does it beside the next job's claim and start.

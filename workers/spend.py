@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
-from service.core.files import append_line, read_model
+from service.core.io.files import append_line, read_model
 from service.core.models.records import ApplyRecord, Feedback, RunRecord, Spend, Usage
 from service.core.models.tuning import Budget
 from service.core.store import CaseStore
@@ -53,37 +54,59 @@ def refused_usage(raw: bytes | None) -> Usage:
         return Usage()
 
 
-def case_usage(store: CaseStore) -> tuple[Usage, int]:
-    """Tokens and cost of every recorded step (void tries included) and of the ledger, and how many
-    steps were recorded. Only the fleet's own records count: a grade must name the run it graded and
-    an apply the grade it applied (their seals), so that nothing an agent left in an attempt folder
-    is added."""
+class CaseSpend(NamedTuple):
+    """What one walk of a case's tries finds (`case_usage`)."""
+
+    usage: Usage
+    """Tokens and cost of every recorded step (void tries included) and of the ledger."""
+    steps: int
+    """The steps recorded."""
+    flaky: bool
+    """Two graded runs of one phase on one version disagreed: one passed, another failed (tries set aside
+    as void not counted)."""
+
+
+def case_usage(store: CaseStore) -> CaseSpend:
+    """Tokens and cost of every recorded step (void tries included) and of the ledger, how many steps
+    were recorded, and whether graded runs disagreed, in one walk of the case's tries. Only the fleet's
+    own records count: a grade must name the run it graded and an apply the grade it applied (their
+    seals), so that nothing an agent left in an attempt folder is added."""
     total = Usage()
     steps = 0
+    verdicts: dict[tuple[str, str], set[str]] = {}
     for attempt_dir in store.try_folders():
         run = read_model(attempt_dir / "run.json", RunRecord)
         feedback = read_model(attempt_dir / "feedback.json", Feedback)
-        applied = read_model(attempt_dir / "apply.json", ApplyRecord)
-        graded = feedback is not None and run is not None and feedback.run_seal == run.seal
-        for usage in (
-            run.output.usage if run else None,
-            feedback.usage if feedback and graded and not (run and run.void) else None,
-            applied.output.usage
-            if applied and graded and feedback and applied.feedback_seal == feedback.seal
-            else None,
-        ):
-            if usage is not None:
-                total += usage
-                steps += 1
+        for usage in _recorded_usages(run, feedback, read_model(attempt_dir / "apply.json", ApplyRecord)):
+            total += usage
+            steps += 1
+        if attempt_dir.name.isdigit() and run and feedback and feedback.verdict != "void":
+            verdicts.setdefault((attempt_dir.parent.name, run.version), set()).add(feedback.verdict)
     for spend in ledger(store.root):
         total += spend.usage
-    return total, steps
+    return CaseSpend(total, steps, any(len(seen) > 1 for seen in verdicts.values()))
+
+
+def _recorded_usages(
+    run: RunRecord | None, feedback: Feedback | None, applied: ApplyRecord | None
+) -> list[Usage]:
+    """The usages one try's records count: its run's, its grade's when it graded that run (and the run
+    was not void), its apply's when it applied that grade."""
+    graded = feedback is not None and run is not None and feedback.run_seal == run.seal
+    found = [
+        run.output.usage if run else None,
+        feedback.usage if feedback and graded and not (run and run.void) else None,
+        applied.output.usage
+        if applied and graded and feedback and applied.feedback_seal == feedback.seal
+        else None,
+    ]
+    return [usage for usage in found if usage is not None]
 
 
 def check_case_budget(store: CaseStore, budget: Budget) -> None:
     """Raise OverBudget when the case's spend so far is at or past its budget (the budget the worker
     read with the tuning; the caller asks only when it bounds the case: `Budget.bounds_case`)."""
-    usage, _ = case_usage(store)
+    usage = case_usage(store).usage
     reason = budget.case_over(usage.tokens, usage.cost_usd)
     if reason is not None:
         raise OverBudget(reason)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 
 from service.core import keys
-from service.core.batch import RedisBatch
-from service.core.disk_batch import DiskBatch
+from service.core.io.batch import RedisBatch
+from service.core.io.disk_batch import DiskBatch
 from service.core.models.tuning import Budget, TuningConfig
 from service.core.store import TuningStore
 from service.core.system import SystemRepo
-from service.evals.split import held_out_ids
+from service.kinds.evals.guards.leak import LeakIndex
+from service.kinds.evals.split import held_out_ids
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.factory import build_analyzer, build_applier, build_prober, build_runner
 from workers.adapters.llm.pool import Providers
@@ -46,7 +47,9 @@ class TuningRuntime:
         self.applier: Applier = build_applier(self.config.applier, host, llm)
         self.prober: Prober = build_prober(self.config.runner, host)
         self.held_out = held_out_ids(store)
-        """Its held-out cases (service.evals.split): never run as cases, only evaluated."""
+        """Its held-out cases (service.kinds.evals.split): never run as cases, only evaluated."""
+        self.leak_index: LeakIndex | None = None
+        """The word runs of its cases, for the leak guard (workers.kinds.evals.gate.guard): built once."""
         self._batch = batch
         self._redis = batch.redis
 

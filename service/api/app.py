@@ -42,7 +42,7 @@ from service.client.client import TunefleetClient
 from service.client.queries import case_detail, results
 from service.core import keys
 from service.core.errors import RedisUnavailableError, TunefleetError, UnknownTuningError
-from service.core.health import daemon_checks
+from service.core.io.health import daemon_checks
 from service.core.models.api import (
     BatchResult,
     Cancelled,
@@ -61,12 +61,11 @@ from service.core.models.api import (
     TuningList,
 )
 from service.core.models.case import Case
-from service.core.models.events import Event
+from service.core.models.events import parse_event
 from service.core.models.health import Liveness, Readiness
 from service.core.models.status import CaseDetail
 from service.core.settings import FleetSettings
-from service.evals.api import EvalApi
-from service.goals.api import GoalApi
+from service.kinds.registry import slices
 from service.metrics import FleetMetrics, fleet_snapshot
 
 __all__ = ["Api", "create_app"]
@@ -95,7 +94,7 @@ class Api:
     def __init__(self, client: TunefleetClient, settings: FleetSettings) -> None:
         self.client = client
         self.settings = settings
-        self.metrics = FleetMetrics(client.redis, settings.queue)
+        self.metrics = FleetMetrics(client.redis, settings.queue, slices(settings))
         self.guard = Guard(settings)
         w = Controls(client, settings)
         health = daemon_checks(client.redis, settings.store)
@@ -129,13 +128,16 @@ class Api:
             E("GET", CONTRACT_PATH, self.contract, "The event contract", "text/javascript", access="public"),
         ]
 
-        # The goal endpoints read with the read token; their writes (start, cancel) need the write token.
-        goals = GoalApi(client, settings, self.guard).endpoints()
-        self.endpoints += [
-            replace(e, access="write") if e.method != "GET" and e.access == "read" else e for e in goals
-        ]
-        evals = EvalApi(client, self.guard).endpoints()
-        self.endpoints += [replace(e, access="write") if e.method != "GET" else e for e in evals]
+        # Every kind's own routes (service.core.kinds): they read with the read token, and their writes
+        # need the write token.
+        for kind in slices(settings):
+            module = kind.front("api")
+            if module is not None:
+                routes: list[Endpoint] = module.endpoints(client, settings, self.guard)
+                self.endpoints += [
+                    replace(e, access="write") if e.method != "GET" and e.access == "read" else e
+                    for e in routes
+                ]
         self.document = json.dumps(openapi_document(self.endpoints, __doc__ or "")).encode()
         self.contract_js = contract_module().encode()
 
@@ -200,7 +202,7 @@ class Api:
         page = []
         for entry_id, fields in raw:
             try:
-                event = Event.model_validate_json(fields[b"event"])
+                event = parse_event(fields[b"event"])
             except (KeyError, ValidationError) as exc:
                 log.warning("api_event_unreadable", id=entry_id.decode(), error=str(exc))
                 continue
@@ -219,14 +221,15 @@ class Api:
         return Response(self.contract_js, media_type="text/javascript")
 
     async def dashboard(self, request: Request) -> Response:
-        """The dashboard page; `/?token=…` with a read token keeps it as an HttpOnly cookie, from which the
-        page's own requests read, and sends the browser back to `/` (the token leaves the address bar)."""
+        """The dashboard page; `/?token=…` with the read token keeps it as an HttpOnly cookie (Secure over
+        TLS), from which the page's own requests read, and sends the browser back to `/` (the token leaves
+        the address bar). The write token is never kept so (403)."""
         offered = request.query_params.get("token")
         if offered is not None:
-            if not self.guard.token_for_cookie(offered):
-                raise HttpError(401, "that token may not read this fleet")
+            self.guard.cookie_token(offered)  # the read token only: 401, or 403 for the write token
             back = RedirectResponse("/", status_code=303)
-            back.set_cookie(READ_COOKIE, offered, httponly=True, samesite="strict", path="/")
+            secure = self.guard.cookie_secure(request)
+            back.set_cookie(READ_COOKIE, offered, httponly=True, samesite="strict", path="/", secure=secure)
             return back
         self.guard.read(request)
         return FileResponse(DASHBOARD / "index.html", headers={"Content-Security-Policy": CSP})

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from service.api.http import HttpError, field_errors, json_response, read_body, slug_param
 from service.client.client import TunefleetClient
+from service.core.io.documents import load_json
 from service.core.models.api import (
     BatchItem,
     BatchRefused,
@@ -83,7 +84,7 @@ class Controls:
     def validate_batch(self, body: bytes) -> list[Case]:
         """Every case of a batch, or a BatchError naming each invalid item (nothing is submitted)."""
         try:
-            raw = json.loads(body)
+            raw = load_json(body)  # nesting bounded (service.core.io.documents): never a RecursionError
         except ValueError as exc:
             raise HttpError(422, f"a batch must be a JSON array of cases: {exc}") from None
         if not isinstance(raw, list) or not raw:

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service.core.models.api import ErrorBody, FieldError
-from service.core.models.case import SLUG_RE
+from service.core.models.case import is_slug
 from service.core.settings import FleetSettings
 from service.core.validation import field_problems
 
@@ -79,7 +79,7 @@ def parse_query(model: type[M], params: Mapping[str, str]) -> M:
 
 def slug_param(request: Request, name: str) -> str:
     value = str(request.path_params[name])
-    if not SLUG_RE.match(value):
+    if not is_slug(value):
         raise HttpError(422, f"invalid {name}", [FieldError(field=name, message="not a safe slug")])
     return value
 
@@ -113,6 +113,17 @@ async def off_loop(read: Callable[[], T], unknown: type[Exception], detail: str 
     store does not hold), saying `detail` or else the error."""
     try:
         return await run_in_threadpool(read)
+    except unknown as exc:
+        raise HttpError(404, detail or str(exc)) from None
+
+
+async def found(
+    call: Awaitable[T], unknown: type[Exception] | tuple[type[Exception], ...], detail: str | None = None
+) -> T:
+    """What the fleet answered (`call`, awaited); 404 when it raises `unknown` (a thing the fleet does not
+    hold), saying `detail` or else the error."""
+    try:
+        return await call
     except unknown as exc:
         raise HttpError(404, detail or str(exc)) from None
 
@@ -162,6 +173,23 @@ class Guard:
         if not _matches(bearer(request), token):
             raise HttpError(401, "a valid bearer token is required")
 
-    def token_for_cookie(self, given: str) -> bool:
-        """Whether a token offered as `/?token=…` may read (and so be kept as the read cookie)."""
-        return any(_matches(given, t) for t in self.read_tokens())
+    def cookie_token(self, given: str) -> None:
+        """Whether a token offered as `/?token=…` may be kept as the read cookie: the read token only.
+        The write token may read, but a browser never keeps it (403), so a page can never carry it."""
+        if _matches(given, self.settings.api_token):
+            raise HttpError(
+                403,
+                "the write token is never kept by a browser: open the dashboard with the read token "
+                "(api_read_token)",
+            )
+        if not _matches(given, self.settings.api_read_token):
+            raise HttpError(401, "that token may not read this fleet")
+
+    def cookie_secure(self, request: Request) -> bool:
+        """Whether the read cookie is `Secure` (setting `api_cookie_secure`): always, or when the request
+        came over TLS, as its URL or a TLS-ending proxy's `X-Forwarded-Proto` says. A client that fakes
+        the header only makes its own browser keep the cookie for https."""
+        if self.settings.api_cookie_secure == "always":
+            return True
+        forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+        return request.url.scheme == "https" or forwarded == "https"

@@ -40,8 +40,8 @@ def openapi_document(endpoints: list[Endpoint], description: str) -> dict[str, A
         if e.body is not None:
             responses["201"] = {"description": "Created", "content": content}
         responses |= {str(code): {"description": "Error", **error} for code in e.errors}
-        if e.body is CaseBatch:
-            refused = refs[(BatchRefused, "serialization")]
+        if e.body is CaseBatch:  # invalid items are named one by one; a body that is no batch, as any 422
+            refused = {"anyOf": [refs[(BatchRefused, "serialization")], refs[(ErrorBody, "serialization")]]}
             responses["422"] = {
                 "description": "Refused",
                 "content": {"application/json": {"schema": refused}},

@@ -10,9 +10,9 @@ import uvicorn
 
 from service.api.app import create_app
 from service.client.client import TunefleetClient
-from service.core import serving
 from service.core.errors import TunefleetError
-from service.core.serving import EmbeddedServer
+from service.core.io import serving
+from service.core.io.serving import EmbeddedServer
 from service.core.settings import FleetSettings
 
 log = structlog.get_logger()

@@ -4,7 +4,6 @@ beside the outcome it declares (`demo.expect` in its case file, read here only).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -15,23 +14,28 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
+from service.cli.demo_serve import demo_dashboard, keep_serving
 from service.cli.render import Declared, out_console, results_table, status_table
 from service.client.client import TunefleetClient
 from service.client.tunings import load_tuning_file
 from service.core import keys
-from service.core.cases import case_files, load_case
 from service.core.errors import CaseFileError, ConfigError
 from service.core.models.case import State
-from service.core.models.goal import GoalSpec
+from service.core.models.events import parse_event
 from service.core.models.status import ResultRow
+from service.core.models.tuning import TuningConfig
 from service.core.settings import FleetSettings
 from service.core.validation import describe_validation
 from service.daemon.main import Daemon
-from service.evals.fleet import EvalFiles
-from service.evals.render import before_after
-from service.evals.report import REPORT_FILE, build_report
-from service.evals.split import read_split
-from service.goals import demo as demo_goals
+from service.kinds.cases.files import case_files, load_case
+from service.kinds.evals.fleet import EvalFiles
+from service.kinds.evals.render import before_after
+from service.kinds.evals.report import REPORT_FILE, build_report
+from service.kinds.evals.split import read_split
+from service.kinds.evals.truth import true_pass_rate
+from service.kinds.goals import demo as demo_goals
+from service.kinds.goals.models import GoalSpec
+from service.watch.fmt import event_try
 
 REFRESH_S = 0.5
 EVENT_ROWS = 12
@@ -79,10 +83,10 @@ async def recent_events(client: TunefleetClient, count: int) -> Table:
     table = Table("event", "case", "try", "detail", title="latest events", title_justify="left")
     entries = await client.redis.xrevrange(keys.events(), count=count)
     for _, fields in reversed(entries):
-        event = json.loads(fields[b"event"])
-        where = f"{event.get('phase', '')}/{event.get('attempt', '')}" if event.get("phase") else ""
-        kind = f"{event['kind']} {event.get('step', '')}".strip()
-        table.add_row(kind, event.get("case", ""), where, (event.get("detail") or "")[:70])
+        event = parse_event(fields[b"event"])
+        where = event_try(event)
+        kind = f"{event.kind.value} {event.step or ''}".strip()
+        table.add_row(kind, event.case or "", where, (event.detail or "")[:70])
     return table
 
 
@@ -113,9 +117,32 @@ async def stop_workers(processes: list[asyncio.subprocess.Process], grace_s: flo
 
 
 async def run_demo(
+    settings: FleetSettings,
+    tuning_file: Path,
+    workers: int,
+    timeout_s: float,
+    goals_dir: Path | None = None,
+    keep: bool = False,
+) -> int:
+    """0 when every demo case and every example goal (in `goals_dir`) reached the outcome it declares; with
+    `keep`, the dashboard is served on after the results until Ctrl-C."""
+    code = await _run_demo(settings, tuning_file, workers, timeout_s, goals_dir)
+    name = load_tuning_file(tuning_file).name
+    console = out_console()
+    if keep:
+        await keep_serving(settings, console, name)
+    else:
+        console.print(
+            f"to browse the finished tuning ({name}) in the dashboard: tunefleet demo-serve {tuning_file} "
+            "(after `make demo`: make demo-serve), or run the demo with --keep-serving",
+            highlight=False,
+        )
+    return code
+
+
+async def _run_demo(
     settings: FleetSettings, tuning_file: Path, workers: int, timeout_s: float, goals_dir: Path | None = None
 ) -> int:
-    """0 when every demo case and every example goal (in `goals_dir`) reached the outcome it declares."""
     console = out_console()
     specs = demo_goals.example_specs(goals_dir) if goals_dir is not None else []
     expected = expectations(tuning_file)
@@ -129,7 +156,8 @@ async def run_demo(
         watcher = asyncio.create_task(daemon.run())
         report_file = held_out_report_file(client, name)
         try:
-            last = await _follow(client, name, total, specs, timeout_s, console, report_file)
+            async with demo_dashboard(client, settings, console, name):
+                last = await _follow(client, name, total, specs, timeout_s, console, report_file)
         finally:
             daemon.stopping.set()
             await watcher
@@ -145,6 +173,7 @@ async def run_demo(
         # The simulated demo's cases declare their outcomes, and so its held-out cases must improve; a
         # real model's demo declares none: it shows the before and after, both measured.
         code = code or print_held_out(console, client, name, must_improve=bool(expected))
+        await print_truth(console, client, name, load_tuning_file(tuning_file))
     if not specs:
         return code
     console.print(goals_table)
@@ -206,6 +235,10 @@ def _summary(console: Console, rows: list[ResultRow], declared: dict[str, Declar
             + ", ".join(r.case for r in missed)
         )
         return 1
+    if not declared:  # a tuning of one's own (tunefleet init): its cases declare no outcome
+        ended = sum(r.state != "unfinished" for r in rows)
+        console.print(f"{ended} of {len(rows)} cases ended")
+        return 0 if ended == len(rows) else 1
     console.print(f"[green]all {len(rows)} cases reached their declared outcome[/green]")
     return 0
 
@@ -226,14 +259,18 @@ def print_held_out(console: Console, client: TunefleetClient, tuning: str, must_
         gates = report.gates
         console.print(
             f"acceptance gate: {gates.applies} applies gated, {gates.passed} passed and published "
-            f"({gates.rebased} re-based), {gates.rejected} rejected; the gates cost "
+            f"({gates.rebased} re-based), {gates.rejected} rejected; they read {gates.runs} runs, "
+            f"{gates.early} stopped early; the gates cost "
             f"${gates.usage.cost_usd:.4f} (REPORT.md)"
         )
     if report.before is None or report.after is None:
         console.print("[red]the held-out cases were not measured before and after the tuning[/red]")
         return 1
     if report.after.rate.rate > report.before.rate.rate:
-        console.print("[green]the final version did better than the imported one on held-out cases[/green]")
+        console.print(
+            "[green]the final version did better than the imported one on held-out cases[/green] "
+            "(its pass rate; whether beyond chance is said above)"
+        )
         return 0
     if must_improve:
         console.print(
@@ -242,3 +279,21 @@ def print_held_out(console: Console, client: TunefleetClient, tuning: str, must_
         return 1
     console.print("the final version did not do better than the imported one on held-out cases")
     return 0
+
+
+async def print_truth(console: Console, client: TunefleetClient, tuning: str, config: TuningConfig) -> None:
+    """In the demo world, print the true held-out pass rates of the imported and the final version (the
+    ground truth, service.kinds.cases.truth) beside the measured ones; nothing elsewhere."""
+    evals = EvalFiles(client.store)
+    report = build_report(client.tuning_store(tuning), evals.folder)
+    store = client.tuning_store(tuning)
+    parts = []
+    for which, results in (("imported", report.before), ("final", report.after)):
+        if results is None:
+            continue
+        true_rate = await true_pass_rate(config, store, evals.known(results.id), results)
+        if true_rate is None:
+            return
+        parts.append(f"{which} {true_rate:.3f} (measured {results.rate.rate:.3f})")
+    if parts:
+        console.print("true held-out pass rate (the demo world's ground truth): " + ", ".join(parts))

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -31,9 +32,11 @@ from service.cli.support import (
 from service.client.client import TunefleetClient
 from service.core import logs
 from service.core.errors import TunefleetError
+from service.core.kinds import load_slices
 from service.core.models.status import Hold, ResultRow
-from service.core.settings import CONFIG_ENV
+from service.core.settings import CONFIG_ENV, FleetSettings
 from service.core.startup import check_redis_address, load_settings
+from service.kinds.registry import BUILT_IN
 
 HELP = "Tune an agent's instructions against a data set on a fleet of workers."
 
@@ -59,8 +62,17 @@ def main_options(
         settings = load_settings()
     except TunefleetError as exc:
         fail(exc, ctx.invoked_subcommand in LOGGING_COMMANDS)
-    logs.configure(settings.log_format, settings.log_level)
+    logs.configure(settings.log_format, command_log_level(settings, ctx.invoked_subcommand))
     ctx.obj = settings
+
+
+def command_log_level(settings: FleetSettings, command: str | None) -> str:
+    """The log level of a command: the setting for the daemon and the worker, whose stderr is a log;
+    `warning` for every other command unless `log_level` is set, so that what a command says is its own
+    output and a warning or an error, never its progress as log lines (issue 53)."""
+    if command in LOGGING_COMMANDS or "log_level" in settings.model_fields_set:
+        return settings.log_level
+    return "warning"
 
 
 @app.command(help="Claim cases from the queue and run the loop on them until stopped (SIGTERM/SIGINT).")
@@ -101,6 +113,50 @@ def daemon(
     from service.daemon.main import run_daemon
 
     run(run_daemon(settings_of(ctx), tunings, once), as_log=True)
+
+
+@app.command()
+def init(
+    folder: Annotated[Path, typer.Argument(help="Where to write the tuning (made if need be).")] = Path("."),
+    agent: Annotated[
+        str, typer.Option(help="command (your own scripts), llm, claude-code or codex: who runs the cases.")
+    ] = "command",
+) -> None:
+    """Write a working tuning to start from: tuning.yaml, instructions, two example cases with rubrics,
+    and for `command` three short agent scripts (runner, grader, editor) that follow the contract."""
+    from service.cli.init import AGENTS, init_tuning
+
+    if agent not in AGENTS:
+        fail(f"--agent {agent!r}: expected one of {', '.join(AGENTS)}")
+    try:
+        written = init_tuning(folder, agent)
+    except TunefleetError as exc:
+        fail(exc)
+    for path in written:
+        print(f"wrote {path}")
+    tuning = folder / "tuning.yaml"
+    print(f"next: tunefleet check {tuning}, then tunefleet demo --tuning {tuning} (docs/quickstart.md)")
+
+
+@app.command()
+def check(
+    tuning_file: Annotated[Path, typer.Argument(help="The tuning file (or the folder holding tuning.yaml).")],
+    cases: Annotated[list[Path] | None, typer.Argument(help="More case files or folders to check.")] = None,
+) -> None:
+    """Check a tuning file and its cases with no Redis and no daemon: every problem at once, by file and
+    field; exit 1 when any is an error (warnings alone pass)."""
+    from service.client.check import check as check_files
+
+    if tuning_file.is_dir():
+        tuning_file = tuning_file / "tuning.yaml"
+    report = check_files(tuning_file, cases or [])
+    for finding in report.findings:
+        print(finding.line())
+    errors, warnings = len(report.errors), len(report.warnings)
+    verdict = "refused" if errors else "ok"
+    counts = f"{errors} error(s), {warnings} warning(s); {report.cases} case file(s) read"
+    print(f"{verdict}: {tuning_file}: {counts}")
+    raise typer.Exit(1 if errors else 0)
 
 
 @app.command()
@@ -287,6 +343,48 @@ def resume(
 
 
 @app.command()
+def export(
+    ctx: typer.Context,
+    tuning: TuningArg,
+    folder: Annotated[Path, typer.Argument(help="A new or empty folder to write the files into.")],
+    version: Annotated[
+        str | None,
+        typer.Option(help="A commit id (or a unique prefix of one); default: main, the current one."),
+    ] = None,
+) -> None:
+    """Write a version of a tuning's instructions (default: the current one, main) into a folder, as
+    plain files to take home. Reads the store only."""
+    from service.client.export import Exported, export_version
+
+    async def go() -> Exported:
+        return await export_version(TunefleetClient(settings_of(ctx)).tuning_store(tuning), folder, version)
+
+    done = run(go())
+    which = " (main, the current version)" if done.is_main else " (not main: an earlier or other version)"
+    print(f"exported version {done.version}{which} of tuning {tuning}: {done.files} file(s) into {folder}")
+
+
+@app.command()
+def gc(
+    ctx: typer.Context,
+    apply: Annotated[bool, typer.Option("--apply", help="Remove them (without it, only say what).")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """What the store and Redis keep that nothing needs any more, past the retention ages (old snapshots,
+    the cancels of ended jobs, decided candidates' refs, ended evaluations' item folders, void tries'
+    agent folders; the repository packed): said, or with --apply removed, with the bytes and inodes it
+    frees. Nothing a result, report or version's history reads is removed."""
+    from service.cli.render import gc_text
+    from service.client.gc import collect
+
+    report = with_client(ctx, lambda client: collect(client.redis, client.settings, apply=apply))
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        Console().print(gc_text(report))
+
+
+@app.command()
 def schema(
     names: Annotated[list[str] | None, typer.Argument(help=f"Any of: {', '.join(SCHEMAS)}")] = None,
 ) -> None:
@@ -300,24 +398,65 @@ def schema(
     print(json.dumps(schemas(names), indent=2))
 
 
+DEMO_TUNING = Path("examples/demo/tuning.yaml")
+
+
 @app.command()
 def demo(
     ctx: typer.Context,
-    tuning_file: Annotated[Path, typer.Option("--tuning", help="The tuning file to run.")] = Path(
-        "examples/demo/tuning.yaml"
-    ),
+    tuning_file: Annotated[Path, typer.Option("--tuning", help="The tuning file to run.")] = DEMO_TUNING,
     workers: Annotated[int, typer.Option(help="Worker processes to start.")] = 2,
     timeout_s: Annotated[float, typer.Option(help="Give up after this long.")] = 600.0,
     goals: Annotated[
-        Path | None, typer.Option(help="A folder of goal specs to pursue beside the cases (none: no goals).")
-    ] = Path("examples/goals"),
+        Path | None,
+        typer.Option(
+            help="A folder of goal specs to pursue beside the cases (default: examples/goals with the demo "
+            "tuning, none with another)."
+        ),
+    ] = None,
+    no_goals: Annotated[bool, typer.Option("--no-goals", help="Pursue no goals, only the cases.")] = False,
+    keep_serving: Annotated[
+        bool, typer.Option("--keep-serving", help="Serve the dashboard on after the results, until Ctrl-C.")
+    ] = False,
 ) -> None:
-    """Run the demo tuning and the example goals end to end, with live progress, then the results.
+    """Run the demo tuning (or yours: --tuning) and the example goals end to end, with live progress,
+    then the results.
 
-    It starts the daemon and worker processes itself, on the fleet's Redis and store."""
+    It starts the daemon and worker processes itself, on the fleet's Redis and store. In the demo world
+    (demo runner and analyzer) it also prints the true held-out pass rates beside the measured ones."""
     from service.cli.demo import run_demo
 
-    raise typer.Exit(run(run_demo(settings_of(ctx), tuning_file, workers, timeout_s, goals)))
+    if goals is None and tuning_file.resolve() == DEMO_TUNING.resolve() and not no_goals:
+        goals = Path("examples/goals")
+    try:
+        code = run(
+            run_demo(
+                settings_of(ctx), tuning_file, workers, timeout_s, None if no_goals else goals, keep_serving
+            )
+        )
+    except KeyboardInterrupt:  # Ctrl-C ends --keep-serving
+        code = 0
+    raise typer.Exit(code)
+
+
+@app.command("demo-serve")
+def demo_serve(
+    ctx: typer.Context,
+    tuning_file: Annotated[Path, typer.Argument(help="The demo's tuning file.")] = Path(
+        "examples/demo/tuning.yaml"
+    ),
+) -> None:
+    """Serve the dashboard of a finished demo (its store) on a loopback port until Ctrl-C, reads open."""
+    from service.cli.demo_serve import keep_serving
+    from service.cli.render import out_console
+    from service.client.tunings import load_tuning_file
+
+    try:
+        name = load_tuning_file(tuning_file).name
+    except TunefleetError as exc:
+        fail(exc)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it ends
+        run(keep_serving(settings_of(ctx), out_console(), name))
 
 
 def main() -> None:
@@ -325,19 +464,12 @@ def main() -> None:
     app(prog_name="tunefleet")
 
 
-def _add_goal_commands() -> None:
-    from service.goals.cli import goal_app
-
-    app.add_typer(goal_app, name="goal")
-
-
-_add_goal_commands()
-
-
-def _add_eval_commands() -> None:
-    from service.evals.cli import add_commands
-
-    add_commands(app)
+def _add_kind_commands() -> None:
+    """Every built-in kind's commands (its slice's `cli` module, service.core.kinds)."""
+    for kind in load_slices(BUILT_IN):
+        module = kind.front("cli")
+        if module is not None:
+            module.register(app)
 
 
-_add_eval_commands()
+_add_kind_commands()

@@ -15,6 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from service.cli.support import Format
+from service.client.gc import GcReport
+from service.core.models.records import Usage
 from service.core.models.status import (
     WAIT_WORDS,
     CaseDetail,
@@ -91,7 +93,7 @@ def status_tsv(status: FleetStatus) -> str:
 def results_tsv(rows: list[ResultRow]) -> str:
     """`tunefleet results --format tsv`: one line per case, every value whole."""
     header = ["case", "rev", "state", "reason", "tokens", "cost_usd", "held"]
-    header += ["estimated_tokens", "unmeasured_tokens"]
+    header += ["estimated_tokens", "unmeasured_tokens", "flaky"]
     cells = [
         [
             r.case,
@@ -103,6 +105,7 @@ def results_tsv(rows: list[ResultRow]) -> str:
             r.held or "",
             r.estimated_tokens,
             r.unmeasured_tokens,
+            "yes" if r.flaky else "",
         ]
         for r in rows
     ]
@@ -127,7 +130,7 @@ def status_table(status: FleetStatus) -> Group:
         str(status.queue_depth),
         "  ",
         ("running ", "bold"),
-        str(status.in_progress),
+        str(status.in_progress) + (f" ({words})" if (words := status.running_words()) else ""),
         "  ",
         ("workers ", "bold"),
         str(len(status.workers)),
@@ -135,6 +138,8 @@ def status_table(status: FleetStatus) -> Group:
         ("breaker ", "bold"),
         (breaker, "red" if breaker == "open" else "green"),
         ("  PAUSED" if status.paused else "", "bold red"),
+        (f"  STORE FULL ({status.store_full}): no job is claimed" if status.store_full else "", "bold red"),
+        (f"  REDIS FULL ({status.redis_full})" if status.redis_full else "", "bold red"),
     )
     table = Table(
         "tuning",
@@ -271,7 +276,7 @@ def results_table(rows: list[ResultRow], declared: Mapping[str, Declared] | None
     table.add_column(
         "rev", justify="right", no_wrap=True, min_width=widest("rev", (str(r.rev) for r in rows))
     )
-    states = (r.state + (", held" if r.held else "") for r in rows)
+    states = (r.state + (", flaky" if r.flaky else "") + (", held" if r.held else "") for r in rows)
     table.add_column("state", no_wrap=True, min_width=widest("state", states))
     table.add_column("reason", overflow="fold", ratio=1)
     table.add_column(
@@ -290,7 +295,9 @@ def results_table(rows: list[ResultRow], declared: Mapping[str, Declared] | None
         cells: list[str | Text] = [
             r.case,
             str(r.rev),
-            Text(r.state, STATE_STYLE.get(r.state, "")) + (Text(", held", "bold red") if r.held else ""),
+            Text(r.state, STATE_STYLE.get(r.state, ""))
+            + (Text(", flaky", "yellow") if r.flaky else "")
+            + (Text(", held", "bold red") if r.held else ""),
             r.reason or (f"waits: {r.held}" if r.held else ""),
             row_tokens(r),
             f"{r.cost_usd:.4f}",
@@ -309,6 +316,14 @@ def case_view(detail: CaseDetail) -> Group:
     parts: list[Table | Text] = [Text(f"{detail.tuning} / {detail.case} r{detail.rev}", style="bold")]
     if detail.result:
         parts.append(Text(f"result: {detail.result['state']} {detail.result.get('reason') or ''}"))
+    if detail.handbacks:
+        spent = sum((h.usage for h in detail.handbacks), Usage())
+        parts.append(
+            Text(
+                f"provider hand-backs: {len(detail.handbacks)}, cutting short steps that spent "
+                f"{spent.tokens:,} tokens, ${spent.cost_usd:.4f}; the last: {detail.handbacks[-1].error}"
+            )
+        )
     table = Table("try", "version", "verdict", "rubric", "summary", "improvements", "apply")
     for a in detail.attempts:
         fb = a.feedback
@@ -332,3 +347,25 @@ def case_view(detail: CaseDetail) -> Group:
         )
     parts.append(table)
     return Group(*parts)
+
+
+def gc_text(report: GcReport) -> Text:
+    """`tunefleet gc`'s answer: each removal, then what it frees in all, and what was kept and why."""
+    verb = "removed" if report.applied else "would remove"
+    text = Text()
+    for removal in report.removals:
+        where = f"{removal.kind} {removal.name} of {removal.tuning}"
+        size = f" ({removal.bytes:,} bytes, {removal.inodes:,} inodes)" if removal.inodes else ""
+        if removal.redis_fields:
+            size = f" (from Redis: {removal.redis_fields} fields, {removal.redis_bytes:,} bytes)"
+        text.append(f"{verb} {where}{size}\n")
+    text.append(
+        f"{verb} {len(report.removals)}: {report.bytes:,} bytes, {report.inodes:,} inodes on disk; "
+        f"{report.redis_bytes:,} bytes of Redis fields\n",
+        style="bold",
+    )
+    for kept in report.kept:
+        text.append(f"kept {kept}\n", style="dim")
+    if not report.applied and report.removals:
+        text.append("(a dry run: `tunefleet gc --apply` removes them)\n", style="dim")
+    return text

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from service.core.models.case import Case, RunTask
-from service.core.models.events import Event
-from service.core.models.goal import GoalSpec
-from service.core.models.goal_state import GoalState, ProgressEntry, Review, WorkerResult
+from service.core.models.events import EVENTS
 from service.core.models.jobs import CaseJob
 from service.core.models.records import (
     ApplyOutput,
@@ -21,8 +19,10 @@ from service.core.models.records import (
     RunRecord,
 )
 from service.core.models.tuning import TuningConfig
+from service.kinds.goals.models import GoalSpec
+from service.kinds.goals.state import GoalState, ProgressEntry, Review, WorkerResult
 
-SCHEMAS: dict[str, type[BaseModel]] = {
+SCHEMAS: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
     "case": Case,
     "run-task": RunTask,
     "tuning": TuningConfig,
@@ -33,7 +33,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "apply-record": ApplyRecord,
     "case-result": CaseResult,
     "note": Note,
-    "event": Event,
+    "event": EVENTS,  # one union of every kind's event class (service.core.models.events)
     "case-job": CaseJob,
     "goal": GoalSpec,
     "goal-state": GoalState,
@@ -45,4 +45,8 @@ SCHEMAS: dict[str, type[BaseModel]] = {
 
 def schemas(names: list[str] | None = None) -> dict[str, Any]:
     chosen = names or list(SCHEMAS)
-    return {name: SCHEMAS[name].model_json_schema() for name in chosen}
+    return {name: _schema(SCHEMAS[name]) for name in chosen}
+
+
+def _schema(model: type[BaseModel] | TypeAdapter[Any]) -> dict[str, Any]:
+    return model.json_schema() if isinstance(model, TypeAdapter) else model.model_json_schema()

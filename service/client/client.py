@@ -20,15 +20,16 @@ from typing import Self
 from arq.connections import ArqRedis
 
 from service.client.queries import case_detail, fleet_status, results, tuning_hold
-from service.client.submission import SUBMIT_BATCH, enqueue_cases, read_case_files, write_cases
+from service.client.submission import SUBMIT_BATCH, read_case_files, write_cases
+from service.client.versions import Versions
 from service.core import keys
-from service.core.connection import connect
 from service.core.errors import TunefleetError
-from service.core.events import COST_SCALE, EventSink
+from service.core.events import EventSink
+from service.core.io.connection import connect
 from service.core.models.case import Case
 from service.core.models.events import EventKind
 from service.core.models.jobs import CASE_FUNCTION, CaseJob
-from service.core.models.records import CancelRequest, CaseResult
+from service.core.models.records import COST_SCALE, CancelRequest, CaseResult
 from service.core.models.status import (
     CaseDetail,
     FleetStatus,
@@ -41,9 +42,11 @@ from service.core.models.tuning import TuningConfig
 from service.core.settings import FleetSettings
 from service.core.startup import check_redis_address
 from service.core.store import CaseStore, Store, TuningStore
-from service.evals.fleet import Evals
-from service.evals.split import held_out_ids
-from service.goals.fleet import Goals
+from service.kinds.cases.fleet import enqueue_cases
+from service.kinds.evals.fleet import Evals
+from service.kinds.evals.split import held_out_ids
+from service.kinds.goals.fleet import Goals
+from service.kinds.registry import counter_rules
 
 __all__ = ["SUBMIT_BATCH", "TunefleetClient"]
 
@@ -81,16 +84,21 @@ class TunefleetClient:
 
     @property
     def goals(self) -> Goals:
-        """Start, list, read and cancel goal runs (service.goals.fleet)."""
+        """Start, list, read and cancel goal runs (service.kinds.goals.fleet)."""
         return Goals(self.redis, self.store, self.settings)
 
     @property
     def evals(self) -> Evals:
-        """Create, list, read, compare and cancel evaluations (service.evals.fleet)."""
+        """Create, list, read, compare and cancel evaluations (service.kinds.evals.fleet)."""
         return Evals(self.redis, self.store, self.settings)
 
+    @property
+    def versions(self) -> Versions:
+        """A tuning's versions, diffs and the reasons behind them (service.client.versions)."""
+        return Versions(self.redis, self.store)
+
     def _sink(self) -> EventSink:
-        return EventSink(self.redis, self.store, self.settings.events_max)
+        return EventSink(self.redis, self.store, self.settings.events_max, counter_rules(self.settings))
 
     def tuning_store(self, name: str) -> TuningStore:
         """The tuning's folder; UnknownTuningError when it is not registered."""
@@ -121,7 +129,7 @@ class TunefleetClient:
         """Submit one case; False when the same (tuning, case, rev) is already queued, running or done."""
         tuning_store = self.tuning_store(tuning)
         if case.id in held_out_ids(tuning_store):
-            return False  # held out: never tuned on (service.evals.split)
+            return False  # held out: never tuned on (service.kinds.evals.split)
         store = tuning_store.case(case.id, case.rev)
         existing = store.load_case()
         if existing is None:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from redis.asyncio import Redis
 
 from service.core import keys
-from service.core.errors import StoreError
-from service.core.events import COST_SCALE
-from service.core.files import read_model
-from service.core.models.records import ApplyRecord, Feedback, RunRecord
+from service.core.io.files import read_model
+from service.core.io.redis_memory import full_reason
+from service.core.models.acceptance import GateCounts
+from service.core.models.records import COST_SCALE, ApplyRecord, Feedback, RunRecord
 from service.core.models.status import (
     AttemptView,
     CaseDetail,
@@ -26,8 +27,7 @@ from service.core.models.status import (
     WorkerPresence,
     WorkerStatus,
 )
-from service.core.store import PHASES, CaseStore, TuningStore
-from service.gate.counters import GateCounts
+from service.core.store import TuningStore
 
 TUNING_REPLIES = 7
 """Replies per tuning in the status query's second round trip: stats, running, version, mirror, lock,
@@ -112,7 +112,15 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
         pipe.zrange(keys.workers(), 0, -1, withscores=True)
         pipe.hgetall(keys.held())
         pipe.hgetall(keys.llm_limits())
-        names_raw, depth, breaker, paused, workers_raw, held_raw, limits_raw = await pipe.execute()
+        pipe.get(keys.store_full())
+        pipe.info("memory")
+        replies = await pipe.execute(raise_on_error=False)
+    *replies, memory = replies  # INFO: a user of the fleet's ACL may not run it (no memory figures then)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    names_raw, depth, breaker, paused, workers_raw, held_raw, limits_raw, store_full = replies
+    memory = None if isinstance(memory, Exception) else memory
     holds = {name.decode(): Hold.parse(raw) for name, raw in held_raw.items()}
     names = sorted(n.decode() for n in names_raw)
     worker_names = [w.decode() for w, _ in workers_raw]
@@ -133,49 +141,62 @@ async def fleet_status(redis: Redis, queue: str) -> FleetStatus:
     tunings = [_tuning_status(n, *replies[i * per : (i + 1) * per]) for i, n in enumerate(names)]
     for t in tunings:
         t.held = holds.get(t.name)
-    workers = []
-    for (name, seen), raw in zip(workers_raw, replies[len(names) * per :], strict=True):
-        presence = WorkerPresence.parse(raw)
-        if presence is None:
-            continue
-        workers.append(
-            WorkerStatus(
-                name=name.decode(), slots=presence.slots, cases=presence.cases, last_seen_ms=int(seen)
-            )
-        )
-    running = sum(t.running for t in tunings)
+    workers = _workers(workers_raw, replies[len(names) * per :])
+    by_kind = running_by_kind(job for worker in workers for job in worker.cases)
+    running = max(sum(t.running for t in tunings), sum(by_kind.values()))
     return FleetStatus(
         queue_depth=max(0, int(depth) - running),
         in_progress=running,
+        running_by_kind=by_kind,
         breaker={k.decode(): v.decode() for k, v in breaker.items()},
         paused=bool(paused),
+        store_full=store_full.decode() if store_full else None,
+        redis_full=full_reason(memory) if memory is not None else None,
         workers=workers,
         tunings=tunings,
-        llm_limits=[
-            limit
-            for provider, raw in sorted(limits_raw.items())
-            if (limit := LlmLimit.parse(provider.decode(), raw)) is not None
-        ],
+        llm_limits=_llm_limits(limits_raw),
     )
 
 
-def stored_runs(case_store: CaseStore) -> dict[str, int]:
-    """The agent runs of a case revision as its folder keeps them, as `runs:<outcome>` counters (what
-    service.core.events.counter_moves counted live): `ran`, the tries whose run was graded (not void);
-    `void`, the runs set aside."""
-    ran = void = 0
-    for phase in PHASES:
-        folder = case_store.root / phase
-        if folder.is_dir():
-            void += sum(1 for p in folder.glob("*.void-*") if p.is_dir())
-    for _phase, _attempt, paths in case_store.attempts():
-        try:
-            feedback = read_model(paths.feedback, Feedback)
-        except StoreError:  # unreadable: the try is graded again, and counted then
-            continue
-        if feedback is not None and feedback.verdict != "void" and paths.run.exists():
-            ran += 1
-    return {field: n for field, n in (("runs:ran", ran), ("runs:void", void)) if n}
+def _workers(seen_raw: list[tuple[bytes, float]], presences: list[bytes | None]) -> list[WorkerStatus]:
+    """The workers of the workers set whose presence is there and parses (an expired one is left out)."""
+    workers = []
+    for (name, seen), raw in zip(seen_raw, presences, strict=True):
+        presence = WorkerPresence.parse(raw)
+        if presence is not None:
+            workers.append(
+                WorkerStatus(
+                    name=name.decode(), slots=presence.slots, cases=presence.cases, last_seen_ms=int(seen)
+                )
+            )
+    return workers
+
+
+def _llm_limits(limits_raw: dict[bytes, bytes]) -> list[LlmLimit]:
+    """The providers' limits the fleet has learned, by provider; a value that does not parse is skipped."""
+    return [
+        limit
+        for provider, raw in sorted(limits_raw.items())
+        if (limit := LlmLimit.parse(provider.decode(), raw)) is not None
+    ]
+
+
+def running_by_kind(job_ids: Iterable[str]) -> dict[str, int]:
+    """How many of `job_ids` (the jobs live workers hold, from their presence) are of each kind, told by
+    the job id's prefix: `case:`, `goal:`, `eval:` (an evaluation's item; its gate's when the evaluation's
+    id starts with `gate-`, service.kinds.evals.gate). Each job is counted once, though two workers may
+    name it for a moment while it changes hands."""
+    counts: dict[str, int] = {}
+    for job_id in set(job_ids):
+        prefix, _, rest = job_id.partition(":")
+        if prefix == "eval":
+            eval_id = rest.split(":")[1] if rest.count(":") >= 1 else ""
+            kind: str | None = "gate items" if eval_id.startswith("gate-") else "eval items"
+        else:
+            kind = {"case": "cases", "goal": "goals"}.get(prefix)
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 async def tuning_hold(redis: Redis, tuning: str) -> Hold | None:
@@ -200,6 +221,7 @@ def results(store: TuningStore, hold: Hold | None = None) -> list[ResultRow]:
                 unmeasured_tokens=result.usage.unmeasured_tokens if result else 0,
                 cost_usd=result.usage.cost_usd if result else 0.0,
                 held=hold.reason if hold is not None and result is None else None,
+                flaky=result.flaky if result else False,
             )
         )
     return rows
@@ -238,4 +260,5 @@ def case_detail(store: TuningStore, case_id: str) -> CaseDetail | None:
         rev=case_store.rev,
         result=result.model_dump(mode="json") if result else None,
         attempts=attempts,
+        handbacks=case_store.handbacks(),
     )

@@ -7,15 +7,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from redis.asyncio import Redis
-
-from service.core import keys
-from service.core.arq_contact import ENQUEUE, job_record
-from service.core.connection import JOB_EXPIRY_MS
 from service.core.errors import CaseFileError
-from service.core.files import model_bytes, publish_temps, write_temp
+from service.core.io.files import model_bytes, publish_temps, write_temp
 from service.core.models.case import Case
-from service.core.models.jobs import CASE_FUNCTION, CaseJob, dump_job
 from service.core.models.records import CaseResult
 from service.core.models.status import Refusal
 from service.core.store import CaseStore
@@ -24,21 +18,6 @@ SUBMIT_BATCH = 500
 SUBMIT_THREADS = 2
 """Threads writing a batch's temp files (on this ext4 disk 1 and 2 measured alike and 4 slower: the
 kernel serializes file creation in one folder; a network store would want more)."""
-
-
-async def enqueue_cases(redis: Redis, queue: str, jobs: list[CaseJob], now_ms: int) -> list[bool]:
-    """Enqueue case jobs in one round trip, each as arq's `enqueue_job` would at `now_ms` (refused while
-    the id has a job record or a result); which were accepted."""
-    if not jobs:
-        return []
-    enqueue = redis.register_script(ENQUEUE)
-    async with redis.pipeline(transaction=False) as pipe:
-        for job in jobs:
-            record = job_record(CASE_FUNCTION, job.model_dump(), now_ms, dump_job)
-            job_keys = [keys.arq_job(job.job_id), keys.arq_result(job.job_id), queue]
-            await enqueue(job_keys, [record, JOB_EXPIRY_MS, now_ms, job.job_id], client=pipe)
-        replies = await pipe.execute()
-    return [bool(reply) for reply in replies]
 
 
 def _begin(store: CaseStore, case: Case, staging: Path) -> tuple[CaseResult | None, str | None]:
@@ -92,7 +71,7 @@ async def write_cases(
 
 def read_case_files(path: Path, limit_bytes: int) -> tuple[list[Case], list[Refusal]]:
     """The case files at `path` that load, and the refusal of each other one (too big, not a valid case)."""
-    from service.core.cases import case_files, load_case  # YAML: only when submitting files
+    from service.kinds.cases.files import case_files, load_case  # YAML: only when submitting files
 
     cases: list[Case] = []
     refused: list[Refusal] = []

@@ -7,7 +7,9 @@
     │   └── StaleWriteError    a write carried a lease token that is no longer the case's
     ├── SystemRepoError        a git operation on the system repository failed
     ├── UnknownTuningError     a tuning name that the store does not hold
+    ├── InvalidIdError         an id given to a front end that is not a safe slug (it would name a path)
     ├── UnknownEventKindError  an event kind that the event contract does not have
+    ├── EventDataError         an event whose data (or field) is not what its kind's model says
     └── RedisUnavailableError  Redis could not be reached after the retry policy gave up
 
 Foreign exceptions are translated where they cross into this package (`raise X(...) from exc`).
@@ -54,5 +56,21 @@ class UnknownEventKindError(TunefleetError):
     """An event of a kind that is not in the event contract (service.core.models.events.EventKind)."""
 
 
+class EventDataError(TunefleetError):
+    """An event whose data does not fit its kind's payload model (service.core.models.event_data), or
+    whose envelope's field does not: refused before anything is written."""
+
+
 class RedisUnavailableError(TunefleetError):
     """Redis could not be reached, even after retrying."""
+
+
+class InvalidIdError(TunefleetError):
+    """An id (a tuning's, a goal's, an evaluation's) that is not a safe slug: refused before it names a
+    path, whichever front end it came through (service.core.models.case.is_slug)."""
+
+    def __init__(self, what: str, value: str) -> None:
+        super().__init__(
+            f"{what} {value!r}: expected a safe slug (lower-case letters, digits, '.', '_', '-'; "
+            "at most 128), not a path"
+        )

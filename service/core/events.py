@@ -1,12 +1,15 @@
 """Emitting events: one line in the tuning's `events.jsonl` (the lines of one loop turn in one write),
 one entry in the Redis stream, and the live counters the event moves, in one round trip (one script
 call, sent with the process's other calls of the turn). Every event goes through
-`EventSink`, which refuses a kind that is not in the contract (`service.core.models.events.EventKind`)."""
+`EventSink`, which refuses a kind that is not in the contract (`service.core.models.events.EventKind`)
+and an event whose data is not its kind's payload model (`service.core.models.event_data`), before
+anything is written: the error names the kind and the field."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -15,13 +18,12 @@ import structlog
 from redis.asyncio import Redis
 
 from service.core import keys
-from service.core.batch import RedisBatch
 from service.core.errors import UnknownEventKindError
-from service.core.line_batch import LineBatch
-from service.core.models.events import CASE_ENDS, LOGGED_AT_DEBUG, Event, EventKind
+from service.core.io.batch import RedisBatch
+from service.core.io.line_batch import LineBatch
+from service.core.models.events import LOGGED_AT_DEBUG, Event, EventKind, event_of
+from service.core.models.records import COST_SCALE
 from service.core.store import Store, TuningStore
-from service.evals.counters import eval_counter_moves
-from service.gate.counters import GATE_KINDS, gate_counter_moves
 
 log = structlog.get_logger()
 
@@ -39,11 +41,6 @@ end
 return 1
 """
 
-STATE_OF_END = {kind: state for state, kind in CASE_ENDS.items()}
-
-COST_SCALE = 1_000_000
-"""Cost is counted in micro-dollars so that Redis can add it atomically as an integer."""
-
 
 def known(kind: EventKind) -> EventKind:
     """`kind` if the contract has it; UnknownEventKindError (before anything is written) if not."""
@@ -57,13 +54,21 @@ def known(kind: EventKind) -> EventKind:
         ) from None
 
 
-def counter_moves(event: Event) -> dict[str, int]:
-    """The live counters of a tuning that an event changes, and by how much. Runs are counted when
-    their fate is known: `runs:ran` when the analyzer grades one (not void), `runs:void` when one is set
-    aside (voided by the runner or by the analyzer), so that they add up to the runs the store keeps
-    (`service.client.queries.stored_runs`). An evaluation's events (`data.eval`) move its own counters
-    (service.evals.counters), and tokens and cost as every event does: they count toward the budget."""
-    moves = _kind_moves(event)
+CounterRule = Callable[[Event], dict[str, int] | None]
+"""A kind's counters rule: the live counters of its tuning that an event of the kind moves, and by how
+much, or None when the event is not its kind's. The kinds register theirs (service.kinds.registry); the
+first rule that claims an event decides its moves."""
+
+
+def counter_moves(event: Event, rules: Sequence[CounterRule]) -> dict[str, int]:
+    """The live counters of a tuning that an event changes, and by how much: its kind's (the first rule
+    that claims it), and tokens and cost as every event does (they count toward the budget)."""
+    moves: dict[str, int] = {}
+    for rule in rules:
+        found = rule(event)
+        if found is not None:
+            moves.update(found)
+            break
     if event.tokens:
         moves["tokens"] = event.tokens
     if event.unmeasured_tokens:
@@ -72,28 +77,6 @@ def counter_moves(event: Event) -> dict[str, int]:
         moves["tokens_estimated"] = event.estimated_tokens
     if event.cost_usd:
         moves["cost_usd_micros"] = round(event.cost_usd * COST_SCALE)
-    return moves
-
-
-def _kind_moves(event: Event) -> dict[str, int]:
-    """The counters the event's kind moves (tokens and cost aside)."""
-    moves: dict[str, int] = {}
-    if isinstance(event.data.get("eval"), str):  # an evaluation's: its own counters, never the cases'
-        moves.update(eval_counter_moves(event))
-    elif event.kind in STATE_OF_END:
-        moves["state:" + STATE_OF_END[event.kind]] = 1
-    elif event.kind is EventKind.CASE_QUEUED:
-        moves["queued"] = 1
-    elif event.kind is EventKind.CASE_REQUEUED:
-        moves["requeued"] = 1
-    elif event.kind is EventKind.STEP_FINISHED and event.case is not None and event.step is not None:
-        moves[f"steps:{event.step}"] = 1
-        if event.step == "analyze" and event.data.get("outcome") != "void":
-            moves["runs:ran"] = 1  # a run is counted once its fate is known: graded, or set aside
-    elif event.kind is EventKind.ATTEMPT_SET_ASIDE:
-        moves["runs:void"] = 1
-    elif event.kind in GATE_KINDS:
-        moves.update(gate_counter_moves(event))
     return moves
 
 
@@ -127,7 +110,7 @@ class QueuedEvent:
         level = logging.DEBUG if event.kind in LOGGED_AT_DEBUG else logging.INFO
         if log.is_enabled_for(level):  # else not even the line's fields are made
             fields = event.model_dump(exclude={"at", "kind", "data"}, exclude_none=True)
-            log.log(level, event.kind.value, **fields, **event.data)
+            log.log(level, event.kind.value, **fields, **event.data.wire())
         return event
 
 
@@ -139,10 +122,12 @@ class EventSink:
         redis: Redis,
         store: Store,
         events_max: int,
+        rules: Sequence[CounterRule],
         worker: str | None = None,
         batch: RedisBatch | None = None,
     ) -> None:
         self.redis = redis
+        self._rules = tuple(rules)
         self._batch = batch or RedisBatch(redis)
         self._store = store
         self._events_max = events_max
@@ -182,12 +167,11 @@ class EventSink:
         the loop's next turn, with whatever else is queued by then); `QueuedEvent.sent` waits for
         them. Events queued one after the other are written and sent in that order."""
         kind = known(kind)
-        data = fields.pop("data", {})
-        event = Event(
-            at=datetime.now(UTC), kind=kind, tuning=tuning or "", worker=self._worker, data=data, **fields
+        event = event_of(
+            {**fields, "at": datetime.now(UTC), "kind": kind, "tuning": tuning or "", "worker": self._worker}
         )
-        line = event.model_dump_json(exclude_defaults=True)
-        # The line first (service.core.batch: `queue_script`): a line that cannot be written keeps its
+        line = event.line()
+        # The line first (service.core.io.batch: `queue_script`): a line that cannot be written keeps its
         # call from being sent.
         written = self._lines.queue(self._tuning(tuning).events_file, line) if tuning else None
         scope = tuning or keys.GOALS_SCOPE
@@ -196,7 +180,7 @@ class EventSink:
             job_id, running_state = running
             action, state = ("del", "") if running_state is None else ("set", running_state)
         args: list[str | int] = [self._events_max, line, action, job_id, state]
-        for field, amount in counter_moves(event).items():
+        for field, amount in counter_moves(event, self._rules).items():
             args += [field, amount]
         scripted = [keys.events(), keys.stats(scope), keys.running(scope)]
         sent = self._batch.queue_script(self._emit, scripted, args, after=written)
@@ -204,19 +188,22 @@ class EventSink:
 
     async def emit_many(self, kind: EventKind, tuning: str, items: list[dict[str, Any]]) -> None:
         """Emit one event per item (its fields) at once: one write to events.jsonl, one round trip for
-        the stream entries and the counters they move together."""
+        the stream entries and the counters they move together (every item checked first: a bad one
+        writes none; MULTI/EXEC: no reader of the stream sees an entry before its counters move, as with
+        `EMIT`)."""
         kind = known(kind)
         if not items:
             return
         now = datetime.now(UTC)
-        events = [Event(at=now, kind=kind, tuning=tuning, worker=self._worker, **item) for item in items]
-        lines = [event.model_dump_json(exclude_defaults=True) for event in events]
+        envelope = {"at": now, "kind": kind, "tuning": tuning, "worker": self._worker}
+        events = [event_of({**item, **envelope}) for item in items]
+        lines = [event.line() for event in events]
         self._tuning(tuning).append_events(lines)
         moves: dict[str, int] = {}
         for event in events:
-            for field, amount in counter_moves(event).items():
+            for field, amount in counter_moves(event, self._rules).items():
                 moves[field] = moves.get(field, 0) + amount
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=True) as pipe:  # the entries with their counters
             for line in lines:
                 pipe.xadd(keys.events(), {"event": line}, maxlen=self._events_max, approximate=True)
             for field, amount in moves.items():

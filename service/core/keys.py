@@ -1,5 +1,5 @@
 """Every Redis key tunefleet uses, built in one place (arq's own key names come from
-service.core.arq_contact).
+service.core.io.arq_contact).
 
 Ownership is documented in docs/architecture.md.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from service.core.arq_contact import IN_PROGRESS_PREFIX, JOB_PREFIX, RESULT_PREFIX, RETRY_PREFIX
+from service.core.io.arq_contact import IN_PROGRESS_PREFIX, JOB_PREFIX, RESULT_PREFIX, RETRY_PREFIX
 
 PREFIX = "tf"
 
@@ -27,6 +27,19 @@ def holder(job_id: str) -> str:
 def losses(job_id: str) -> str:
     """STRING counter: how often the case's lease expired under a worker."""
     return f"{PREFIX}:losses:{job_id}"
+
+
+def handbacks(job_id: str) -> str:
+    """STRING counter: how often the job was handed back because its LLM provider stayed down (bounded by
+    `provider_handbacks_max`); deleted when the job ends (FINISH), else expires a week after the last."""
+    return f"{PREFIX}:handbacks:{job_id}"
+
+
+def gate_passed(tuning: str, seed: int) -> str:
+    """ZSET (every score 0, so ordered by member): the tuning's cases that ended `completed`, each as
+    `<its gate rank under seed, hex>:<case id>`, and a `!built:<tuning file's mtime>` member once the
+    store's walk filled it (service.kinds.evals.gate.index). No expiry: one member per case."""
+    return f"{PREFIX}:gate-passed:{tuning}:{seed}"
 
 
 def suspect(job_id: str) -> str:
@@ -85,6 +98,17 @@ def mirror(tuning: str) -> str:
 def breaker() -> str:
     """HASH: the fleet-wide sandbox circuit breaker."""
     return f"{PREFIX}:breaker"
+
+
+def store_full() -> str:
+    """STRING: set (NX) by the first worker that found the store full (`<worker>: <reason>`); deleted by
+    the first good probe (workers.store_full)."""
+    return f"{PREFIX}:store-full"
+
+
+def store_probe(worker: str) -> str:
+    """STRING: a worker's probe of a full Redis (a write that succeeds once Redis has room), short-lived."""
+    return f"{PREFIX}:store-probe:{worker}"
 
 
 def events() -> str:
@@ -206,8 +230,8 @@ def goals_cancelled() -> str:
 
 
 def evals() -> str:
-    """HASH: evaluation id -> JSON `EvalHead` (service.evals.models): its tuning, version, items; its
-    progress is in its tuning's counters (`stats`, service.evals.counters)."""
+    """HASH: evaluation id -> JSON `EvalHead` (service.kinds.evals.models): its tuning, version, items; its
+    progress is in its tuning's counters (`stats`, service.kinds.evals.counters)."""
     return f"{PREFIX}:evals"
 
 

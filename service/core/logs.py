@@ -60,7 +60,13 @@ def configure(fmt: Literal["auto", "json", "console"] = "auto", level: str = "in
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            # a foreign record's exc_info (uvicorn's "Exception in ASGI application") as its traceback's
+            # text, not `<traceback object>`
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                *([structlog.processors.format_exc_info] if as_json else []),
+                renderer,
+            ],
             foreign_pre_chain=shared,
         )
     )

@@ -17,7 +17,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from service.core.files import require_model, write_model
+from service.core.errors import InvalidIdError
+from service.core.io.files import require_model, write_model
+from service.core.models.case import is_slug
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
 RunT = TypeVar("RunT", bound="RunFolder[Any]")
@@ -67,6 +69,9 @@ class RunFolder(ABC, Generic[SpecT]):
 class RunsFolder(ABC, Generic[RunT]):
     """A kind's folder of runs (`<store>/<kind>/`), one sub-folder per run id."""
 
+    noun: ClassVar[str] = "run"
+    """The kind's word for a run in errors (`goal`, `evaluation`)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
 
@@ -75,7 +80,10 @@ class RunsFolder(ABC, Generic[RunT]):
         """The run's folder, whether or not it exists."""
 
     def known(self, run_id: str) -> RunT:
-        """The run's folder; its `unknown()` error when the store holds no such run."""
+        """The run's folder; its `unknown()` error when the store holds no such run, InvalidIdError for an
+        id that is not a slug (every front end's ids come this way: none names a path outside)."""
+        if not is_slug(run_id):
+            raise InvalidIdError(self.noun, run_id)
         found = self.run(run_id)
         if not found.exists():
             raise found.unknown()

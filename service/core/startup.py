@@ -33,6 +33,8 @@ def _check_config_file(path: Path) -> None:
     """A settings file that is missing, unreadable, not YAML or not a mapping is refused by name."""
     import yaml  # only when a settings file is given
 
+    from service.core.io.documents import load_yaml
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -40,7 +42,7 @@ def _check_config_file(path: Path) -> None:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"settings file {path} cannot be read: {one_line(str(exc))}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)  # a bomb refused before pydantic-settings reads it
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -52,7 +54,7 @@ def _check_config_file(path: Path) -> None:
 
 def check_redis_address(settings: FleetSettings) -> None:
     """Refuse a Redis URL or Sentinel address that cannot name a server, before connecting."""
-    from service.core.connection import redis_settings
+    from service.core.io.connection import redis_settings
 
     for entry in settings.redis_sentinels:
         host, sep, port = entry.rpartition(":")
@@ -64,7 +66,7 @@ def check_redis_address(settings: FleetSettings) -> None:
     try:
         redis_settings(settings)
     except (ValueError, RuntimeError) as exc:
-        from service.core.connection import safe_url
+        from service.core.io.connection import safe_url
 
         raise ConfigError(
             f"redis_url {safe_url(settings.redis_url)!r} is not a Redis URL "

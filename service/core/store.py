@@ -11,6 +11,7 @@
         cancel.json              a cancel given while a worker held the case (outlives Redis)
         void-baseline.json       voids already counted when the case last ended failed
         sandbox-trips.json       sandbox-down reports of a runner with nothing to probe
+        handbacks.jsonl          the case's hand-backs for an LLM provider outage, one `Handback` a line
         <phase>/<attempt>/       run.json feedback.json analysis.md apply.json (the fleet's records,
                                  sealed), and the per-lease step folders run-<token>/
                                  analyze-<token>/ apply-<token>/ (workers.adapters.folder)
@@ -25,10 +26,10 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from service.core.errors import UnknownTuningError
-from service.core.files import append_line, read_model, require_model, write_model
-from service.core.models.case import Case
-from service.core.models.records import CancelRequest, CaseResult, Note, Phase
+from service.core.errors import InvalidIdError, UnknownTuningError
+from service.core.io.files import append_line, read_model, require_model, write_model
+from service.core.models.case import Case, is_slug
+from service.core.models.records import CancelRequest, CaseResult, Handback, Note, Phase
 from service.core.models.tuning import TuningConfig
 
 PHASES: tuple[Phase, ...] = ("nomem", "mem")
@@ -77,6 +78,7 @@ class CaseStore:
     notes_file = _InFolder("notes.jsonl")
     voids_file = _InFolder("void-baseline.json")
     cancel_file = _InFolder("cancel.json")
+    handbacks_file = _InFolder("handbacks.jsonl")
 
     def attempt(self, phase: Phase, attempt: int) -> AttemptPaths:
         """The attempt's paths (made once per store object: a step asks for them several times)."""
@@ -119,6 +121,21 @@ class CaseStore:
                     if note.kind == kind and note.seal == seal:
                         return True
         return False
+
+    def add_handback(self, handback: Handback) -> None:
+        append_line(self.handbacks_file, handback.model_dump_json())
+
+    def handbacks(self) -> list[Handback]:
+        """The case's hand-backs for a provider outage (a line that does not read as one is passed over)."""
+        try:
+            lines = self.handbacks_file.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        found = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                found.append(Handback.model_validate_json(line))
+        return found
 
     def voids(self, phase: Phase, attempt: int) -> list[Path]:
         """The attempt's void folders, oldest first."""
@@ -241,6 +258,9 @@ class Store:
         self.root = root.resolve()
 
     def tuning(self, name: str) -> TuningStore:
+        """The tuning's folder, whether or not it exists; InvalidIdError for a name that is not a slug."""
+        if not is_slug(name):
+            raise InvalidIdError("tuning", name)
         return TuningStore(self.root / "tunings" / name, name)
 
     def known_tuning(self, name: str) -> TuningStore:
@@ -255,7 +275,7 @@ class Store:
         folder = self.root / "tunings"
         if not folder.is_dir():
             return []
-        return sorted(p.name for p in folder.iterdir() if (p / "tuning.json").exists())
+        return sorted(p.name for p in folder.iterdir() if is_slug(p.name) and (p / "tuning.json").exists())
 
 
 def _folder_names(folder: Path | str) -> list[str]:

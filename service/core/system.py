@@ -6,8 +6,8 @@ is *current* is decided by the fenced publish in Redis (workers.lock), mirrored 
 `refs/heads/main` here for when Redis loses it.
 
 The objects (a folder's tree, a commit, a version's files) are written and read in this process
-(service.core.objects); the commands that move `main`, read history or talk to a remote are git's
-own, run by service.core.git. Either way a failure is always a SystemRepoError, never an answer.
+(service.core.io.objects); the commands that move `main`, read history or talk to a remote are git's
+own, run by service.core.io.git. Either way a failure is always a SystemRepoError, never an answer.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import stat
 import time
 from pathlib import Path
 
-from service.core import objects
 from service.core.errors import SystemRepoError
-from service.core.git import DEFAULT_GIT_TIMEOUT_S, git
-from service.core.trees import on_folder
+from service.core.io import objects
+from service.core.io.git import DEFAULT_GIT_TIMEOUT_S, git
+from service.core.io.trees import on_folder
 
 MAIN_REF = objects.MAIN_REF
 TREES_KEPT = 64
@@ -52,7 +52,8 @@ def _make_writable(root: Path) -> None:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
-def _remove(root: Path) -> None:
+def remove_tree(root: Path) -> None:
+    """Remove the tree at `root`, its read-only folders made writable first."""
     _make_writable(root)
     shutil.rmtree(root)
 
@@ -60,7 +61,7 @@ def _remove(root: Path) -> None:
 def copy_writable(source: Path, dest: Path) -> None:
     """A writable copy of the folder `source` at `dest` (replacing it), symbolic links kept as links."""
     if dest.exists():
-        _remove(dest)
+        remove_tree(dest)
     shutil.copytree(source, dest, symlinks=True)
     _make_writable(dest)
 
@@ -117,7 +118,7 @@ class SystemRepo:
         """Mirror a published version to refs/heads/main, only ever forward: a late caller whose version
         is older than main (it was paused between publish and here) changes nothing. With `base` (the
         version the new one was made from), the common case is one compare-and-set
-        (service.core.objects.move_main, in this process)."""
+        (service.core.io.objects.move_main, in this process)."""
         objects.move_main(self.repo, version, base)
 
     async def snapshot(self, version: str) -> Path:
@@ -151,12 +152,12 @@ class SystemRepo:
             await asyncio.to_thread(objects.extract, self.repo, version, staging)
         except Exception:  # not on a cancel: the thread may still be writing there
             if staging.exists():
-                await asyncio.to_thread(_remove, staging)
+                await asyncio.to_thread(remove_tree, staging)
             raise
         try:
             staging.rename(target)
         except OSError as exc:  # another extraction of the same version named its own first?
-            await asyncio.to_thread(_remove, staging)
+            await asyncio.to_thread(remove_tree, staging)
             if not target.is_dir():
                 raise SystemRepoError(f"version {version} cannot be extracted: {exc}") from exc
         return target
@@ -164,7 +165,7 @@ class SystemRepo:
     async def private_copy(self, version: str, dest: Path) -> Path:
         """A writable copy of `version` that nothing else sees (for the analyzer, and the folder the
         applier edits for `commit_folder`); symbolic links stay links. A version of many files is copied in
-        a thread (service.core.trees)."""
+        a thread (service.core.io.trees)."""
         source = await self.snapshot(version)
         await on_folder(source, copy_writable, source, dest)
         return dest
@@ -172,7 +173,7 @@ class SystemRepo:
     async def commit_folder(self, folder: Path, base: str, message: str) -> str | None:
         """A commit on top of `base` whose tree is the content of `folder` (a plain folder, not a git
         worktree), or None when that is `base`'s tree. The folder is read in this process
-        (service.core.objects), never as a repository: a `.git` planted in it is neither read nor, like
+        (service.core.io.objects), never as a repository: a `.git` planted in it is neither read nor, like
         every `.git`, committed. Refused with SystemRepoError: a nested git repository, a symbolic link
         pointing out of the folder (no snapshot could hold it), a pipe, a device, and any failure to
         write the objects (never read as "nothing changed")."""

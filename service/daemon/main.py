@@ -5,8 +5,9 @@ that Redis lost the fleet's state (the epoch key is gone): every unfinished case
 a queue entry nor a live lease is enqueued again, once; its recorded steps are kept in the store.
 The same holds for the items of evaluations. A tuning with a held-out split has its imported version
 evaluated before its cases are enqueued, its final version once they all ended, then its report
-written (`service.evals.holdout`).
+written (`service.kinds.evals.holdout`).
 Beside it runs the mirror (`service.daemon.mirror`), which pushes each tuning's current version to its remote.
+With `gc_interval_s` set, it also runs `tunefleet gc --apply` that often (`service.client.gc`).
 """
 
 from __future__ import annotations
@@ -21,27 +22,22 @@ import structlog
 from redis.exceptions import RedisError
 
 from service.client.client import TunefleetClient
-from service.client.queries import stored_runs
-from service.client.submission import enqueue_cases
+from service.client.gc import collect
 from service.core import keys
-from service.core.events import COST_SCALE
-from service.core.heap import freeze_long_lived
-from service.core.models.events import EventKind
-from service.core.models.jobs import CaseJob
+from service.core.io.heap import freeze_long_lived
+from service.core.kinds import FleetParts
 from service.core.models.status import SubmitReport
 from service.core.settings import FleetSettings
 from service.core.startup import check_api_tokens, check_redis_address
 from service.core.store import TuningStore
 from service.daemon.lease import DaemonLock
 from service.daemon.mirror import Mirror
-from service.evals.holdout import HeldOutRuns
-from service.gate.report import restored_counters
+from service.kinds.evals.holdout import HeldOutRuns
+from service.kinds.registry import slices
 
 log = structlog.get_logger()
 
 EPOCH_CHECK_S = 1.0
-RECONCILE_CHUNK = 500
-"""Cases whose queue entry and lease are asked for in one round trip of the reconciliation."""
 WORKER_QUIET_S = 60.0
 """A worker whose presence was not renewed for this long is dropped from the workers set."""
 
@@ -52,6 +48,9 @@ class Daemon:
     def __init__(self, client: TunefleetClient) -> None:
         self.client = client
         self.settings = client.settings
+        parts = FleetParts(client.redis, client.store, client.settings)
+        self.kinds = [(kind.name, kind.fleet(parts)) for kind in slices(client.settings)]
+        """Every kind's fleet side (service.core.kinds), reconciled and restored in turn."""
         self.stopping = asyncio.Event()
         self.held_out = HeldOutRuns(client.evals, client.store, self.settings.reconcile_interval_s)
 
@@ -82,56 +81,20 @@ class Daemon:
 
     async def _mark_epoch(self) -> None:
         """Note that Redis holds the fleet's state (fencing tokens need nothing from here: each grant
-        raises the counter to Redis's clock itself, service.core.lua.NEXT_TOKEN)."""
+        raises the counter to Redis's clock itself, service.core.io.lua.NEXT_TOKEN)."""
         await self.client.redis.set(keys.epoch(), str(time.time()))
 
     async def reconcile(self) -> int:
-        """Enqueue every orphaned unfinished case (and forget workers gone quiet); how many were enqueued."""
+        """Enqueue every orphaned unfinished job of every kind (and forget workers gone quiet); how many
+        were enqueued."""
         quiet_ms = int((time.time() - WORKER_QUIET_S) * 1000)
         await self.client.redis.zremrangebyscore(keys.workers(), "-inf", quiet_ms)
         total = 0
-        for name in self.client.store.tuning_names():
-            total += await self._reconcile_tuning(self.client.store.tuning(name))
-        total += await self.client.goals.reconcile()
-        total += await self.client.evals.reconcile()
+        for _name, fleet in self.kinds:
+            total += await fleet.reconcile()
         if total:
             log.info("reconciled", requeued=total)
         return total
-
-    async def _reconcile_tuning(self, tuning: TuningStore) -> int:
-        redis = self.client.redis
-        jobs, cancelled = await asyncio.to_thread(unfinished_cases, tuning)  # a walk of every case folder
-        if cancelled:  # cancels that Redis lost: given back to the workers that take these cases
-            await redis.sadd(keys.cancelled(tuning.name), *cancelled)  # type: ignore[misc]
-        enqueued = 0
-        for first in range(0, len(jobs), RECONCILE_CHUNK):  # the loop serves the API between chunks
-            chunk = jobs[first : first + RECONCILE_CHUNK]
-            async with redis.pipeline(transaction=False) as pipe:
-                for job in chunk:
-                    pipe.zscore(self.settings.queue, job.job_id)
-                    pipe.exists(keys.lease(job.job_id))
-                replies = await pipe.execute()
-            placed = zip(chunk, replies[0::2], replies[1::2], strict=True)  # (job, queue score, lease)
-            orphans = [job for job, score, leased in placed if score is None and not leased]
-            enqueued += await self._requeue(tuning.name, orphans)
-        return enqueued
-
-    async def _requeue(self, tuning: str, orphans: list[CaseJob]) -> int:
-        """Enqueue cases that have neither a queue entry nor a lease (their stale job records removed first)
-        and send their `case_requeued` events, a round trip each for all of them; how many were enqueued."""
-        if not orphans:
-            return 0
-        redis = self.client.redis
-        async with redis.pipeline(transaction=False) as pipe:
-            for job in orphans:
-                pipe.delete(keys.arq_job(job.job_id), keys.arq_result(job.job_id))
-            await pipe.execute()
-        accepted = await enqueue_cases(redis, self.settings.queue, orphans, int(time.time() * 1000))
-        requeued = [job for job, ok in zip(orphans, accepted, strict=True) if ok]
-        detail = "reconciled: no queue entry and no lease"
-        items = [{"case": job.case, "rev": job.rev, "detail": detail} for job in requeued]
-        await self.client._sink().emit_many(EventKind.CASE_REQUEUED, tuning, items)
-        return len(requeued)
 
     async def recover_if_lost(self) -> bool:
         """If Redis lost the fleet's state, restore what the store knows; True when it did."""
@@ -155,14 +118,20 @@ class Daemon:
             await pipe.execute()
 
     def _stored_counts(self, tuning: TuningStore) -> dict[str, int]:
-        """A tuning's `tf:stats` counters as its case folders, evaluations and gates tell them (made in a
-        thread: it reads every case's result)."""
-        counts = _case_counts(tuning)
-        for field, value in self.client.evals.stored_counters(tuning.name).items():
-            counts[field] = counts.get(field, 0) + value
-        for field, value in restored_counters(tuning).items():  # the gates' spend counts once
-            counts[field] = counts.get(field, 0) + value
+        """A tuning's `tf:stats` counters as every kind's part of the store tells them (made in a thread: it
+        reads every case's result)."""
+        counts: dict[str, int] = {}
+        for _name, fleet in self.kinds:
+            for field, value in fleet.stored_counters(tuning).items():
+                counts[field] = counts.get(field, 0) + value
         return counts
+
+    async def collect_garbage(self) -> None:
+        """`tunefleet gc --apply`, on the daemon's schedule (`gc_interval_s`), logged when it removed
+        anything."""
+        report = await collect(self.client.redis, self.settings, apply=True)
+        if report.removals:
+            log.info("gc_applied", removed=len(report.removals), bytes=report.bytes, inodes=report.inodes)
 
     async def run(self) -> None:
         """Watch for Redis loss every second, reconcile periodically and mirror the tunings' versions to
@@ -176,7 +145,7 @@ class Daemon:
                 mirroring.cancel()
 
     async def _watch(self) -> None:
-        last = time.monotonic()
+        last = last_gc = time.monotonic()
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), EPOCH_CHECK_S)
@@ -189,18 +158,26 @@ class Daemon:
                     await self.reconcile()
                     last = time.monotonic()
                 await self.held_out.advance()
+                gc_every_s = self.settings.gc_interval_s
+                if gc_every_s is not None and time.monotonic() - last_gc >= gc_every_s:
+                    last_gc = time.monotonic()
+                    await self.collect_garbage()
             except (OSError, RedisError) as exc:
                 log.warning("daemon_tick_failed", error=str(exc))
 
 
 async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bool = False) -> None:
-    """The `tunefleet daemon` command: check the Redis address, bind the API port, take the fleet's daemon
-    lease, and only then register the tunings and enqueue their cases; serve and watch until SIGTERM or
-    SIGINT. A fault before registering (a bad address, a busy port, another daemon) changes nothing."""
+    """The `tunefleet daemon` command: check the Redis address and every tuning file (as `tunefleet check`
+    does, with no Redis), bind the API port, take the fleet's daemon lease, and only then register the
+    tunings and enqueue their cases; serve and watch until SIGTERM or SIGINT. A fault before registering (a
+    bad address, a bad tuning file, a busy port, another daemon) changes nothing."""
     from service.api.server import listen, serve  # the web server: only when serving
+    from service.client.tunings import load_tuning_file
 
     check_redis_address(settings)
     check_api_tokens(settings)
+    for file in tuning_files:  # a tuning that would not load is refused before any contact with Redis
+        load_tuning_file(file)
     sock = None if once else listen(settings.api_host, settings.api_port)
     api = "none (--once)" if sock is None else "{}:{}".format(*sock.getsockname()[:2])
     try:
@@ -217,7 +194,7 @@ async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bo
                 async with asyncio.TaskGroup() as group:
                     group.create_task(lease.keep(daemon.stopping), name="daemon-lease")
                     await daemon.start(tuning_files)
-                    freeze_long_lived()  # what the start made lives as long as the daemon (service.core.heap)
+                    freeze_long_lived()  # what the start made lives as long as the daemon (core.io.heap)
                     if sock is None:
                         daemon.stopping.set()  # --once: registered and enqueued, nothing more to keep
                     else:
@@ -228,35 +205,3 @@ async def run_daemon(settings: FleetSettings, tuning_files: list[Path], once: bo
     finally:
         if sock is not None:
             sock.close()
-
-
-def unfinished_cases(tuning: TuningStore) -> tuple[list[CaseJob], list[str]]:
-    """The jobs of the tuning's unfinished cases, and the ids of those among them cancelled in the store
-    (made in a thread: `TuningStore.unfinished` walks every case folder)."""
-    unfinished = tuning.unfinished()
-    jobs = [CaseJob(tuning=tuning.name, case=c.case_id, rev=c.rev) for c in unfinished]
-    cancelled = [job.job_id for job, c in zip(jobs, unfinished, strict=True) if c.cancel_requested()]
-    return jobs, cancelled
-
-
-def _case_counts(tuning: TuningStore) -> dict[str, int]:
-    """The counters the tuning's case folders give (their results and their tries)."""
-    counts: dict[str, int] = {
-        "queued": 0,
-        "tokens": 0,
-        "tokens_unmeasured": 0,
-        "tokens_estimated": 0,
-        "cost_usd_micros": 0,
-    }
-    for case in tuning.latest_revs():
-        counts["queued"] += 1
-        for field, runs in stored_runs(case).items():
-            counts[field] = counts.get(field, 0) + runs
-        result = case.result()
-        if result is not None:
-            counts[f"state:{result.state}"] = counts.get(f"state:{result.state}", 0) + 1
-            counts["tokens"] += result.usage.tokens
-            counts["tokens_unmeasured"] += result.usage.unmeasured_tokens
-            counts["tokens_estimated"] += result.usage.estimated_tokens
-            counts["cost_usd_micros"] += round(result.usage.cost_usd * COST_SCALE)
-    return counts

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.errors import SystemRepoError, TunefleetError
-from service.core.git import mask_credentials
+from service.core.io.git import mask_credentials
 from service.core.models.status import MirrorState
 from service.core.settings import FleetSettings
 from service.core.store import Store, TuningStore

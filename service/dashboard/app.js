@@ -1,10 +1,11 @@
 // tunefleet dashboard: the fleet view and the routing. No build step, no external resources.
 
 import { loadCase, resetCase } from "./case.js";
-import { CASE_ENDS, GOAL_ENDS } from "./contract.js";
+import { CASE_ENDS, EVENT_FIELDS, GOAL_ENDS } from "./contract.js";
 import { loadEvals } from "./evals.js";
 import { goalHref, goalRoute, goalStep, loadGoal, loadGoals, resetGoal } from "./goals.js";
 import { $, caseHref, el, fillBody, fmtInt, fmtUsd, getJSON, short, svg } from "./dom.js";
+import { loadVersions, resetVersions, versionsHref, versionsRoute } from "./versions.js";
 
 const SAMPLE_MS = 1000;
 const CASES_MS = 3000;
@@ -19,10 +20,23 @@ const END_BADGES = new Map([
   ...Object.entries(CASE_ENDS).map(([state, kind]) => [kind, state]),
   ...Object.entries(GOAL_ENDS).map(([status, kind]) => [kind, `goal-${status}`]),
 ]);
+// A field of an event's data, read through the contract (EVENT_FIELDS: each kind's fields, from its
+// payload model): the value when the event's kind carries the field, else undefined. A name that no
+// kind carries is a mistake, refused when the dashboard loads.
+function dataField(name) {
+  if (!Object.values(EVENT_FIELDS).some(({ fields }) => name in fields)) {
+    throw new Error(`no event kind carries data.${name} (contract.js EVENT_FIELDS)`);
+  }
+  return (event) => (EVENT_FIELDS[event.kind] && name in EVENT_FIELDS[event.kind].fields && event.data
+    ? event.data[name] : undefined);
+}
+const itemEval = dataField("eval");
+const itemRepeat = dataField("repeat");
 // What a case a worker holds may wait for before its next step (service/core/models/status.py WAIT_WORDS).
 const WAIT_WORDS = {
   resume: "waiting for resume", hold: "waiting for the hold", sandbox: "waiting for the sandbox",
-  apply: "waiting for an apply", lock: "waiting for the lock",
+  apply: "waiting for an apply", lock: "waiting for the lock", gate: "waiting for its gate",
+  approval: "waiting for a person's approval",
 };
 
 const state = {
@@ -167,7 +181,8 @@ function renderTunings(status) {
     const lock = locks[t.name];
     const lockText = lock ? (lock.held ? `held by ${lockHolder(lock)}` : "free") + (lock.pending ? `, ${lock.pending} pending` : "") : "–";
     return el("tr", { "data-tuning": t.name },
-      el("td", {}, t.name, heldBadge(t.held)), el("td", {}, outcomeBar(t)),
+      el("td", {}, t.name, " ", el("a", { href: versionsHref(t.name), class: "versions-link" }, "versions"),
+        heldBadge(t.held)), el("td", {}, outcomeBar(t)),
       el("td", { class: "num submitted" }, fmtInt(t.submitted)),
       el("td", { class: "num waiting" }, fmtInt(t.waiting)),
       el("td", { class: "num running" }, `${t.running}${steps ? " (" + steps + ")" : ""}`),
@@ -218,9 +233,10 @@ async function pollEvents() {
   state.events = page.events.slice().reverse().concat(state.events).slice(0, EVENTS_MAX);
   const rows = state.events.map(({ id, event }) => {
     const time = new Date(event.at).toLocaleTimeString("en-GB");
-    const item = event.data && event.data.eval;  // an evaluation item's: its evaluation, case and repeat
+    const item = itemEval(event);  // an evaluation item's: its evaluation, case and repeat
+    const repeat = itemRepeat(event);
     const where = event.goal ? el("a", { href: goalHref(event.goal) }, `goal ${event.goal}`)
-      : item ? `${item}/${event.case || ""}${event.data.repeat ? " #" + event.data.repeat : ""}`
+      : item ? `${item}/${event.case || ""}${repeat ? " #" + repeat : ""}`
       : event.case ? el("a", { href: caseHref(event.tuning, event.case) }, `${event.tuning}/${event.case}`)
       : event.tuning;
     const step = event.goal ? goalStep(event)
@@ -272,12 +288,19 @@ function route() {
   clearInterval(state.caseTimer);
   resetCase();
   resetGoal();
+  resetVersions();
   const match = location.hash.match(/^#\/case\/([^/]+)\/([^/]+)$/);
   const goal = goalRoute(location.hash);
-  $("fleet-view").hidden = Boolean(match || goal);
+  const versions = versionsRoute(location.hash);
+  $("fleet-view").hidden = Boolean(match || goal || versions !== null);
   $("case-view").hidden = !match;
   $("goal-view").hidden = goal === null;
-  if (goal !== null) {
+  $("versions-view").hidden = versions === null;
+  if (versions !== null) {
+    document.title = `${versions} versions · tunefleet`;
+    loadVersions(versions);
+    state.caseTimer = setInterval(() => loadVersions(versions), CASES_MS);
+  } else if (goal !== null) {
     document.title = `${goal} · tunefleet`;
     loadGoal(goal);
     state.caseTimer = setInterval(() => loadGoal(goal), CASE_MS);

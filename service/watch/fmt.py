@@ -7,7 +7,9 @@ from datetime import datetime, timedelta
 from rich.table import Column, Table
 from rich.text import Text
 
-from service.core.models.events import CASE_ENDS, GOAL_ENDS, Event, EventKind
+from service.core.models.event_data import EvalTagged
+from service.core.models.events import CASE_ENDS, Event, EventKind
+from service.kinds.goals.models import GOAL_ENDS
 from service.watch.snapshot import LockState, RunningStep
 
 END_STYLE = {
@@ -85,9 +87,13 @@ def where(phase: str | None, attempt: int | None) -> str:
 
 
 def event_try(event: Event) -> str:
-    """A case event's phase and attempt; a goal event's iteration."""
+    """A case event's phase and attempt; a goal event's iteration; an evaluation item's repeat (an item
+    has one try: its attempt is not a try of the loop)."""
     if event.iteration is not None:
         return f"it {event.iteration}"
+    data = event.data
+    if isinstance(data, EvalTagged) and data.eval is not None and data.repeat is not None:
+        return f"repeat {data.repeat}"
     return where(event.phase, event.attempt)
 
 

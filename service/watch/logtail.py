@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from service.core.files import NotRegularFile, open_regular
+from service.core.io.files import NotRegularFile, open_regular
 from service.core.store import Store
 from service.watch.snapshot import RunningStep
 

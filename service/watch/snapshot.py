@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from service.client.queries import fleet_status
 from service.core import keys
-from service.core.models.events import Event
+from service.core.models.events import Event, parse_event
 from service.core.models.status import WAIT_WORDS, FleetStatus, LockHolder, RunningCase
 
 
@@ -108,7 +108,7 @@ def _events(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[list[Event
             bad += 1
             continue
         try:
-            events.append(Event.model_validate_json(raw))
+            events.append(parse_event(raw))
         except ValidationError:
             bad += 1
     return events, bad

@@ -42,7 +42,9 @@ def head(snapshot: WatchSnapshot) -> Text:
     )
     return line(
         ("tunefleet watch", "bold"),
-        f"   queue {status.queue_depth}   running {status.in_progress}   workers {len(status.workers)}",
+        f"   queue {status.queue_depth}   running {status.in_progress}"
+        + (f" ({words})" if (words := status.running_words()) else "")
+        + f"   workers {len(status.workers)}",
         f"   tokens {tokens:,}   cost ${cost_usd:.4f}   breaker ",
         breaker,
         ("   PAUSED" if status.paused else "", "bold red"),
@@ -138,7 +140,10 @@ def under_way(snapshot: WatchSnapshot, selected: int, max_rows: int) -> tuple[Te
             style="reverse bold" if chosen else None,
         )
     if not snapshot.running:
-        table.add_row(" ", Text("nothing under way", style="dim"))
+        others = snapshot.status.running_words()
+        table.add_row(
+            " ", Text(f"no case under way; running: {others}" if others else "nothing under way", style="dim")
+        )
     return title, table
 
 

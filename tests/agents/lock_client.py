@@ -21,7 +21,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from service.core import keys
-from service.core.connection import connect
+from service.core.io.connection import connect
 from service.core.settings import FleetSettings
 from service.core.store import Store
 from service.core.system import SystemRepo

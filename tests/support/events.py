@@ -8,7 +8,8 @@ import ast
 import re
 from collections.abc import Mapping
 
-from service.core.models.events import CASE_ENDS, GOAL_ENDS, EventKind
+from service.core.models.events import CASE_ENDS, EventKind
+from service.kinds.goals.models import GOAL_ENDS
 from tests.support.imports import layer
 
 CONTRACT = "service.core.models.events"

@@ -198,6 +198,21 @@ class Fleet:
         )
         return self.results(tuning)
 
+    async def wait_counted(self, count: int, tuning: str = "t1", timeout_s: float = 30.0) -> None:
+        """Wait until `status` counts `count` ended cases of the tuning and none running. A case's
+        `result.json` is written before its end's event, whose script moves the counters
+        (docs/architecture.md, "Events"): a test that reads counters after `wait_finished` waits here."""
+
+        async def counted() -> bool:
+            async with self.client() as client:
+                found = [t for t in (await client.status()).tunings if t.name == tuning]
+            if not found:
+                return False
+            t = found[0]
+            return t.completed + t.difficult + t.failed + t.cancelled >= count and t.running == 0
+
+        await wait_until(counted, timeout_s, f"status to count {count} ended cases of {tuning}")
+
 
 async def wait_until(
     predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float, what: str, interval_s: float = 0.05

@@ -18,23 +18,19 @@ import redis
 import yaml
 
 from service.core import keys
-from service.core.models.goal import FINAL_STATUSES
-from service.core.models.goal_state import GoalState, GoalSummary
 from service.core.store import Store
-from service.goals.fleet import GoalFiles
-from service.goals.store import LOCK_FILE
+from service.kinds.goals.fleet import GoalFiles
+from service.kinds.goals.models import FINAL_STATUSES
+from service.kinds.goals.state import GoalState, GoalSummary
+from service.kinds.goals.store import LOCK_FILE
+from tests.support.cli import tunefleet
 from tests.support.fleet import Fleet, settings_env, wait_until
 
 
 def goal_cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
     """`tunefleet goal ARGS...` as a user runs it, against the fleet's settings (200 columns wide)."""
-    return subprocess.run(
-        [sys.executable, "-m", "service", "goal", *args],
-        env={**settings_env(fleet.settings), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    env = {**settings_env(fleet.settings), "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+    return tunefleet("goal", *args, env=env)
 
 
 def write_goal(root: Path, goal_id: str = "g1", **fields: Any) -> Path:

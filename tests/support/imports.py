@@ -1,7 +1,7 @@
 """The project's import graph, read from the source (every import statement, at any depth: inside
 functions and `if TYPE_CHECKING:` blocks too, so a lazy import cannot hide a circle), and the layering
-rules it must keep: no circle; workers and the core never import a front end; the core imports only
-the core; nothing in `service` imports `workers`."""
+rules it must keep (RULES), each module's layer read from its folder (`layer`): no circle; the core imports
+only the core, never a kind; a kind never imports a front end; nothing in `service` imports `workers`."""
 
 from __future__ import annotations
 
@@ -10,40 +10,31 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-FRONT_ENDS = (
-    "service.api",
-    "service.cli",
-    "service.watch",
-    "service.metrics",
-    "service.metric_families",
-    "service.goals.api",
-    "service.goals.cli",
-    "service.goals.metrics",
-    "service.goals.demo",
-    "service.evals.api",
-    "service.evals.cli",
-    "service.evals.metrics",
-    "service.evals.render",
-)
-"""The front ends: what people and the daemon use (CLI, HTTP API and dashboard, watch, metrics)."""
-CORE = ("service.core", "service.goals", "service.evals", "service.gate")
-"""The core: what workers and front ends share (service.goals and service.evals minus their front-end
-modules above)."""
-
-
-def _within(module: str, prefixes: Iterable[str]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+FRONT_FOLDERS = ("api", "cli", "watch", "dashboard")
+"""The folders of `service/` that are front ends: what people and the daemon use."""
+FRONT_FILES = ("api", "cli", "metrics", "metric_families", "render", "demo")
+"""The modules that are a front end wherever they sit: `service/metrics.py` beside the folders above, and
+in a kind's slice (`service/kinds/<kind>/`) its HTTP routes, commands, metrics and renderings."""
+MIDDLE_FOLDERS = ("client", "daemon")
+"""The folders of `service/` between the front ends and the core: the client and the daemon."""
 
 
 def layer(module: str) -> str:
-    """`front`, `core`, `workers` or `service` (the client and the daemon, between core and front ends)."""
-    if _within(module, FRONT_ENDS):
-        return "front"
-    if _within(module, CORE):
-        return "core"
-    if _within(module, ("workers",)):
+    """`front`, `core`, `kind`, `middle` (the client and the daemon) or `workers`, read from the module's
+    folder: `service/core/` is the core, `service/kinds/<kind>/` a kind (its front-end files aside),
+    `service/{client,daemon}/` the middle, the rest of `service/` front ends, `workers/` the workers."""
+    parts = module.split(".")
+    if parts[0] == "workers":
         return "workers"
-    return "service"
+    if parts[-1] in FRONT_FILES or (len(parts) > 1 and parts[1] in FRONT_FOLDERS):
+        return "front"
+    if len(parts) > 1 and parts[1] == "core":
+        return "core"
+    if len(parts) > 1 and parts[1] == "kinds":
+        return "kind"
+    if len(parts) > 1 and parts[1] in MIDDLE_FOLDERS:
+        return "middle"
+    return "front"
 
 
 def module_sources(root: Path, packages: Iterable[str] = ("service", "workers")) -> dict[str, str]:
@@ -122,19 +113,27 @@ class Violation:
         return f"{self.importer} imports {self.imported}: {self.rule}"
 
 
+RULES: dict[str, tuple[str, ...]] = {
+    "core": ("core",),
+    "kind": ("core", "kind"),
+    "workers": ("core", "kind", "workers"),
+    "middle": ("core", "kind", "middle", "front"),
+    "front": ("core", "kind", "middle", "front"),
+}
+"""What each layer may import: the core only itself; a kind the core and the kinds (never a front end,
+the client or the daemon); workers the core and the kinds; the daemon serves the front ends; service
+never imports the workers."""
+
+
 def violations(graph: Mapping[str, set[str]]) -> list[Violation]:
-    """Every import that breaks the layering."""
+    """Every import that breaks the layering (RULES)."""
     found: list[Violation] = []
     for importer, imported in sorted(graph.items()):
         source = layer(importer)
         for target in sorted(imported):
             kind = layer(target)
-            if source in ("core", "workers") and kind == "front":
-                found.append(Violation(importer, target, f"the {source} never imports a front end"))
-            elif source == "core" and kind in ("service", "workers"):
-                found.append(Violation(importer, target, "the core imports only the core"))
-            elif importer.startswith("service") and kind == "workers":
-                found.append(Violation(importer, target, "service never imports workers"))
-            elif source == "workers" and kind == "service":
-                found.append(Violation(importer, target, "workers import only the core"))
+            if kind not in RULES[source]:
+                found.append(
+                    Violation(importer, target, f"the {source} layer never imports the {kind} layer")
+                )
     return found

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from service.core.health import CHECK_TIMEOUT_S
+from service.core.io.health import CHECK_TIMEOUT_S
 from tests.support.fleet_cli import setting_default
 from tests.support.k8s import (
     ROOT,

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from service.core.models.goal import FINAL_STATUSES
-from service.evals.store import ItemStore
+from service.kinds.evals.store import ItemStore
+from service.kinds.goals.models import FINAL_STATUSES
 from tests.support.fleet import Fleet, case, wait_until, write_tuning
 from tests.support.goals import goal_state, start_goal, write_goal
 

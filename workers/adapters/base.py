@@ -17,9 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from service.core.models.case import Case, DemoMapping, RunTask
+from service.core.models.guards import SizeBudget
 from service.core.models.records import SEAL_FIELDS, Feedback, Phase, RunOutput, RunRecord, Usage
 
 
@@ -42,6 +43,18 @@ class StepRequest(BaseModel):
     step_dir: Path = Field(description="The step's own folder for this attempt and lease.")
     log_file: Path = Field(description="The agent's stdout and stderr, appended line by line.")
     demo: DemoMapping = Field(description="The case's demo mapping, for the in-process demo adapters only.")
+    rev: int = Field(default=1, ge=1, description="The case's revision.")
+    repeat: NonNegativeInt = Field(
+        default=0,
+        description="The evaluation item's repeat (its attempt too); 0 for a try of the case's own loop. "
+        "With the rest, it seeds the demo agents' draws (workers.adapters.demo_chance).",
+    )
+    evaluation: str | None = Field(
+        default=None,
+        description="A gate's evaluation, for its items (None otherwise). It seeds the demo agents' draws "
+        "too: a gate's rounds are evaluations of their own whose repeats start at 1 again, and must draw "
+        "afresh; two evaluations a user asks for on one version draw alike.",
+    )
 
 
 class RunRequest(StepRequest):
@@ -70,6 +83,11 @@ class EarlierTry(BaseModel):
         default=None,
         description="The apply after this try was rejected by the acceptance gate: its edit and the cases it "
         "broke.",
+    )
+    same_version: bool = Field(
+        default=False,
+        description="This try ran in the same phase on the same version as the run being graded: if it "
+        "passed and this run failed, the agent (or its grader) is random here, not wrong by the prose.",
     )
 
 
@@ -106,15 +124,23 @@ class ApplyRequest(StepRequest):
     worktree_dir: Path = Field(
         description="A private writable copy of the current version: edit it in place."
     )
+    budget: SizeBudget | None = Field(
+        default=None, description="The size budgets the tuning's guards set (none without guards)."
+    )
 
 
-class RunOutcome(BaseModel):
-    """How the runner's process ended."""
+class ProcessEnd(BaseModel):
+    """How an agent's process ended: its exit code and how long it ran."""
 
     model_config = ConfigDict(extra="forbid")
 
     exit_code: int
-    duration_ms: int = Field(ge=0)
+    duration_ms: NonNegativeInt
+
+
+class RunOutcome(ProcessEnd):
+    """How the runner's process ended."""
+
     output: RunOutput | None = Field(default=None, description="None when the run was void or never ran.")
     void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
     sandbox_down: str | None = Field(default=None, description="The sandbox was unavailable: not a run.")
@@ -134,13 +160,9 @@ class RunOutcome(BaseModel):
     )
 
 
-class StepExit(BaseModel):
+class StepExit(ProcessEnd):
     """How an analyzer's or applier's process ended."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    exit_code: int
-    duration_ms: int = Field(ge=0)
     timed_out: bool = False
     error: str | None = None
     sandbox_down: str | None = Field(default=None, description="The sandbox could not run the agent.")

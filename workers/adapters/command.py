@@ -343,6 +343,8 @@ class CommandApplier(CommandStep, step="applier", names=APPLY_PLACEHOLDERS):
         folder = StepFolder.ready(request.step_dir)
         given = request.feedback.model_dump_json(indent=2, exclude=set(SEAL_FIELDS))
         feedback_file = folder.give("feedback.json", given.encode())
+        if request.budget is not None:  # beside the feedback: the guards' size budgets
+            folder.give("budget.json", request.budget.model_dump_json(indent=2).encode())
         output_file = folder.outputs / "output.json"
         values = {
             "feedback": str(feedback_file),

@@ -19,32 +19,21 @@ from pathlib import Path
 
 import structlog
 
-from service.core.files import append_line
+from service.core.io.files import append_line
 from service.core.models.records import RunOutput, Usage
 from service.core.models.tuning import DemoAdapter
+from service.kinds.cases.truth import prose_rules, run_pass_p
 from workers.adapters.base import RunOutcome, RunRequest, StepRequest
+from workers.adapters.demo_chance import run_passes
 from workers.adapters.demo_knobs import DemoKnobs, read_knobs
 
 log = structlog.get_logger()
 
-RULE_PREFIX = "- rule: "
 ADD_RULE_LEAD = "add rule "
 INJECTED_FAULT = "demo: injected infrastructure fault"
 MEMORY_FILE = "memory.md"
 RULES_DIR = "rules"
 OUTAGE_EXIT = 75
-
-
-def system_rules(system_dir: Path) -> set[str]:
-    """The rules the prose holds: every `- rule: <slug>` line of every file (outside `.git`)."""
-    rules: set[str] = set()
-    for path in sorted(system_dir.rglob("*")):
-        if ".git" in path.relative_to(system_dir).parts or not path.is_file():
-            continue
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.strip().startswith(RULE_PREFIX):
-                rules.add(line.strip().removeprefix(RULE_PREFIX))
-    return rules
 
 
 def system_skills(system_dir: Path) -> list[str]:
@@ -85,7 +74,7 @@ class DemoStep:
         version's content never changes)."""
         view = self._views.get(version)
         if view is None:
-            view = frozenset(system_rules(system_dir)), system_skills(system_dir)
+            view = frozenset(prose_rules(system_dir)), system_skills(system_dir)
             if len(self._views) >= self.VIEWS_KEPT:
                 self._views.pop(next(iter(self._views)))
             self._views[version] = view
@@ -180,18 +169,14 @@ class DemoRunner(DemoStep):
 
     def _attempt(self, request: RunRequest, knobs: DemoKnobs, rng: random.Random, log: StepLog) -> RunOutput:
         present, skills = self._version_view(request.version, request.system_dir)
-        missing = [rule for rule in knobs.rules if rule not in present]
-        clashing = [rule for rule in knobs.forbids if rule in present]
         has_memory = (request.memory_dir / MEMORY_FILE).is_file()
         log.say(f"loaded skills: {', '.join(skills) or '(none)'}")
-        if clashing:
-            answer = "broken by: " + ", ".join(clashing)
-        elif missing:
-            answer = "missing: " + ", ".join(missing)
-        elif request.phase == "mem" and not (knobs.memory_helps and has_memory):
-            answer = "memory did not help"
+        if f"{request.phase}-{request.attempt}" in knobs.fails:
+            answer = "failed by chance"
         else:
-            answer = "pass"
+            pass_p = run_pass_p(knobs, present, request.phase, has_memory)
+            passed = run_passes(self._config.seed, request, pass_p)
+            answer = "pass" if passed else _failure(knobs, present, has_memory, request)
         if answer == "pass" and request.phase == "nomem":
             request.memory_dir.mkdir(parents=True, exist_ok=True)
             (request.memory_dir / MEMORY_FILE).write_text(
@@ -203,3 +188,17 @@ class DemoRunner(DemoStep):
         return RunOutput(
             answer=answer, turns=rng.randint(2, 9), skills_loaded=skills, usage=self._usage(knobs)
         )
+
+
+def _failure(knobs: DemoKnobs, present: frozenset[str], has_memory: bool, request: RunRequest) -> str:
+    """What a failed run answers: the first thing that held it back, or a slip when only chance did."""
+    clashing = [rule for rule in knobs.forbids if rule in present]
+    missing = [rule for rule in knobs.rules if rule not in present]
+    harmed = [rule for rule in knobs.harms if rule in present]
+    if clashing:
+        return "broken by: " + ", ".join(clashing)
+    if missing:
+        return "missing: " + ", ".join(missing)
+    if request.phase == "mem" and not (knobs.memory_helps and has_memory):
+        return "memory did not help"
+    return "slipped" + (" (harmed by: " + ", ".join(harmed) + ")" if harmed else "")

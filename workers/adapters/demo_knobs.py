@@ -3,18 +3,19 @@
 
 The core keeps that mapping as written (service.core.models.case.DemoMapping); the demo agents alone
 validate it, when they take a step. Its `expect` entry, the outcome the demo is built to reach, is
-`tunefleet demo`'s to read (service.cli.demo, service.goals.demo): the agents leave it alone.
+`tunefleet demo`'s to read (service.cli.demo, service.kinds.goals.demo): the agents leave it alone.
 """
 
 from __future__ import annotations
 
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt, ValidationError
 
-from service.core.models.case import DemoMapping, Slug
-from service.core.models.goal import GoalStep
+from service.core.models.case import DemoMapping
 from service.core.validation import describe_validation
+from service.kinds.cases.truth import WorldKnobs
+from service.kinds.goals.models import GoalStep
 from workers.errors import JobFault
 
 EXPECT_DESCRIPTION = (
@@ -22,37 +23,33 @@ EXPECT_DESCRIPTION = (
 )
 
 
-class DemoKnobs(BaseModel):
-    """How the built-in demo agents behave on this case (ignored by command adapters)."""
+class DemoKnobs(WorldKnobs):
+    """How the built-in demo agents behave on this case (ignored by command adapters): whether a run
+    passes (`WorldKnobs`, with the ground truth beside them in service.kinds.cases.truth), the faults
+    they inject, their latency and their tokens."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rules: list[Slug] = Field(
-        default_factory=list,
-        description="Rules the system's prose must hold for a run to pass; each apply adds the missing ones.",
-    )
     rules_per_apply: int = Field(default=1, ge=1, description="How many missing rules one apply adds.")
-    forbids: list[Slug] = Field(
-        default_factory=list,
-        description="Rules the system's prose must not hold for a run to pass: an apply that adds one for "
-        "another case breaks this one.",
-    )
-    flawed: bool = Field(default=False, description="The case itself is wrong: findings target the dataset.")
     structural: bool = Field(default=False, description="Fixing the prose needs a structural change.")
-    memory_helps: bool = Field(default=True, description="A run that starts from memory passes.")
     voids: dict[str, int] = Field(
         default_factory=dict,
         description="`<phase>-<attempt>` -> how many runs of that try are void before one is not.",
+    )
+    fails: list[str] = Field(
+        default_factory=list,
+        description="`<phase>-<attempt>` tries whose run fails whatever the prose holds (a failure by "
+        "chance, as a random agent has: the same version passes another try).",
     )
     kills: dict[str, int] = Field(
         default_factory=dict,
         description="`<phase>-<attempt>` -> how many runs of that try are killed for memory (exit 137).",
     )
-    kills_worker: int = Field(
-        default=0, ge=0, description="How many runs of the case SIGKILL their whole worker process (poison)."
+    kills_worker: NonNegativeInt = Field(
+        default=0, description="How many runs of the case SIGKILL their whole worker process (poison)."
     )
     latency_ms: int | None = Field(default=None, ge=0, description="Overrides the tuning's demo latency.")
-    tokens: int = Field(default=1200, ge=0, description="Tokens one step reports.")
+    tokens: NonNegativeInt = Field(default=1200, description="Tokens one step reports.")
     expect: JsonValue = Field(default=None, description=EXPECT_DESCRIPTION)
 
 
@@ -71,8 +68,8 @@ class GoalDemoKnobs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tasks: int = Field(default=2, ge=1, le=50, description="Tasks in each TODO the demo planner writes.")
-    task_failures: int = Field(
-        default=0, ge=0, description="Failed attempts of every task before one succeeds."
+    task_failures: NonNegativeInt = Field(
+        default=0, description="Failed attempts of every task before one succeeds."
     )
     complete_at: int = Field(default=1, ge=1, description="The iteration whose review says complete.")
     invalid_todo: list[int] = Field(
@@ -82,10 +79,10 @@ class GoalDemoKnobs(BaseModel):
     voids: dict[GoalStep, int] = Field(
         default_factory=dict, description="step -> how many of its first runs are void (per iteration)."
     )
-    step_ms: int = Field(default=100, ge=0, description="How long each demo step takes.")
-    tokens: int = Field(default=0, ge=0, description="Tokens each demo step reports spending.")
-    kills_worker: int = Field(
-        default=0, ge=0, description="How many work steps SIGKILL their whole worker process (poison)."
+    step_ms: NonNegativeInt = Field(default=100, description="How long each demo step takes.")
+    tokens: NonNegativeInt = Field(default=0, description="Tokens each demo step reports spending.")
+    kills_worker: NonNegativeInt = Field(
+        default=0, description="How many work steps SIGKILL their whole worker process (poison)."
     )
     expect: JsonValue = Field(default=None, description=EXPECT_DESCRIPTION)
 

@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import time
 
-from service.core.models.case import SLUG_RE
+from service.core.models.case import is_slug
 from service.core.models.records import ApplyOutput, Feedback, Improvement
+from service.kinds.cases.truth import RULE_PREFIX, prose_rules
 from workers.adapters.base import AnalyzeOutcome, AnalyzeRequest, ApplyOutcome, ApplyRequest, StepExit
 from workers.adapters.demo import (
     ADD_RULE_LEAD,
-    RULE_PREFIX,
     RULES_DIR,
     DemoStep,
     StepLog,
     elapsed_ms,
     knobs_of,
-    system_rules,
 )
+from workers.adapters.demo_chance import judge_flips
 from workers.adapters.demo_knobs import DemoKnobs
 
 
 class DemoAnalyzer(DemoStep):
-    """Grades a demo run: void for injected faults, dataset findings for a flawed case, else prose."""
+    """Grades a demo run: void for injected faults, dataset findings for a flawed case, else prose; its
+    pass or fail verdict on the prose is flipped with the adapter's `judge_flip` (seeded)."""
 
     trusted = True
 
@@ -71,7 +72,10 @@ class DemoAnalyzer(DemoStep):
                 summary="The case cannot be passed as written.",
                 usage=usage,
             )
-        if run.output.answer == "pass":
+        passed = run.output.answer == "pass"
+        if judge_flips(self._config.seed, request, self._config.judge_flip):
+            passed = not passed
+        if passed:
             rubric = dict.fromkeys(ids, 1.0)
             return Feedback(
                 verdict="pass", done=True, rubric=rubric, summary="Every item is met.", usage=usage
@@ -127,18 +131,18 @@ class DemoApplier(DemoStep):
 
     def _add_rules(self, request: ApplyRequest, rules_per_apply: int) -> list[str]:
         worktree = request.worktree_dir
-        present = system_rules(worktree)
+        present = prose_rules(worktree)
         wanted: list[str] = []
         for improvement in request.feedback.prose():
             slug = improvement.lead.removeprefix(ADD_RULE_LEAD).strip()
-            is_add = improvement.lead.startswith(ADD_RULE_LEAD) and SLUG_RE.match(slug) is not None
+            is_add = improvement.lead.startswith(ADD_RULE_LEAD) and is_slug(slug)
             if is_add and slug not in present and slug not in wanted:
                 wanted.append(slug)
         added = wanted[:rules_per_apply]
         if not added:
             return []
         # One file per rule: two applies made at once on one version edit no file in common, so that the
-        # acceptance gate can re-apply one on top of the other (service.gate.repo.rebase).
+        # acceptance gate can re-apply one on top of the other (service.kinds.evals.gate.repo.rebase).
         (worktree / RULES_DIR).mkdir(exist_ok=True)
         (worktree / "skills").mkdir(exist_ok=True)
         for slug in added:

@@ -23,7 +23,7 @@ from typing import Generic, Literal, TypeVar
 import structlog
 
 from service.core.errors import ConfigError
-from service.core.heap import freeze_long_lived
+from service.core.io.heap import freeze_long_lived
 from service.core.models.tuning import CommandAdapter, DemoAdapter, LlmAdapter
 from workers.adapters.base import Analyzer, Applier, Prober, Runner
 from workers.adapters.command import CommandAnalyzer, CommandApplier, CommandRunner
@@ -100,7 +100,7 @@ async def llm_modules_loaded(then: Callable[[], object] | None = None) -> None:
     docstring), and run `then` in that thread after them (the job's clients warmed: Providers.warm); at
     once when they are loaded. Logged (`llm_modules_loaded`) with the CPU the import took (`cpu_ms`, a
     cost of the worker's first LLM job, once per process, not of its calls; with the collection and
-    freeze of what it made, service.core.heap) and the warm-up's."""
+    freeze of what it made, service.core.io.heap) and the warm-up's."""
 
     def load() -> tuple[float, float]:
         imported_s = _import_llm_modules()

@@ -21,8 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.core.files import FOLDER_FLAGS, NotRegularFile, open_regular, write_atomic
-from service.core.trees import clear
+from service.core.io.files import FOLDER_FLAGS, NotRegularFile, open_regular, write_atomic
+from service.core.io.trees import clear
 
 AGENT_FILE_MAX_BYTES = 64 * 1024 * 1024
 """The most the fleet reads of one file an agent wrote (its records keep less: AGENT_TEXT_MAX_CHARS)."""
@@ -35,7 +35,7 @@ class AgentFileRefused(ValueError):
 def read_agent_file(path: Path, max_bytes: int = AGENT_FILE_MAX_BYTES) -> bytes | None:
     """The bytes of a file an agent wrote; None when there is none. AgentFileRefused, naming the file,
     when it or its folder is a symbolic link (never followed), it is not a regular file, it is larger
-    than `max_bytes`, or it cannot be read (service.core.files.open_regular: the open never blocks);
+    than `max_bytes`, or it cannot be read (service.core.io.files.open_regular: the open never blocks);
     reading stops at `max_bytes`."""
     try:
         folder = os.open(path.parent, FOLDER_FLAGS)

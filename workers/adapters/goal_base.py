@@ -19,11 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from service.core.models.case import DemoMapping
-from service.core.models.goal import GoalStep
 from service.core.models.records import Usage
+from service.kinds.goals.models import GoalStep
 
 PLAN_OUTPUT = "TODO.md"
 PLAN_SUMMARY = "plan.json"
@@ -93,7 +93,7 @@ class GoalStepExit(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     exit_code: int = 0
-    duration_ms: int = Field(default=0, ge=0)
+    duration_ms: NonNegativeInt = 0
     error: str | None = None
     void: str | None = Field(default=None, description="The step says nothing: set aside and run again.")
     sandbox_down: str | None = None

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.core.models.goal import GOAL_PLACEHOLDERS, GoalStep
 from service.core.models.tuning import CommandAdapter
+from service.kinds.goals.models import GOAL_PLACEHOLDERS, GoalStep
 from workers.adapters.command import CommandStep
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (

@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from service.core.files import append_line, write_atomic
-from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
+from service.core.io.files import append_line, write_atomic
 from service.core.models.records import Usage
 from service.core.models.tuning import DemoAdapter
-from service.goals.todo import TodoError, parse_todo
+from service.kinds.goals.state import ProgressEntry, Review, WorkerResult
+from service.kinds.goals.todo import TodoError, parse_todo
 from workers.adapters.demo_knobs import GoalDemoKnobs, read_knobs
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (

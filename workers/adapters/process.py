@@ -29,9 +29,9 @@ from typing import BinaryIO
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from service.core.files import NotRegularFile, open_regular
+from service.core.io.files import NotRegularFile, open_regular
+from service.core.io.trees import clear
 from service.core.settings import FleetSettings
-from service.core.trees import clear
 from workers.adapters.isolation import RootPowers, lend, take_back
 from workers.adapters.reaper import START_FAILED_EXIT, START_FAILED_PREFIX
 

@@ -9,15 +9,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.core.files import read_model
+from service.core.io.files import read_model
+from service.core.io.trees import copy_tree, remove_tree
 from service.core.models.events import EventKind
 from service.core.models.records import ApplyRecord, Phase, RunOutput, RunRecord, SandboxTrips, new_seal
 from service.core.models.status import Hold, WaitCause
 from service.core.models.tuning import CommandAdapter
-from service.core.trees import copy_tree, remove_tree
-from workers.adapters.base import RunRequest
-from workers.case import CaseRun
+from workers.adapters.base import RunOutcome, RunRequest
 from workers.errors import JobFault, KeyRefused, ProviderDown
+from workers.kinds.cases.run import CaseRun
 
 RUN_WAITS: dict[WaitCause, EventKind] = {
     "resume": EventKind.RUN_WAITS_FOR_RESUME,
@@ -28,11 +28,13 @@ SANDBOX_TRIPS_FILE = "sandbox-trips.json"
 """In the case's folder: how often its runner reported the sandbox down with no sandbox to probe."""
 
 
-def expected_skills(cr: CaseRun, phase: Phase, attempt: int) -> list[str]:
+def expected_skills(case_run: CaseRun, phase: Phase, attempt: int) -> list[str]:
     """The skills the apply after the previous try made: this run should load them."""
     if attempt == 1:
         return []
-    applied = cr.record(cr.store.attempt(phase, attempt - 1).apply, ApplyRecord)  # it may be landing
+    applied = case_run.record(
+        case_run.store.attempt(phase, attempt - 1).apply, ApplyRecord
+    )  # it may be landing
     return list(applied.output.skills) if applied else []
 
 
@@ -46,7 +48,7 @@ class Runnable:
     """The version to run, when read with the pending applies (None: read it now)."""
 
 
-async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> Runnable:
+async def wait_until_runnable(case_run: CaseRun, phase: Phase, attempt: int) -> Runnable:
     """Hold the run start while the fleet is paused, the tuning is held (its budget spent, say), the
     sandbox breaker is open (workers.job_run) or (if configured) an apply is pending. Each wait is noted
     as the case's state (`CaseRun.at`) with the event that announces it. The pending applies and the
@@ -55,80 +57,86 @@ async def wait_until_runnable(cr: CaseRun, phase: Phase, attempt: int) -> Runnab
     (`CaseRun.take_start_view`)."""
 
     async def announce(cause: WaitCause, hold: Hold | None) -> None:
-        cr.at("run", phase, attempt, waiting=cause)
+        case_run.at("run", phase, attempt, waiting=cause)
         if hold is None:
-            await cr.emit(RUN_WAITS[cause], phase=phase, attempt=attempt)
+            await case_run.emit(RUN_WAITS[cause], phase=phase, attempt=attempt)
         else:
             data = {"kind": hold.kind}
-            await cr.emit(RUN_WAITS[cause], phase=phase, attempt=attempt, detail=hold.reason, data=data)
+            await case_run.emit(RUN_WAITS[cause], phase=phase, attempt=attempt, detail=hold.reason, data=data)
 
-    await cr.wait_runnable(announce)
-    if not cr.waits_for_applies:
+    await case_run.wait_runnable(announce)
+    if not case_run.waits_for_applies:
         return Runnable(0, None)
-    view = cr.take_start_view()
+    view = case_run.take_start_view()
     if view is not None:  # the first run start, straight after the load: read with the lease
         pending, value = view.pending, view.version
     else:
         # Both calls queued in this turn, so they share a round trip (and the one of an event the step
         # before queued without waiting: CaseRun.emit_soon). A kind whose runs work on a version of
         # their own never waits for applies (`waits_for_applies`).
-        pending, value = await asyncio.gather(cr.tuning.lock.pending_soon([]), cr.tuning.version_soon())
+        pending, value = await asyncio.gather(
+            case_run.tuning.lock.pending_soon([]), case_run.tuning.version_soon()
+        )
     if not pending:
-        return Runnable(0, await cr.tuning.version_from(value))
-    cr.at("run", phase, attempt, waiting="apply")
-    await cr.emit(EventKind.RUN_WAITS_FOR_APPLY, phase=phase, attempt=attempt, data={"applies": len(pending)})
-    waited_s = await cr.tuning.lock.wait_idle(
-        list(pending), cr.settings.wait_for_apply_max_s, cr.settings.poll_delay_s
+        return Runnable(0, await case_run.tuning.version_from(value))
+    case_run.at("run", phase, attempt, waiting="apply")
+    await case_run.emit(
+        EventKind.RUN_WAITS_FOR_APPLY, phase=phase, attempt=attempt, data={"applies": len(pending)}
+    )
+    waited_s = await case_run.tuning.lock.wait_idle(
+        list(pending), case_run.settings.wait_for_apply_max_s, case_run.settings.poll_delay_s
     )
     return Runnable(int(waited_s * 1000), None)
 
 
 async def run_step(
-    cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, after: str | None
+    case_run: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, after: str | None
 ) -> RunRecord:
     """The attempt's run record, running the agent only if the fleet recorded none yet: a record that
     does not follow `after` (the seal of the record before it) was not written by the fleet."""
-    paths = cr.store.attempt(phase, attempt)
+    paths = case_run.store.attempt(phase, attempt)
     recorded = read_model(paths.run, RunRecord)
     if recorded is not None and recorded.after == after:
         return recorded
     if recorded is not None:
-        cr.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
+        case_run.log.warning("run_unsealed_ignored", file=str(paths.run), after=after)
     while True:  # not read again: only a run that ended writes the record (over anything left there)
-        await cr.check_budget()
-        runnable = await wait_until_runnable(cr, phase, attempt)
-        record = await _run_once(cr, phase, attempt, memory_from, runnable, after)
+        await case_run.check_budget()
+        runnable = await wait_until_runnable(case_run, phase, attempt)
+        record = await _run_once(case_run, phase, attempt, memory_from, runnable, after)
         if record is not None:  # it lands while the analyzer starts (CaseRun.write_behind)
-            cr.write_behind(paths.run, record, then=functools.partial(_finished, cr, phase, attempt, record))
+            case_run.write_behind(
+                paths.run, record, then=functools.partial(_finished, case_run, phase, attempt, record)
+            )
             return record
-        await count_sandbox_trip(cr)
+        await count_sandbox_trip(case_run)
 
 
-def nothing_to_probe(cr: CaseRun) -> bool:
+def nothing_to_probe(case_run: CaseRun) -> bool:
     """Whether the runner has no sandbox that a probe could find down: the breaker closes at its first
     probe, so only a bound on the runner's own reports ends a case whose runner always says so."""
-    runner = cr.tuning.config.runner
+    runner = case_run.tuning.config.runner
     return (
         isinstance(runner, CommandAdapter) and runner.sandbox.kind == "none" and not runner.sandbox.probe_argv
     )
 
 
-async def count_sandbox_trip(cr: CaseRun) -> None:
+async def count_sandbox_trip(case_run: CaseRun) -> None:
     """Count a sandbox-down report of a runner with nothing to probe, durably in the case's folder (a
     restart goes on counting); past `max_sandbox_trips` the case ends failed, and the count starts afresh."""
-    if not nothing_to_probe(cr):
+    if not nothing_to_probe(case_run):
         return
-    path = cr.store.root / SANDBOX_TRIPS_FILE
+    path = case_run.store.root / SANDBOX_TRIPS_FILE
     trips = (read_model(path, SandboxTrips) or SandboxTrips()).trips + 1
-    if trips <= cr.tuning.config.max_sandbox_trips:
-        await cr.write(path, SandboxTrips(trips=trips))
+    if trips <= case_run.tuning.config.max_sandbox_trips:
+        await case_run.write(path, SandboxTrips(trips=trips))
         return
-    await cr.write(path, SandboxTrips(trips=0))
+    await case_run.write(path, SandboxTrips(trips=0))
     raise JobFault(f"the runner reported its sandbox down {trips} times with no sandbox to probe")
 
 
-def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
-    cr.step_finished_soon(
+def _finished(case_run: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> None:
+    case_run.step_finished_soon(
         (phase, attempt, "run"),
         record.output.usage,
         duration_ms=record.duration_ms,
@@ -141,11 +149,31 @@ def _finished(cr: CaseRun, phase: Phase, attempt: int, record: RunRecord) -> Non
     )
 
 
+async def _not_ran(case_run: CaseRun, phase: Phase, attempt: int, outcome: RunOutcome) -> bool:
+    """Whether the runner could not run the agent because the sandbox was down (reported to the breaker);
+    ProviderDown or KeyRefused when its provider was down or refused the key (not this case's fault:
+    handed back, no try spent)."""
+    if outcome.provider_down is not None:
+        raise ProviderDown(f"the runner's {outcome.provider_down}")
+    if outcome.key_refused is not None:
+        raise KeyRefused(f"the runner's {outcome.key_refused}")
+    if outcome.sandbox_down is None:
+        return False
+    await case_run.emit(EventKind.RUN_SANDBOX_DOWN, phase=phase, attempt=attempt, detail=outcome.sandbox_down)
+    await case_run.breaker_watch.report_down(case_run.tuning.name, outcome.sandbox_down)
+    return True
+
+
 async def _run_once(
-    cr: CaseRun, phase: Phase, attempt: int, memory_from: Path | None, runnable: Runnable, after: str | None
+    case_run: CaseRun,
+    phase: Phase,
+    attempt: int,
+    memory_from: Path | None,
+    runnable: Runnable,
+    after: str | None,
 ) -> RunRecord | None:
     """One run of the agent; None when the sandbox was down (the breaker is open, nothing recorded)."""
-    where = cr.where(phase, attempt, "run")
+    where = case_run.where(phase, attempt, "run")
     work: Path = where["step_dir"]
     await remove_tree(work)
     memory = work / "memory"  # made by the runner if it starts empty (an in-process one may never need it)
@@ -153,20 +181,20 @@ async def _run_once(
         await copy_tree(memory_from, memory, plain=True)
     else:
         work.mkdir(parents=True)
-    version = runnable.version or await cr.run_version()
-    expected = expected_skills(cr, phase, attempt)
+    version = runnable.version or await case_run.run_version()
+    expected = expected_skills(case_run, phase, attempt)
     request = RunRequest(
         **where,
-        task=cr.case.task(),
-        run_index=len(cr.store.voids(phase, attempt)) + 1,
+        task=case_run.case.task(),
+        run_index=len(case_run.store.voids(phase, attempt)) + 1,
         version=version,
-        system_dir=await cr.tuning.repo.snapshot(version),
+        system_dir=await case_run.tuning.repo.snapshot(version),
         memory_dir=memory,
         workspace_dir=work / "workspace",
         expected_skills=expected,
     )
-    cr.at("run", phase, attempt)
-    cr.emit_soon(
+    case_run.at("run", phase, attempt)
+    case_run.emit_soon(
         EventKind.STEP_STARTED,
         step="run",
         phase=phase,
@@ -175,17 +203,11 @@ async def _run_once(
     )
     started_at = datetime.now(UTC)
     began = time.monotonic()
-    with cr.metered({"phase": phase, "attempt": attempt, "step": "run"}):
-        outcome = await cr.tuning.runner.run(request)
+    with case_run.metered({"phase": phase, "attempt": attempt, "step": "run"}):
+        outcome = await case_run.tuning.runner.run(request)
     # The step before's record may still be landing, and the analysis starts meanwhile: it waits for it
     # once its analyzer returns (steps.analyze), and every way out of the job waits for it too.
-    if outcome.provider_down is not None:  # not this case's fault: handed back, no try spent
-        raise ProviderDown(f"the runner's {outcome.provider_down}")
-    if outcome.key_refused is not None:
-        raise KeyRefused(f"the runner's {outcome.key_refused}")
-    if outcome.sandbox_down is not None:
-        await cr.emit(EventKind.RUN_SANDBOX_DOWN, phase=phase, attempt=attempt, detail=outcome.sandbox_down)
-        await cr.gate.report_down(cr.tuning.name, outcome.sandbox_down)
+    if await _not_ran(case_run, phase, attempt, outcome):
         return None
     output = outcome.output
     loaded = set(output.skills_loaded) if output else set()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, RootModel, field_validator
 
 from service.core.models.case import Case, Slug
 from service.core.models.events import Event
@@ -17,7 +17,10 @@ from service.core.models.status import FleetStatus, LockHolder, ResultRow
 
 CaseFilter = Literal["completed", "difficult", "failed", "cancelled", "unfinished"]
 
-STREAM_ID_PATTERN = r"^\d+(-\d+)?$"
+STREAM_ID_PATTERN = r"^[0-9]+(-[0-9]+)?$"
+"""A Redis stream id, `<ms>` or `<ms>-<seq>`: ASCII digits (`\\d` would take any script's digits)."""
+STREAM_PART_MAX = 2**64 - 1
+"""Each part of a stream id is an unsigned 64-bit integer; Redis refuses a larger one."""
 
 
 class LockState(BaseModel):
@@ -27,7 +30,7 @@ class LockState(BaseModel):
     held: bool = Field(description="An apply holds the lock.")
     fence: int | None = Field(default=None, description="The fencing token of the holder.")
     holder: LockHolder | None = Field(default=None, description="The holder's case and worker.")
-    pending: int = Field(default=0, ge=0, description="Applies waiting for or holding the lock.")
+    pending: NonNegativeInt = Field(default=0, description="Applies waiting for or holding the lock.")
 
 
 class StatusView(FleetStatus):
@@ -59,7 +62,7 @@ class CasesQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state: CaseFilter | None = Field(default=None, description="Only cases in this state.")
-    offset: int = Field(default=0, ge=0, description="Skip this many rows (of those the filter keeps).")
+    offset: NonNegativeInt = Field(default=0, description="Skip this many rows (of those the filter keeps).")
     limit: int = Field(default=1000, ge=1, le=10_000, description="At most this many rows.")
 
 
@@ -86,6 +89,19 @@ class EventsQuery(BaseModel):
         description="A stream id: only events after it, oldest first. Without it: the latest events.",
     )
     limit: int = Field(default=100, ge=1, le=1000, description="At most this many events.")
+
+    @field_validator("after")
+    @classmethod
+    def _a_stream_id(cls, value: str | None) -> str | None:
+        """Refused here (422), not by Redis (which the API would report as unavailable, 503)."""
+        if value is None:
+            return value
+        parts = [int(part) for part in value.split("-")]
+        if any(part > STREAM_PART_MAX for part in parts):
+            raise ValueError(f"each part of a stream id is at most {STREAM_PART_MAX}")
+        if parts == [STREAM_PART_MAX, STREAM_PART_MAX]:
+            raise ValueError("no event comes after the last possible stream id")
+        return value
 
 
 class StreamEvent(BaseModel):

@@ -5,13 +5,37 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    NonNegativeFloat,
+    StringConstraints,
+    field_validator,
+)
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,127}$"
-SLUG_RE = re.compile(SLUG_PATTERN)
+"""A slug for pydantic and JSON Schema, whose `$` is the end of the text (Rust's and ECMAScript's)."""
+_SLUG_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+"""The same for Python, only ever used through `is_slug`: Python's `$` also matches before a final
+newline, so `re.match` with it would take `"x\n"` for a slug."""
 
 Slug = Annotated[str, StringConstraints(pattern=SLUG_PATTERN)]
 """A safe identifier: lower-case letters, digits, `.`, `_`, `-`; never a path."""
+
+
+REV_MAX = 2**31 - 1
+"""The highest case rev: a rev names a folder (`r<rev>`) and a queue id, so it is bounded where it enters
+(a case file, an HTTP body) rather than found too long for a file name on a worker."""
+Rev = Annotated[int, Field(ge=1, le=REV_MAX)]
+
+
+def is_slug(value: str) -> bool:
+    """Whether `value` is a safe slug, the whole of it: the one id check of every front end (the HTTP
+    API's path parameters, the CLI's ids, evaluation names), so none can name a path."""
+    return _SLUG_RE.fullmatch(value) is not None
+
 
 State = Literal["completed", "difficult", "failed", "cancelled"]
 
@@ -28,7 +52,7 @@ class RubricItem(BaseModel):
 
     id: Slug
     text: str = Field(min_length=1, description="What the grader checks.")
-    weight: float = Field(default=1.0, ge=0)
+    weight: NonNegativeFloat = 1.0
 
 
 class RunTask(BaseModel):
@@ -38,7 +62,7 @@ class RunTask(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     case: Slug
-    rev: int = Field(ge=1)
+    rev: Rev
     input: str
 
 
@@ -48,7 +72,7 @@ class Case(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: Slug
-    rev: int = Field(default=1, ge=1, description="The case's revision; a new rev runs again.")
+    rev: Rev = Field(default=1, description=f"The case's revision (1 to {REV_MAX}); a new rev runs again.")
     input: str = Field(min_length=1, description="What the agent is asked to do.")
     rubric: list[RubricItem] = Field(min_length=1)
     demo: DemoMapping = Field(

@@ -1,142 +1,146 @@
-"""The event contract: every kind of event the fleet emits (`EventKind`), and the one shape of an
-event (`Event`), kept in the store and streamed through Redis.
+"""The event contract: every kind of event the fleet emits (`EventKind`), its payload model
+(service.core.models.event_data) and its event class (service.core.models.event_types), made one union
+here: `Event`, discriminated by `kind`.
+
+Every event is built and read through this union: the sink builds each with `event_of` (its data
+checked against its kind's payload model before anything is written), and every reader of a line (the
+metrics, the watch view, the API) parses it with `parse_event` into its kind's class, whose `data` is
+its typed payload. A reader narrows an event with `isinstance(event, GatePassedEvent)`, or a payload
+with `isinstance(event.data, EvalTagged)` for a tag that several kinds carry.
 
 A kind is a member of `EventKind` or it is not an event: `service.core.events.EventSink` refuses any
-other, the metrics, the watch view and the dashboard's JavaScript (`service/api/contract.py` exports the
-kinds to it) name kinds only through the enum. docs/architecture.md, "Events", has a row for each.
+other; the dashboard's JavaScript gets the kinds and their fields from `contract_fields`
+(service/api/contract.py). docs/architecture.md, "Events", has a row for each.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from enum import StrEnum
-from typing import Any, Self
+from typing import Annotated, Any, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, TypeAdapter, ValidationError
 
-from service.core.models.case import State
-from service.core.models.goal import GoalStatus, GoalStep
-from service.core.models.records import Phase, StepName
+from service.core.errors import EventDataError
+from service.core.models import event_types as t
+from service.core.models.event_data import EvalTagged, EventData, JobTagged
+from service.core.models.event_kinds import CASE_ENDS, LOGGED_AT_DEBUG, EventBase, EventKind
+from service.core.validation import describe_validation
 
+__all__ = [
+    "CASE_ENDS",
+    "EVENTS",
+    "EVENT_CLASSES",
+    "LOGGED_AT_DEBUG",
+    "PAYLOADS",
+    "EvalTagged",
+    "Event",
+    "EventBase",
+    "EventData",
+    "EventKind",
+    "JobTagged",
+    "contract_fields",
+    "event_of",
+    "parse_event",
+]
 
-class EventKind(StrEnum):
-    """Every kind of event; its value is the snake_case name on the wire."""
+Event = Annotated[
+    t.JobStartedEvent
+    | t.JobRequeuedEvent
+    | t.JobEndedEvent
+    | t.CaseQueuedEvent
+    | t.CaseRequeuedEvent
+    | t.CaseStartedEvent
+    | t.LeaseLostEvent
+    | t.ProviderDownEvent
+    | t.CaseCompletedEvent
+    | t.CaseDifficultEvent
+    | t.CaseFailedEvent
+    | t.CaseCancelledEvent
+    | t.StepStartedEvent
+    | t.StepFinishedEvent
+    | t.RunWaitsForResumeEvent
+    | t.RunWaitsForHoldEvent
+    | t.RunWaitsForSandboxEvent
+    | t.RunWaitsForApplyEvent
+    | t.RunSandboxDownEvent
+    | t.AttemptSetAsideEvent
+    | t.AnalysisEditedSystemEvent
+    | t.ApplyWaitsForLockEvent
+    | t.ApplyRecoveredEvent
+    | t.ApplyAbandonedEvent
+    | t.MemorySubmittedEvent
+    | t.SpendRecordedEvent
+    | t.TuningHeldEvent
+    | t.TuningReleasedEvent
+    | t.BreakerOpenedEvent
+    | t.BreakerProbedEvent
+    | t.BreakerClosedEvent
+    | t.StoreFullEvent
+    | t.StoreRecoveredEvent
+    | t.GoalStartedEvent
+    | t.GoalResumedEvent
+    | t.IterationStartedEvent
+    | t.GoalRequeuedEvent
+    | t.StepWaitsForResumeEvent
+    | t.StepWaitsForHoldEvent
+    | t.StepWaitsForSandboxEvent
+    | t.StepSetAsideEvent
+    | t.PlanInvalidEvent
+    | t.ReviewInvalidEvent
+    | t.ReviewCompleteTooEarlyEvent
+    | t.GoalCompletedEvent
+    | t.GoalIncompleteEvent
+    | t.GoalFailedEvent
+    | t.GoalCancelledEvent
+    | t.EvalCreatedEvent
+    | t.EvalItemStartedEvent
+    | t.EvalItemSetAsideEvent
+    | t.EvalItemRequeuedEvent
+    | t.EvalItemEndedEvent
+    | t.GateStartedEvent
+    | t.GatePassedEvent
+    | t.GateRejectedEvent
+    | t.CandidateRebasedEvent
+    | t.GateAbandonedEvent
+    | t.CandidateAwaitsApprovalEvent
+    | t.CandidateDecidedEvent,
+    Field(discriminator="kind"),
+]
+"""An event of any kind, as its kind's class (service.core.models.event_types)."""
 
-    # a case's life
-    CASE_QUEUED = "case_queued"
-    CASE_REQUEUED = "case_requeued"
-    CASE_STARTED = "case_started"
-    LEASE_LOST = "lease_lost"
-    PROVIDER_DOWN = "provider_down"
-    CASE_COMPLETED = "case_completed"
-    CASE_DIFFICULT = "case_difficult"
-    CASE_FAILED = "case_failed"
-    CASE_CANCELLED = "case_cancelled"
-    # a case's steps
-    STEP_STARTED = "step_started"
-    STEP_FINISHED = "step_finished"
-    RUN_WAITS_FOR_RESUME = "run_waits_for_resume"
-    RUN_WAITS_FOR_HOLD = "run_waits_for_hold"
-    RUN_WAITS_FOR_SANDBOX = "run_waits_for_sandbox"
-    RUN_WAITS_FOR_APPLY = "run_waits_for_apply"
-    RUN_SANDBOX_DOWN = "run_sandbox_down"
-    ATTEMPT_SET_ASIDE = "attempt_set_aside"
-    ANALYSIS_EDITED_SYSTEM = "analysis_edited_system"
-    APPLY_WAITS_FOR_LOCK = "apply_waits_for_lock"
-    APPLY_RECOVERED = "apply_recovered"
-    APPLY_ABANDONED = "apply_abandoned"
-    MEMORY_SUBMITTED = "memory_submitted"
-    SPEND_RECORDED = "spend_recorded"
-    # a tuning and the fleet
-    TUNING_HELD = "tuning_held"
-    TUNING_RELEASED = "tuning_released"
-    BREAKER_OPENED = "breaker_opened"
-    BREAKER_PROBED = "breaker_probed"
-    BREAKER_CLOSED = "breaker_closed"
-    # a goal's life (its steps start and finish with STEP_STARTED and STEP_FINISHED)
-    GOAL_STARTED = "goal_started"
-    GOAL_RESUMED = "goal_resumed"
-    ITERATION_STARTED = "iteration_started"
-    GOAL_REQUEUED = "goal_requeued"
-    STEP_WAITS_FOR_RESUME = "step_waits_for_resume"
-    STEP_WAITS_FOR_HOLD = "step_waits_for_hold"
-    STEP_WAITS_FOR_SANDBOX = "step_waits_for_sandbox"
-    STEP_SET_ASIDE = "step_set_aside"
-    PLAN_INVALID = "plan_invalid"
-    REVIEW_INVALID = "review_invalid"
-    REVIEW_COMPLETE_TOO_EARLY = "review_complete_too_early"
-    GOAL_COMPLETED = "goal_completed"
-    GOAL_INCOMPLETE = "goal_incomplete"
-    GOAL_FAILED = "goal_failed"
-    GOAL_CANCELLED = "goal_cancelled"
-    # an evaluation's life (its items' steps are a case's steps, with `data.eval`: service.evals.counters)
-    EVAL_CREATED = "eval_created"
-    EVAL_ITEM_STARTED = "eval_item_started"
-    EVAL_ITEM_SET_ASIDE = "eval_item_set_aside"
-    EVAL_ITEM_REQUEUED = "eval_item_requeued"
-    EVAL_ITEM_ENDED = "eval_item_ended"
-    # an apply's acceptance gate (service.gate: counters in service.gate.counters)
-    GATE_STARTED = "gate_started"
-    GATE_PASSED = "gate_passed"
-    GATE_REJECTED = "gate_rejected"
-    CANDIDATE_REBASED = "candidate_rebased"
-    GATE_ABANDONED = "gate_abandoned"
+EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
+"""Builds and parses events (`event_of`, `parse_event`)."""
 
+EVENT_CLASSES: tuple[type[EventBase], ...] = get_args(get_args(Event)[0])
+"""Each kind's event class, in the order of `EventKind`."""
 
-LOGGED_AT_DEBUG: frozenset[EventKind] = frozenset({EventKind.STEP_STARTED, EventKind.STEP_FINISHED})
-"""The kinds every step of every job sends: a process logs them at debug, the others at info. A worker's
-info log keeps each job's start, end and every wait, hold or fault, not two lines per step (at a hundred
-steps a second, most of its log volume and a few percent of its CPU); the events themselves are in
-the events file, the stream and `tunefleet watch` whatever the level."""
-
-CASE_ENDS: dict[State, EventKind] = {
-    "completed": EventKind.CASE_COMPLETED,
-    "difficult": EventKind.CASE_DIFFICULT,
-    "failed": EventKind.CASE_FAILED,
-    "cancelled": EventKind.CASE_CANCELLED,
-}
-"""The kind that ends a case in each final state."""
-
-GOAL_ENDS: dict[GoalStatus, EventKind] = {
-    "completed": EventKind.GOAL_COMPLETED,
-    "incomplete": EventKind.GOAL_INCOMPLETE,
-    "failed": EventKind.GOAL_FAILED,
-    "cancelled": EventKind.GOAL_CANCELLED,
-}
-"""The kind that ends a goal with each final status."""
-
-
-class Event(BaseModel):
-    """One thing that happened in a tuning or a goal. A finished step has one shape whatever the job:
-    its `step` and `duration_ms` (and for a goal, its `iteration`) at the top level."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    at: datetime
-    kind: EventKind
-    tuning: str
-    case: str | None = None
-    goal: str | None = Field(default=None, description="The goal of a goal's event (its tuning may be '').")
-    rev: int | None = None
-    iteration: int | None = Field(default=None, description="A goal's iteration (its events only).")
-    phase: Phase | None = None
-    attempt: int | None = None
-    step: StepName | GoalStep | None = None
-    worker: str | None = None
-    detail: str | None = None
-    duration_ms: int | None = None
-    tokens: int | None = None
-    unmeasured_tokens: int | None = Field(
-        default=None, description="Of `tokens`, those only the agent counted (usage source 'agent')."
+PAYLOADS: dict[EventKind, type[EventData]] = {
+    get_args(cls.model_fields["kind"].annotation)[0]: cast(
+        type[EventData], cls.model_fields["data"].annotation
     )
-    estimated_tokens: int | None = Field(
-        default=None, description="Of `tokens`, those the fleet's LLM adapter estimated (no usage given)."
-    )
-    cost_usd: float | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
+    for cls in EVENT_CLASSES
+}
+"""Each kind's payload model (its event class's `data`)."""
 
-    @model_validator(mode="after")
-    def _a_finished_step_has_one_shape(self) -> Self:
-        if self.kind is EventKind.STEP_FINISHED and (self.step is None or self.duration_ms is None):
-            raise ValueError("a step_finished event names its step and its duration_ms (top level)")
-        return self
+
+def event_of(fields: dict[str, Any]) -> Event:
+    """An event of `fields["kind"]`, built from its fields; EventDataError naming the kind and the field
+    when its data (or a field of its envelope) is not what its kind's model says."""
+    try:
+        return EVENTS.validate_python(fields)
+    except ValidationError as exc:
+        kind = EventKind(fields["kind"]).value
+        problems = describe_validation(exc).replace(f"field '{kind}.", "field '")
+        raise EventDataError(f"event {kind}: {problems}") from None
+
+
+def parse_event(line: str | bytes) -> Event:
+    """An event line (the stream's, events.jsonl's) as its kind's class; ValidationError if it is none."""
+    return EVENTS.validate_json(line)
+
+
+def contract_fields() -> dict[str, dict[str, Any]]:
+    """Each kind's payload as the dashboard reads it: its JSON schema (`properties`, `required`)."""
+    return {
+        kind.value: PAYLOADS[kind].model_json_schema(by_alias=True, mode="serialization")
+        for kind in EventKind
+    }

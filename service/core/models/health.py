@@ -21,7 +21,9 @@ class Readiness(BaseModel):
 
     ready: bool
     process: Literal["worker", "daemon"]
-    redis: Literal["ok", "unavailable"]
+    redis: Literal["ok", "unavailable"] = Field(
+        description="unavailable: Redis does not answer, or is full (at maxmemory under noeviction)."
+    )
     store: Literal["ok", "unwritable"]
     breaker: Literal["open", "closed", "unknown"] = Field(
         description="The fleet's sandbox breaker (reported, not a reason to be unready); unknown when "

@@ -54,7 +54,7 @@ class CaseJob(TuningJob):
 
 
 class GoalJob(LeasedJob):
-    """Pursue one goal (service.core.models.goal) to its end."""
+    """Pursue one goal (service.kinds.goals.models) to its end."""
 
     goal: Slug
 

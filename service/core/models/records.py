@@ -20,6 +20,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
+    NonNegativeInt,
     RootModel,
     SerializerFunctionWrapHandler,
     StringConstraints,
@@ -68,14 +70,18 @@ wrapper, from the agent CLI's own usage report (the user's configured code, not 
 `agent` nobody but the agent itself (its own word, unmeasured)."""
 
 
+COST_SCALE = 1_000_000
+"""Cost is counted in micro-dollars so that Redis can add it atomically as an integer."""
+
+
 class Usage(BaseModel):
     """Tokens and money one step spent, or a sum of steps (`+`), and who counted them."""
 
     model_config = ConfigDict(extra="forbid")
 
-    input_tokens: int = Field(default=0, ge=0)
-    output_tokens: int = Field(default=0, ge=0)
-    cost_usd: float = Field(default=0.0, ge=0)
+    input_tokens: NonNegativeInt = 0
+    output_tokens: NonNegativeInt = 0
+    cost_usd: NonNegativeFloat = 0.0
     source: UsageSource | None = Field(
         default="agent",
         description="Who counted these tokens: 'api' (the fleet's LLM adapter, from the server's usage), "
@@ -83,18 +89,16 @@ class Usage(BaseModel):
         "from the agent CLI's own usage report), 'agent' (the agent's own word); null in a sum of steps "
         "whose sources differ. Left out, a step's usage is the agent's word.",
     )
-    estimated_tokens: int = Field(
+    estimated_tokens: NonNegativeInt = Field(
         default=0,
-        ge=0,
         description="Of the tokens, those the fleet estimated (no usage in the server's answer, or a call "
         "that timed out): all of them with source 'estimated', none with 'envelope' or 'agent'.",
     )
-    cached_input_tokens: int = Field(
-        default=0, ge=0, description="Of the input tokens, those the provider served from its prompt cache."
+    cached_input_tokens: NonNegativeInt = Field(
+        default=0, description="Of the input tokens, those the provider served from its prompt cache."
     )
-    unmeasured_tokens: int = Field(
+    unmeasured_tokens: NonNegativeInt = Field(
         default=0,
-        ge=0,
         description="The tokens only the agent counted (source 'agent'). Derived from `source` when it is "
         "set; kept as given only in a sum whose sources differ.",
     )
@@ -162,7 +166,7 @@ class RunOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     answer: AgentText = Field(default="", description="The agent's final answer.")
-    turns: int = Field(default=0, ge=0)
+    turns: NonNegativeInt = 0
     skills_loaded: list[str] = Field(default_factory=list, description="Skills the agent loaded.")
     error: AgentText | None = Field(default=None, description="Set when the agent itself failed.")
     usage: Usage = Field(default_factory=Usage)
@@ -176,7 +180,7 @@ class RunRecord(BaseModel):
     version: str = Field(description="The system commit the run worked on.")
     work: str = Field(description="The run's own folder in the attempt (memory, workspace, log).")
     started_at: datetime
-    duration_ms: int = Field(ge=0)
+    duration_ms: NonNegativeInt
     exit_code: int
     void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
     timed_out: bool = Field(
@@ -255,7 +259,7 @@ GateVerdict = Literal["passed", "rejected"]
 
 class GateSummary(BaseModel):
     """What `apply.json` keeps of the acceptance gate that judged the apply (its evidence: `gate.json`,
-    service.gate.models)."""
+    service.kinds.evals.gate.models)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -276,7 +280,7 @@ class ApplyRecord(BaseModel):
     version: str | None = Field(description="The published commit, or None when nothing changed.")
     output: ApplyOutput
     fence: int = Field(description="The improvements lock's fencing token the apply held.")
-    duration_ms: int = Field(default=0, ge=0)
+    duration_ms: NonNegativeInt = 0
     feedback_seal: str | None = Field(default=None, description="The seal of the feedback applied.")
     seal: str | None = Field(default=None, description="Drawn by the fleet when it wrote this record.")
     gate: GateSummary | None = Field(
@@ -302,12 +306,25 @@ class Spend(BaseModel):
     why: str = Field(description="Why no record keeps this usage.")
 
 
+class Handback(BaseModel):
+    """A line of a case's `handbacks.jsonl`: the case went back to the queue because its LLM provider
+    stayed down (workers.handback.provider_down), and what the step cut short had spent (also in the
+    case's ledger, `spent.jsonl`, where its spend counts)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+    count: int = Field(ge=1, description="The job's hand-backs in a row so far (provider_handbacks_max).")
+    error: AgentText
+    usage: Usage = Field(default_factory=Usage)
+
+
 class SandboxTrips(BaseModel):
     """`sandbox-trips.json`: how often a case's runner reported its sandbox down with nothing to probe."""
 
     model_config = ConfigDict(extra="forbid")
 
-    trips: int = Field(default=0, ge=0)
+    trips: NonNegativeInt = 0
 
 
 TryKey = Annotated[str, StringConstraints(pattern=r"^(nomem|mem)-[1-9][0-9]*$")]
@@ -316,7 +333,7 @@ TryKey = Annotated[str, StringConstraints(pattern=r"^(nomem|mem)-[1-9][0-9]*$")]
 
 class VoidBaseline(RootModel[dict[TryKey, Annotated[int, Field(ge=0)]]]):
     """`void-baseline.json`: per try, the void runs already counted when the case last ended failed for
-    voids, so that running it again starts a fresh count (workers.loop)."""
+    voids, so that running it again starts a fresh count (workers.kinds.cases.loop)."""
 
 
 class CancelRequest(BaseModel):
@@ -341,7 +358,21 @@ class CaseResult(BaseModel):
     reason: AgentText | None = None
     at: datetime
     usage: Usage = Field(default_factory=Usage)
-    steps: int = Field(default=0, ge=0, description="Recorded steps (runs, analyses, applies).")
+    steps: NonNegativeInt = Field(default=0, description="Recorded steps (runs, analyses, applies).")
+    flaky: bool = Field(
+        default=False,
+        description="Graded runs of one phase on one version disagreed (one passed, another failed): "
+        "the agent or its grader is random on this case, whatever the instructions say.",
+    )
+    handbacks: int = Field(
+        default=0,
+        ge=0,
+        description="How often an LLM provider outage handed the case back (handbacks.jsonl).",
+    )
+    handback_usage: Usage = Field(
+        default_factory=Usage,
+        description="What the steps those hand-backs cut short had spent (in `usage` too).",
+    )
 
 
 class Note(BaseModel):

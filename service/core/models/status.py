@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
 
-from service.core.models.records import ApplyRecord, Feedback, Phase, RunRecord, StepName
+from service.core.models.acceptance import GateCounts
+from service.core.models.records import ApplyRecord, Feedback, Handback, Phase, RunRecord, StepName
 from service.core.models.redis_value import RedisValue
-from service.gate.counters import GateCounts
 
-WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock", "gate"]
+WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock", "gate", "approval"]
 WAIT_WORDS: dict[str, str] = {
     "resume": "waiting for resume",
     "hold": "waiting for the hold",
@@ -21,11 +21,13 @@ WAIT_WORDS: dict[str, str] = {
     "apply": "waiting for an apply",
     "lock": "waiting for the lock",
     "gate": "waiting for its gate",
+    "approval": "waiting for a person's approval",
 }
 """What a case held by a worker may wait for before its next step, in the words status shows:
 `resume` of the paused fleet, the release of its tuning's hold, the sandbox breaker to close (before
 a run), the applies pending to end (before a run, `wait_for_apply`), the improvements lock (before
-an apply), the acceptance gate's evaluation of its candidate (service.gate)."""
+an apply), the acceptance gate's evaluation of its candidate (service.kinds.evals.gate), a person's
+decision on a candidate its gate passed (`gate.approval: manual`, service.kinds.evals.approval)."""
 
 
 class MirrorState(BaseModel):
@@ -40,7 +42,7 @@ class MirrorState(BaseModel):
     )
     failing_since: datetime | None = Field(default=None, description="The first failure since the last push.")
     at: datetime = Field(description="When the latest push was tried.")
-    attempts: int = Field(default=0, ge=0, description="Failed pushes in a row.")
+    attempts: NonNegativeInt = Field(default=0, description="Failed pushes in a row.")
 
     def to_hash(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.model_dump(mode="json", exclude_none=True).items()}
@@ -69,7 +71,7 @@ class Hold(RedisValue):
 
 class RunningCase(RedisValue):
     """A value of `tf:running:<tuning>` (job id -> this JSON): where a case a worker holds is now, as the
-    worker notes it (workers.case.CaseRun.at)."""
+    worker notes it (workers.kinds.cases.run.CaseRun.at)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -107,7 +109,7 @@ class TuningLock(BaseModel):
         description="The holder's case and worker (unset for the moment between the grant and the "
         "holder's next event, or when its worker left no note).",
     )
-    pending: int = Field(default=0, ge=0, description="Applies waiting for or holding the lock.")
+    pending: NonNegativeInt = Field(default=0, description="Applies waiting for or holding the lock.")
 
 
 class TuningStatus(BaseModel):
@@ -158,7 +160,7 @@ class WorkerPresence(RedisValue):
     worker's slots and the job ids it holds leases on."""
 
     worker: str
-    slots: int = Field(ge=0)
+    slots: NonNegativeInt
     cases: list[str] = Field(default_factory=list)
 
 
@@ -188,16 +190,42 @@ class LlmLimit(BaseModel):
             return None
 
 
+RUNNING_WORDS = {"cases": "case", "eval items": "evaluation item", "gate items": "gate item", "goals": "goal"}
+"""The kinds of job `running_by_kind` counts, and how one of each is named."""
+
+
 class FleetStatus(BaseModel):
     queue_depth: int = Field(description="Jobs in the queue that no worker runs now.")
-    in_progress: int
+    in_progress: int = Field(description="Jobs workers run now, of every kind (`running_by_kind`).")
+    running_by_kind: dict[str, int] = Field(
+        default_factory=dict,
+        description="Jobs live workers hold now, by kind: `cases`, `eval items` (of evaluations), "
+        "`gate items` (of the acceptance gate's evaluations), `goals`; kinds with none are left out.",
+    )
     breaker: dict[str, str]
     paused: bool
+    redis_full: str | None = Field(
+        default=None, description="Why Redis refuses writes (at maxmemory under noeviction), while it does."
+    )
+    store_full: str | None = Field(
+        default=None,
+        description="Why the workers stopped claiming for a full store (`<worker>: <reason>`), until a "
+        "probe writes (workers.store_full).",
+    )
     workers: list[WorkerStatus]
     tunings: list[TuningStatus]
     llm_limits: list[LlmLimit] = Field(
         default_factory=list, description="LLM providers running below their `concurrency` after a 429."
     )
+
+    def running_words(self) -> str:
+        """`3 cases, 24 evaluation items`: what runs now, by kind (empty when nothing does)."""
+        parts = []
+        for kind, one in RUNNING_WORDS.items():
+            count = self.running_by_kind.get(kind, 0)
+            if count:
+                parts.append(f"{count} {one}{'' if count == 1 else 's'}")
+        return ", ".join(parts)
 
 
 class ResultRow(BaseModel):
@@ -212,6 +240,7 @@ class ResultRow(BaseModel):
     held: str | None = Field(
         default=None, description="Unfinished, and waiting: the reason its tuning is held."
     )
+    flaky: bool = Field(default=False, description="Its graded runs on one version disagreed (CaseResult).")
 
 
 class AttemptView(BaseModel):
@@ -230,6 +259,10 @@ class CaseDetail(BaseModel):
     rev: int
     result: dict[str, Any] | None
     attempts: list[AttemptView]
+    handbacks: list[Handback] = Field(
+        default_factory=list,
+        description="Its hand-backs for a provider outage, and what each cut short.",
+    )
 
 
 class Refusal(BaseModel):

@@ -7,12 +7,23 @@ import string
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    model_validator,
+)
 
+from service.core.models.acceptance import GateConfig
 from service.core.models.case import Slug
+from service.core.models.guards import GuardsConfig
 from service.core.models.holdout import HoldoutConfig
 from service.core.models.redis_value import RedisValue
-from service.gate.config import GateConfig
+from service.core.validation import FieldErrors, did_you_mean
 
 PLACEHOLDERS: dict[str, frozenset[str]] = {
     "runner": frozenset(
@@ -66,22 +77,31 @@ class StepLatency(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    run_ms: int = Field(default=300, ge=0)
-    analyze_ms: int = Field(default=150, ge=0)
-    apply_ms: int = Field(default=100, ge=0)
+    run_ms: NonNegativeInt = 300
+    analyze_ms: NonNegativeInt = 150
+    apply_ms: NonNegativeInt = 100
 
 
 class DemoAdapter(BaseModel):
-    """The built-in simulated agent / meta agent / applier, deterministic for a seed."""
+    """The built-in simulated agent / meta agent / applier, deterministic for a seed (its draws too:
+    workers.adapters.demo_chance)."""
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["demo"] = "demo"
     seed: int = 0
     latency: StepLatency = Field(default_factory=StepLatency)
-    jitter: float = Field(default=0.0, ge=0, le=1, description="Share of latency varied by the seed.")
-    usd_per_1k_tokens: float = Field(default=0.002, ge=0)
-    void_rate: float = Field(default=0.0, ge=0, le=1, description="Extra share of runs found void, seeded.")
+    jitter: NonNegativeFloat = Field(default=0.0, le=1, description="Share of latency varied by the seed.")
+    usd_per_1k_tokens: NonNegativeFloat = 0.002
+    void_rate: NonNegativeFloat = Field(
+        default=0.0, le=1, description="Extra share of runs found void, seeded."
+    )
+    judge_flip: NonNegativeFloat = Field(
+        default=0.0,
+        le=1,
+        allow_inf_nan=False,
+        description="The analyzer's: the probability that its pass or fail verdict is flipped, seeded.",
+    )
     outage_file: Path | None = Field(
         default=None,
         description="While this file exists the demo sandbox is down: runs and probes fail.",
@@ -127,7 +147,7 @@ class SandboxConfig(BaseModel):
     probe_argv: list[str] | None = Field(
         default=None, description="Overrides the default probe; exit 0 means the sandbox works."
     )
-    probe_timeout_s: float = Field(default=20.0, gt=0)
+    probe_timeout_s: PositiveFloat = 20.0
 
 
 def _env_entries(value: object) -> object:
@@ -161,7 +181,7 @@ class CommandAdapter(BaseModel):
 
     kind: Literal["command"] = "command"
     argv: list[str] = Field(min_length=1)
-    timeout_s: float = Field(default=1800.0, gt=0)
+    timeout_s: PositiveFloat = 1800.0
     sandbox_exit_code: int = Field(default=SANDBOX_UNAVAILABLE_EXIT, ge=1, le=255)
     env: Annotated[dict[str, str | None], BeforeValidator(_env_entries)] = Field(
         default_factory=dict,
@@ -181,8 +201,8 @@ class ModelPrice(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input_usd_per_1m: float = Field(ge=0, description="USD per 1M input (prompt) tokens.")
-    output_usd_per_1m: float = Field(ge=0, description="USD per 1M output (completion) tokens.")
+    input_usd_per_1m: NonNegativeFloat = Field(description="USD per 1M input (prompt) tokens.")
+    output_usd_per_1m: NonNegativeFloat = Field(description="USD per 1M output (completion) tokens.")
     cached_input_usd_per_1m: float | None = Field(
         default=None,
         ge=0,
@@ -212,8 +232,8 @@ class LlmAdapter(BaseModel):
     )
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_output_tokens: int | None = Field(default=None, ge=1)
-    timeout_s: float = Field(default=300.0, gt=0, description="One HTTP call, not the whole step.")
-    max_retries: int = Field(default=4, ge=0, le=20, description="Calls tried again after the first.")
+    timeout_s: PositiveFloat = Field(default=300.0, description="One HTTP call, not the whole step.")
+    max_retries: NonNegativeInt = Field(default=4, le=20, description="Calls tried again after the first.")
     timeouts_max: int = Field(
         default=2,
         ge=1,
@@ -226,8 +246,8 @@ class LlmAdapter(BaseModel):
         "`json_object` (JSON mode), `prompt` (the schema in the prompt only), or `auto`: try them in "
         "that order, json_object with the schema first, and remember per server and model what worked.",
     )
-    retry_wait_min_s: float = Field(default=1.0, ge=0, description="The first backoff (doubled after).")
-    retry_wait_max_s: float = Field(default=60.0, ge=0, description="Caps every wait, Retry-After too.")
+    retry_wait_min_s: NonNegativeFloat = Field(default=1.0, description="The first backoff (doubled after).")
+    retry_wait_max_s: NonNegativeFloat = Field(default=60.0, description="Caps every wait, Retry-After too.")
     prices: dict[str, ModelPrice] = Field(default_factory=dict, description="Model name -> its price.")
     prompts: dict[Literal["analyze", "apply", "run"], Path] = Field(
         default_factory=dict,
@@ -304,9 +324,8 @@ class TuningConfig(BaseModel):
     tries: int = Field(default=3, ge=1, le=100)
     mem_tries: int = Field(default=2, ge=1, le=100)
     max_voids: int = Field(default=3, ge=1, description="Void runs in a row before the case ends failed.")
-    max_sandbox_trips: int = Field(
+    max_sandbox_trips: NonNegativeInt = Field(
         default=5,
-        ge=0,
         description="Sandbox-down reports of one case's runner, with no sandbox to probe, after which "
         "the case ends failed.",
     )
@@ -316,15 +335,26 @@ class TuningConfig(BaseModel):
         description="The most files, folders and links a passing run's memory may hold: a larger one ends "
         "the case difficult (`memory too large: ...`), neither copied into a run nor kept.",
     )
-    memory_max_mb: float = Field(
+    memory_max_mb: PositiveFloat = Field(
         default=64.0,
-        gt=0,
         description="The most megabytes (10^6 bytes) a passing run's memory may hold, as "
         "`memory_max_entries`.",
     )
-    max_failed_reruns: int = Field(
+    confirm_runs: NonNegativeInt = Field(
+        default=0,
+        le=50,
+        description="After a passing try, this many more runs on the same version (graded, no apply "
+        "between them) before the pass ends its phase; 0 (the seed's loop): one pass ends it. They do not "
+        "count against `tries`.",
+    )
+    confirm_min_passes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Of the `confirm_runs`, how many must pass for the pass to stand (unset: all of them). "
+        "A pass that does not stand is a failed try: its failing run's feedback is applied.",
+    )
+    max_failed_reruns: NonNegativeInt = Field(
         default=1,
-        ge=0,
         description="How often daemon starts run a failed case again (counted by its archived failures); "
         "`tunefleet submit` always does.",
     )
@@ -342,30 +372,82 @@ class TuningConfig(BaseModel):
         description='An acceptance gate on every apply (docs/architecture.md, "The acceptance gate"); '
         "none: every apply is published as it is made.",
     )
+    guards: GuardsConfig | None = Field(
+        default=None,
+        description="Checks on every apply's candidate that cost no run (leak, size, collapse; "
+        "docs/guards.md), made before its gate; none: no guard.",
+    )
+
+    @property
+    def confirm_needed(self) -> int:
+        """How many of the `confirm_runs` must pass for a pass to stand."""
+        return self.confirm_runs if self.confirm_min_passes is None else self.confirm_min_passes
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> TuningConfig:
-        for role, names in PLACEHOLDERS.items():
-            adapter = getattr(self, role)
-            if not isinstance(adapter, CommandAdapter):
-                continue
-            for index, element in enumerate(adapter.argv):
-                try:
-                    fields = [f for _, f, _, _ in string.Formatter().parse(element) if f is not None]
-                except ValueError as exc:
-                    raise ValueError(
-                        f"{role}.argv[{index}]: {exc} (write a literal brace as {{{{ or }}}})"
-                    ) from exc
-                unknown = sorted(set(fields) - names)
-                if unknown:
-                    known = ", ".join(sorted(names))
-                    why = WITHHELD.get(unknown[0])
-                    what = (
-                        f"{{{unknown[0]}}} is not given to the {role}: {why}"
-                        if why
-                        else (f"unknown placeholder {{{unknown[0]}}}")
-                    )
-                    raise ValueError(f"{role}.argv[{index}]: {what}; known: {known}")
+        problems = [p for role in PLACEHOLDERS for p in argv_problems(role, getattr(self, role))]
+        if self.confirm_min_passes is not None and self.confirm_min_passes > self.confirm_runs:
+            problems.append(
+                (
+                    "confirm_min_passes",
+                    f"{self.confirm_min_passes} is more than confirm_runs ({self.confirm_runs}); "
+                    "expected at most confirm_runs",
+                )
+            )
         if self.gate is not None and self.gate.needs_folder() and self.gate.folder is None:
-            raise ValueError(f"gate.folder: gate cases {self.gate.cases!r} need a folder of regression cases")
+            problems.append(
+                ("gate.folder", f"gate cases {self.gate.cases!r} need a folder of regression cases")
+            )
+        if problems:
+            raise FieldErrors(problems)
         return self
+
+
+def argv_problems(role: str, adapter: object) -> list[tuple[str, str]]:
+    """What is wrong with a command adapter's argv template for `role` (its field, the problem): a
+    placeholder the role is not given, or an element that is not a template; none for other adapters."""
+    if not isinstance(adapter, CommandAdapter):
+        return []
+    names = PLACEHOLDERS[role]
+    problems = []
+    for index, element in enumerate(adapter.argv):
+        field = f"{role}.argv[{index}]"
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(element) if f is not None]
+        except ValueError as exc:
+            problems.append((field, f"{exc} (write a literal brace as {{{{ or }}}})"))
+            continue
+        for unknown in sorted(set(fields) - names):
+            why = WITHHELD.get(unknown)
+            if why:
+                what = f"{{{unknown}}} is not given to the {role}: {why}"
+            else:
+                what = f"unknown placeholder {{{unknown}}}" + did_you_mean(unknown, sorted(names))
+            problems.append((field, what))
+    return problems
+
+
+def missing_placeholders(role: str, adapter: object) -> list[str]:
+    """The placeholders a command adapter's argv must name for `role` (REQUIRED) and does not."""
+    if not isinstance(adapter, CommandAdapter):
+        return []
+    named = {f for element in adapter.argv for f in _fields(element)}
+    return [name for name in REQUIRED.get(role, ()) if name not in named]
+
+
+def _fields(element: str) -> list[str]:
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(element) if f]
+    except ValueError:
+        return []
+
+
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "runner": ("output",),
+    "analyzer": ("feedback",),
+    "applier": ("worktree", "output"),
+}
+"""The placeholders each role's argv must name: where it writes what the fleet reads (a runner without
+{output} makes every run void; an analyzer without {feedback} or an applier without {output} fails
+every case; an applier without {worktree} cannot edit). A tuning file whose runner lacks its {output} is
+refused at load; `tunefleet check` warns of the others (a test may want an agent that writes nothing)."""

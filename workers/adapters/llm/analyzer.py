@@ -27,11 +27,20 @@ REPAIR = (
 def _earlier(request: AnalyzeRequest) -> str:
     if not request.earlier:
         return "(none: this is the case's first try)"
-    return "\n".join(
+    lines = "\n".join(
         f"- {e.phase} try {e.attempt}: {e.verdict}, scores {json.dumps(e.rubric)}: {e.summary}"
+        + (" (same instructions as this run)" if e.same_version else "")
         + (f"\n  Its apply was REJECTED by the gate (not published): {e.rejected}" if e.rejected else "")
         for e in request.earlier
     )
+    passed = [e for e in request.earlier if e.same_version and e.verdict == "pass"]
+    if passed:
+        lines += (
+            f"\nNote: {len(passed)} earlier run(s) with these same instructions passed. If this run fails, "
+            "the agent may simply be random on this case: blame the instructions only for what this run "
+            "shows, and propose no edit for chance."
+        )
+    return lines
 
 
 def prompt_values(request: AnalyzeRequest, schema: str) -> dict[str, str]:

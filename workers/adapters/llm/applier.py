@@ -15,7 +15,7 @@ from workers.adapters.llm.edits import EditPlan, plan_changes, write_changes
 from workers.adapters.llm.formats import AnswerSchema
 from workers.adapters.llm.pool import Providers
 from workers.adapters.llm.prompts import tree_view
-from workers.adapters.llm.session import Message, Session, strip_fences
+from workers.adapters.llm.session import Message, Session, json_answer
 from workers.adapters.llm.step import LlmStep, step_exit
 
 REPAIR = (
@@ -28,7 +28,7 @@ REPAIR = (
 def check_plan(answer: str, root: Path) -> tuple[EditPlan | None, dict[Path, str], list[str]]:
     """The plan and the files it changes, or what is wrong with it (nothing is written here)."""
     try:
-        plan = EditPlan.model_validate_json(strip_fences(answer))
+        plan = EditPlan.model_validate_json(json_answer(answer))
     except ValidationError as exc:
         return None, {}, [describe_validation(exc)]
     if plan.structural is not None:
@@ -46,6 +46,7 @@ def prompt_values(request: ApplyRequest, schema: str) -> dict[str, str]:
         "improvements": "\n\n".join(f"{n}. {imp.change}" for n, imp in enumerate(prose, 1)) or "(none)",
         "summary": request.feedback.summary or "(no summary)",
         "files": tree_view(request.worktree_dir),
+        "budget": request.budget.brief() if request.budget is not None else "No size limit is set.",
         "schema": schema,
     }
 

@@ -14,9 +14,10 @@ waits between attempts hold none. A 429 halves the fleet's permits (adaptive con
 
 Every attempt is counted (workers.adapters.llm.tokens): its usage, else an estimate; one that timed
 out or was cut off after it was sent, its prompt, estimated. An attempt that times out while the
-provider answered other calls meanwhile is a strike against this call; at `timeouts_max` strikes, or
-when its attempts run out with one, the step fails (CallTimedOut) instead of waiting for an outage
-that is not one.
+provider answered other calls meanwhile, or answered the probe it is then asked
+(workers.adapters.llm.probe), is a strike against this call; at `timeouts_max` strikes, or when its
+attempts run out with one, the step fails (CallTimedOut) instead of waiting for an outage that is not
+one.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from workers.adapters.llm.errors import (
     ProviderUnavailable,
 )
 from workers.adapters.llm.formats import refuses_format
+from workers.adapters.llm.probe import probe
 from workers.adapters.llm.provider import Provider
 from workers.adapters.llm.tokens import MESSAGE_OVERHEAD_TOKENS, Meter, prompt_text
 
@@ -203,7 +205,7 @@ class LlmClient:
             if _sent(exc):
                 await self._count_unanswered(params, meter)
             if _timed_out(exc):
-                await self._strike(strikes, time.monotonic() - began)
+                await self._strike(strikes, time.monotonic() - began, meter)
             raise
         except openai.RateLimitError:
             if self._limits is not None:
@@ -258,9 +260,12 @@ class LlmClient:
         output_tokens = await self._provider.estimator.count(self._sdk, answer)
         meter.estimated(await self._prompt_tokens(params), output_tokens)
 
-    async def _strike(self, strikes: Strikes, waited_s: float) -> None:
-        """A timeout: a strike against this call when the provider answered others meanwhile."""
-        if not await self._provider.answered_within(waited_s):
+    async def _strike(self, strikes: Strikes, waited_s: float, meter: Meter) -> None:
+        """A timeout: a strike against this call when the provider answered others meanwhile, or
+        answers the probe (then it is up: the timeout is this call's own)."""
+        provider, timeout_s = self._provider, self._config.timeout_s
+        answered = await provider.answered_within(waited_s)
+        if not answered and not await probe(provider, self._sdk, self._limits, timeout_s, meter):
             return
         strikes.count += 1
         log.warning(
@@ -275,7 +280,7 @@ class LlmClient:
     def _timed_out(self, strikes: Strikes) -> CallTimedOut:
         return CallTimedOut(
             f"the call timed out {strikes.count} times (after {self._config.timeout_s:g} s each) "
-            f"while {self._config.base_url} answered other calls: the step gives up on it"
+            f"while {self._config.base_url} answered other calls or a probe: the step gives up on it"
         )
 
     def _raise_for(self, exc: openai.APIStatusError) -> NoReturn:

@@ -27,12 +27,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from service.core.files import append_line, write_atomic
-from service.core.models.goal import GOAL_STEPS, GoalStep
-from service.core.models.goal_state import ProgressEntry, Review, WorkerResult
+from service.core.io.files import append_line, write_atomic
 from service.core.models.tuning import LlmAdapter
 from service.core.validation import describe_validation
-from service.goals.todo import TodoError, parse_todo
+from service.kinds.goals.models import GOAL_STEPS, GoalStep
+from service.kinds.goals.state import ProgressEntry, Review, WorkerResult
+from service.kinds.goals.todo import TodoError, parse_todo
 from workers.adapters.folder import StepFolder
 from workers.adapters.goal_base import (
     PLAN_OUTPUT,
@@ -48,7 +48,7 @@ from workers.adapters.llm.formats import AnswerSchema
 from workers.adapters.llm.goal_prompts import goal_values, load_goal_template
 from workers.adapters.llm.pool import Providers, borrowed
 from workers.adapters.llm.provider import Provider, check_limits
-from workers.adapters.llm.session import Message, Session, strip_fences
+from workers.adapters.llm.session import Message, Session, json_answer, strip_fences
 
 REPAIR = "Your answer is not valid: {problem}\nAnswer again with the whole corrected {what} and nothing else."
 
@@ -87,7 +87,7 @@ def check_model(model: type[BaseModel]) -> Callable[[str], str]:
 
     def check(answer: str) -> str:
         try:
-            model.model_validate_json(strip_fences(answer))
+            model.model_validate_json(json_answer(answer))
         except ValidationError as exc:
             return describe_validation(exc)
         return ""
@@ -165,7 +165,7 @@ class LlmGoalAgent:
             ]
             answer = await session.ask(messages)
             problem = check(answer)
-        text = strip_fences(answer)
+        text = strip_fences(answer) if step == "plan" else json_answer(answer)
         if step == "plan":
             write_atomic(folder.outputs / PLAN_OUTPUT, (text + "\n").encode(), durable=False)
         elif step == "review" or problem:

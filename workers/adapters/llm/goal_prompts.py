@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from service.core.errors import ConfigError
-from service.core.models.goal import GoalStep
+from service.kinds.goals.models import GoalStep
 from workers.adapters.goal_base import GoalStepRequest
 from workers.adapters.llm.prompts import tree_view, workspace_view
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from service.core.models.case import Case
 from service.core.models.records import Feedback
 from service.core.validation import describe_validation
-from workers.adapters.llm.session import strip_fences
+from workers.adapters.llm.session import json_answer
 
 SCORES = (0, 0.25, 0.5, 0.75, 1)
 """The scores the schema offers (the check takes any number from 0 to 1)."""
@@ -74,7 +74,7 @@ def check_feedback(answer: str, case: Case) -> tuple[Feedback | None, str]:
     a score, a score outside 0..1, or `done` that contradicts `verdict`. Scores of ids the case lacks
     are the analyze step's business (it drops them with a note)."""
     try:
-        feedback = Feedback.model_validate_json(strip_fences(answer))
+        feedback = Feedback.model_validate_json(json_answer(answer))
     except ValidationError as exc:
         return None, describe_validation(exc)
     missing = [item for item in case.rubric_ids if item not in feedback.rubric]

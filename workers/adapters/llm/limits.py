@@ -29,7 +29,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.core import keys
-from service.core.lua import NOW
+from service.core.io.lua import NOW
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.llm.permits import CUT, KEEP_S, FleetPermits
 from workers.tasks import watched

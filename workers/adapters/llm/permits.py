@@ -40,7 +40,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.core import keys
-from service.core.lua import NOW
+from service.core.io.lua import NOW
 
 log = structlog.get_logger()
 

@@ -40,7 +40,9 @@ ANALYZE_NAMES = frozenset(
         "schema",
     }
 )
-APPLY_NAMES = frozenset({"case_id", "phase", "attempt", "improvements", "summary", "files", "schema"})
+APPLY_NAMES = frozenset(
+    {"case_id", "phase", "attempt", "improvements", "summary", "files", "schema", "budget"}
+)
 RUN_NAMES = frozenset({"task_input", "system", "memory", "expected_skills"})
 """The runner's: never anything of the case but its task's input (no rubric)."""
 NAMES: dict[PromptStep, frozenset[str]] = {"analyze": ANALYZE_NAMES, "apply": APPLY_NAMES, "run": RUN_NAMES}

@@ -6,11 +6,13 @@ keeps a `Provider`: one `openai.AsyncOpenAI` per key variable, whose connections
 reuses (a client costs an SSL context and a connection pool: too dear to build per step). Its HTTP
 transport is aiohttp (the SDK's `DefaultAioHttpClient`, its `aiohttp` extra), not the default
 httpx one: its C parser and fewer awaits per request take about a quarter of the fleet's added wall
-per call off an event loop shared by every step (docs/benchmarks.md, 6 December 2026); the
+per call off an event loop shared by every step (`bench llm`); the
 fleet-wide limits per configured `concurrency` and `tokens_per_minute`; the response format the
 server was found to take (`FormatMemory`); its tokenizer (`Estimator`); and when it last answered a
 call (`answered`), here and, at most once a second, for the fleet in Redis: a call that times out
-while the provider answers others is its own step's fault, not an outage.
+while the provider answers others is its own step's fault, not an outage. When no other call answered
+(the last case standing has none to compare with), the provider is asked a one-token question before
+it is called down (workers.adapters.llm.probe).
 
 The pool itself (`workers.adapters.llm.pool`) is kept apart from this module, so that a worker whose
 tunings use no model never loads the SDK.
@@ -28,7 +30,7 @@ from redis.exceptions import RedisError
 
 from service.core import keys
 from service.core.errors import ConfigError
-from service.core.lua import NOW
+from service.core.io.lua import NOW
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.llm.errors import MissingApiKey
 from workers.adapters.llm.formats import FormatMemory
@@ -73,6 +75,7 @@ class Provider:
     def __init__(self, base_url: str, model: str, redis: Redis | None) -> None:
         self.id = keys.llm_provider(base_url, model)
         self.base_url = base_url
+        self.model = model
         self.formats = FormatMemory(self.id, redis)
         self.estimator = Estimator(base_url, model)
         self.max_tokens_param = "max_tokens"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from service.core.files import append_line
+from service.core.io.files import append_line
 from service.core.models.records import RunOutput, Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import RunOutcome, RunRequest

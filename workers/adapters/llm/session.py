@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service.core.files import append_line
+from service.core.io.files import append_line
 from service.core.models.records import Usage
 from service.core.models.tuning import LlmAdapter
 from workers.adapters.base import StepRequest
@@ -181,6 +181,31 @@ def strip_fences(text: str) -> str:
         first_line_end = stripped.find("\n")
         return stripped[first_line_end + 1 : -3].strip() if first_line_end != -1 else stripped
     return stripped
+
+
+ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def json_answer(text: str) -> str:
+    """A model's JSON answer, read as leniently as is safe: out of its code fence, and with the raw
+    control characters inside its strings escaped (models often write a newline in a string as it is,
+    which strict JSON refuses: `control character (\\u0000-\\u001F) found while parsing a string`). Only
+    characters inside strings change, so the answer is then validated as strictly as before; control
+    characters outside strings are whitespace or an error either way."""
+    out: list[str] = []
+    inside = escaped = False
+    for char in strip_fences(text):
+        if inside and not escaped and char < " ":
+            out.append(ESCAPES.get(char, f"\\u{ord(char):04x}"))
+            continue
+        out.append(char)
+        if escaped:
+            escaped = False
+        elif inside and char == "\\":
+            escaped = True
+        elif char == '"':
+            inside = not inside
+    return "".join(out)
 
 
 async def in_session(

@@ -1,0 +1,66 @@
+"""Evaluations retired from Redis: their progress as the list showed it, kept in the store.
+
+`tunefleet gc` (service.client.gc.evals_redis) removes from Redis the head (`tf:evals`) and the
+per-evaluation counters (`eval:<id>:*` in `tf:stats:<tuning>`) of the acceptance gate's ended
+evaluations past `retention_eval_item_age_s`. So that `eval status`, `GET /api/evals` and the
+daemon's reconciliation answer as before, it first appends the evaluation's progress (exactly as
+Redis gave it) to `<store>/evals/.retired.jsonl`, one JSON line each:
+
+- the list of evaluations is Redis's heads plus these lines (Redis's own entry wins for an id in both:
+  a line written by a gc that then failed before its removal);
+- the reconciliation does not put back the head of a retired evaluation, and the counters rebuilt
+  after a loss of Redis leave out its per-evaluation fields (the tuning's sums, `eval_items:*`,
+  tokens and cost, keep counting its items).
+
+Every other read of an evaluation (results, show, compare, the report, versions, why) reads its
+folder (`RESULTS.json`, items' outcomes), which gc keeps. The file's name starts with a dot: it is no
+evaluation's id (ids are slugs starting with a letter or digit), and `EvalsStore.all()` skips it (no
+spec inside). A line that does not parse is left out (the evaluation then leaves the list: it is
+never put back in Redis wrongly).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from service.kinds.evals.models import EvalProgress
+
+RETIRED_FILE = ".retired.jsonl"
+
+
+class RetiredEvals:
+    """The store's record of evaluations retired from Redis (module docstring)."""
+
+    def __init__(self, evals_root: Path) -> None:
+        self.path = evals_root / RETIRED_FILE
+
+    def read(self) -> dict[str, EvalProgress]:
+        """Each retired evaluation's progress, by id (the last line of an id wins)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        found: dict[str, EvalProgress] = {}
+        for line in raw.splitlines():
+            try:
+                progress = EvalProgress.model_validate_json(line)
+            except ValueError:
+                continue
+            found[progress.head.id] = progress
+        return found
+
+    def add(self, progress: list[EvalProgress]) -> None:
+        """Append these evaluations' progress, flushed to disk before their Redis entries go."""
+        if not progress:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lines = b"".join(p.model_dump_json().encode() + b"\n" for p in progress)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            view = memoryview(lines)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)

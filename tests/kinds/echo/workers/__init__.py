@@ -1,0 +1,1 @@
+"""The echo kind's workers' side: its run context and its JobKind."""
