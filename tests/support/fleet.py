@@ -24,6 +24,8 @@ from service.core.models.status import ResultRow
 from service.core.settings import FleetSettings
 from service.daemon.main import Daemon
 
+_END_KINDS = frozenset({"case_completed", "case_difficult", "case_failed", "case_cancelled"})
+
 RUBRIC = [
     {"id": "correct", "text": "The answer is correct."},
     {"id": "brief", "text": "The answer is brief."},
@@ -190,12 +192,18 @@ class Fleet:
     async def wait_finished(
         self, count: int, tuning: str = "t1", timeout_s: float = 60.0
     ) -> dict[str, ResultRow]:
-        """Wait until `count` cases have results (polling the store); the rows."""
-        await wait_until(
-            lambda: sum(r.state != "unfinished" for r in self.results(tuning).values()) >= count,
-            timeout_s,
-            f"{count} cases finished",
-        )
+        """Wait until `count` cases have results (polling the store) and each has its end's event in
+        `events.jsonl`; the rows. A case's `result.json` is written before its end's event line
+        (docs/architecture.md, "Events"), so a test that reads the events after the results waits for both."""
+
+        def ended() -> bool:
+            rows = [r for r in self.results(tuning).values() if r.state != "unfinished"]
+            if len(rows) < count:
+                return False
+            seen = {(e.get("case"), e.get("rev")) for e in self.events(tuning) if e["kind"] in _END_KINDS}
+            return all((r.case, r.rev) in seen for r in rows)
+
+        await wait_until(ended, timeout_s, f"{count} cases finished, with their end's events")
         return self.results(tuning)
 
     async def wait_counted(self, count: int, tuning: str = "t1", timeout_s: float = 30.0) -> None:
