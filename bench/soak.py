@@ -12,8 +12,10 @@ of `events.jsonl` per ended case, the gate's choice of cases (`gate.cases.choose
 `sample` 20) and `fleet_status` (what `tunefleet status` reads; median of 20). Redis is also read less
 the gate index and arq's result records, which arq keeps 24 h per ended job (so over a soak shorter than
 a day they grow with the cases, and level off after a day); that is the figure that must stay flat.
-Each one's slope over the cases ended after WARMUP of them, by least squares, per 10,000 cases and as
-a percent of its mean there: flat is under 1 % per 10,000 cases. Then `tunefleet gc` (dry, then
+The daemon runs gc every GC_EVERY_S during the soak,
+retiring ended evaluations older than GC_EVAL_AGE_S. Each one's slope over the cases ended after WARMUP
+of them, by least squares, per 10,000 cases and as a percent of its mean there: flat is under 1 % per
+10,000 cases. Then `tunefleet gc` (dry, then
 --apply, every retention age 0) and what the store dropped, against what gc said.
 
     BENCH_SOAK_CASES=4000 PYTHONPATH=. .venv/bin/python -m bench soak     # a quick run
@@ -53,6 +55,12 @@ APPLY_EVERY = 200
 GATE = GateConfig(cases="passed", sample=20)
 FLAT_PCT = 1.0
 GATE_MAX_MS = 10.0
+GC_EVERY_S = 30.0
+"""The daemon runs `tunefleet gc --apply` this often during the soak (`gc_interval_s`), as a fleet that runs
+for days would: it retires the gate's ended evaluations from Redis (kept in the store)."""
+GC_EVAL_AGE_S = 60.0
+"""During the soak, an ended evaluation is retired once this old (`retention_eval_item_age_s`; a day's
+default would outlast the soak), long after its gate read it."""
 AGES = {f"TUNEFLEET_RETENTION_{w}_AGE_S": "0" for w in ("SNAPSHOT", "CANDIDATE", "EVAL_ITEM", "VOID")}
 
 
@@ -237,7 +245,9 @@ def gc_figures(env: Env) -> list[Figure]:
 
 
 def run() -> list[Figure]:
-    with Env(NAME, events_max=10_000) as env:
+    with Env(
+        NAME, events_max=10_000, gc_interval_s=GC_EVERY_S, retention_eval_item_age_s=GC_EVAL_AGE_S
+    ) as env:
         root = env.root / "tuning"
         tuning_file = env.tuning(
             [], adapter=demo_adapter(0, 0, 0), gate={"cases": GATE.cases, "sample": GATE.sample}
