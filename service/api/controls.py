@@ -144,7 +144,7 @@ class Controls:
     async def cancel_case(self, request: Request) -> Response:
         tuning = slug_param(request, "tuning")
         case = slug_param(request, "case")
-        if not any(c.case_id == case for c in self.client.tuning_store(tuning).latest_revs()):
+        if not self.client.tuning_store(tuning).revs(case):
             raise HttpError(404, f"tuning {tuning!r} has no case {case!r}")
         done = await self.client.cancel(tuning, case)
         log.info("case_cancelled_by_request", tuning=tuning, case=case, cancelled=bool(done), via="api")
