@@ -4,6 +4,7 @@ nothing the others do (the submitter cannot claim, the monitor cannot write)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from service.watch.snapshot import take_snapshot
 from tests.support.acl_redis import PASSWORDS, AclRedis, role_env, role_settings
 from tests.support.acl_redis import acl_redis as acl_redis  # the fixture
 from tests.support.cli import tunefleet
-from tests.support.fleet import Fleet, case, wait_until, write_tuning
+from tests.support.fleet import Fleet, case, case_folder, wait_until, write_tuning
 from tests.support.goals import start_goal, wait_goal_ended, write_goal
 from tests.support.keda import COUNT_QUEUE
 from tests.support.redis_server import free_port
@@ -37,9 +38,9 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
     acl_redis: AclRedis, settings: FleetSettings, tmp_path: Path
 ) -> None:
     """The daemon and submission as `submitter`, a worker as `worker` and `tunefleet status` as `monitor`
-    take a tuning with applies and a goal to the end, the daemon's API and both /readyz answer 200, `pause`,
-    `resume`, `submit`, `cancel` and `gc --apply` (every age 0) work as `submitter`, and Redis's ACL log
-    records no denial."""
+    take a gated tuning with applies and a goal to the end, the daemon's API and both /readyz answer 200,
+    `pause`, `resume`, `submit`, `cancel` and `gc --apply` (every age 0: it retires the gate's evaluations
+    from Redis) work as `submitter`, and Redis's ACL log records no denial."""
     submitter = role_settings(settings, acl_redis, "submitter").model_copy(
         update={"api_port": free_port(), "api_public_read": True}
     )
@@ -48,7 +49,11 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
     workers = Fleet(worker, tmp_path / "worker-logs")
     try:
         cases = [case("pass"), case("one-apply", rules=["one-apply-a"]), case("flawed", flawed=True)]
-        tuning = write_tuning(tmp_path / "t", cases)
+        # A gate on a regression folder, so that `gc --apply` below retires its evaluations from Redis
+        # (HDEL) as the submitter.
+        case_folder(tmp_path / "t" / "regress", [case("kept")])
+        gate = {"cases": "folder", "folder": "regress", "rule": "strict"}
+        tuning = write_tuning(tmp_path / "t", cases, gate=gate)
         await fleet.start_tuning(tuning)
         fleet.start_daemon(tuning)
         workers.start_worker()
@@ -84,8 +89,10 @@ async def test_each_user_does_its_part_of_a_tuning_without_a_denial(
         assert done.returncode == 0, (command, done.stderr)
     assert fleet.results()["late"].state == "cancelled"
     ages = {f"TUNEFLEET_RETENTION_{w}_AGE_S": "0" for w in ("SNAPSHOT", "CANDIDATE", "EVAL_ITEM", "VOID")}
-    done = tunefleet("gc", "--apply", env={**role_env(submitter), **ages}, timeout_s=60)
+    done = tunefleet("gc", "--apply", "--json", env={**role_env(submitter), **ages}, timeout_s=60)
     assert done.returncode == 0, (done.stderr, acl_redis.denials("submitter"))
+    retired = [r for r in json.loads(done.stdout)["removals"] if r["kind"] == "eval_redis"]
+    assert retired, done.stdout  # the gate's evaluations left Redis (HDEL) under the submitter's ACL
     monitor = role_settings(settings, acl_redis, "monitor")
     status = tunefleet("status", "--json", env=role_env(monitor), timeout_s=30)
     assert status.returncode == 0, status.stderr
