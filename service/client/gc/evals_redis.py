@@ -71,15 +71,18 @@ async def retire(redis: Redis, store: Store, age_s: float, report: GcReport) -> 
                 redis_fields=len(fields) + (head is not None),
             )
         )
+    retired = RetiredEvals(folder.root)
+    report.added_bytes += sum(len(p.model_dump_json()) + 1 for p in chosen)
+    report.added_inodes += not retired.path.exists()
     report.kept.append(
-        f"the progress of {len(chosen)} evaluations leaving Redis, in evals/{RETIRED_FILE} (about "
-        f"{sum(len(p.model_dump_json()) + 1 for p in chosen):,} bytes, added to the store)"
+        f"the progress of {len(chosen)} evaluations leaving Redis, in evals/{RETIRED_FILE} "
+        f"({report.added_bytes:,} bytes, added to the store)"
     )
     if not report.applied:
         return
     for start in range(0, len(chosen), AT_ONCE):
         batch = chosen[start : start + AT_ONCE]
-        await asyncio.to_thread(RetiredEvals(folder.root).add, batch)  # first: reads find it there
+        await asyncio.to_thread(retired.add, batch)  # first: reads find it there
         async with redis.pipeline(transaction=True) as pipe:
             pipe.hdel(keys.evals(), *[p.head.id for p in batch])
             for p in batch:

@@ -37,6 +37,10 @@ class GcReport(BaseModel):
     applied: bool
     removals: list[Removal] = Field(default_factory=list)
     kept: list[str] = Field(default_factory=list, description="What a category left alone, and why.")
+    added_bytes: int = Field(
+        default=0, description="What gc writes into the store: the record of evaluations retired from Redis."
+    )
+    added_inodes: int = Field(default=0, description="The files gc creates in the store (that record's).")
 
     @property
     def bytes(self) -> int:
