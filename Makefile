@@ -54,7 +54,7 @@ lint:
 # cores, and 6 gained nothing more. `make unit TEST_WORKERS=0` runs them in this one process.
 TEST_WORKERS ?= 4
 unit:
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 clean:
 	rm -rf var .venv .mypy_cache .ruff_cache .pytest_cache
