@@ -100,3 +100,22 @@ if _cprofile:  # SIGUSR1 starts a profile of the main thread's CPU time, SIGUSR2
 
     signal.signal(signal.SIGUSR1, _start)
     signal.signal(signal.SIGUSR2, _dump)
+
+_tracemalloc = os.environ.get("BENCH_TRACEMALLOC", "")
+if _tracemalloc and "workers" in sys.orig_argv[-3:]:
+    # A worker's Python heap, traced (6 frames deep) from 20 s after its start (tracing its imports
+    # would slow its start past the harness's wait), written every minute to BENCH_TRACEMALLOC as
+    # `<pid>-<minute>.snap`: what the worker allocated since and still holds. Compare two with
+    # `tracemalloc.Snapshot.load(...).compare_to(...)`.
+    import tracemalloc
+
+    def _snapshots() -> None:
+        time.sleep(20)
+        tracemalloc.start(6)
+        for minute in range(1, 10_000):
+            time.sleep(60)
+            path = os.path.join(_tracemalloc, f"{os.getpid()}-{minute:03d}.snap")
+            tracemalloc.take_snapshot().dump(path + ".part")
+            os.rename(path + ".part", path)
+
+    threading.Thread(target=_snapshots, daemon=True).start()
