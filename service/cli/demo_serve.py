@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 from collections.abc import AsyncIterator
 
@@ -47,8 +48,17 @@ async def demo_dashboard(
 
 
 async def keep_serving(settings: FleetSettings, console: Console, tuning: str) -> None:
-    """Serve the finished demo's dashboard until Ctrl-C (or SIGTERM)."""
-    async with TunefleetClient(settings) as client, demo_dashboard(client, settings, console, tuning):
-        console.print("serving the finished tuning's dashboard; Ctrl-C stops it", highlight=False)
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
+    """Serve the finished demo's dashboard until Ctrl-C or SIGTERM. The signals set an event, as the
+    daemon's do, rather than cancel the main task (asyncio.run's own Ctrl-C): the server's shutdown then
+    runs in a task that no cancel is pending on, with nothing left to swallow one."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with TunefleetClient(settings) as client, demo_dashboard(client, settings, console, tuning):
+            console.print("serving the finished tuning's dashboard; Ctrl-C stops it", highlight=False)
+            await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
