@@ -37,10 +37,12 @@ def test_the_walk_finds_each_cases_newest_unfinished_rev_in_bounded_memory(tmp_p
     tuning = Store(tmp_path / "store").tuning("t1")
     count = 3000
     for n in range(count):
-        for rev in (1, 2) if n % 10 == 0 else (1,):
+        revs = (1, 2) if n % 10 == 0 else (1,)
+        for rev in revs:
             folder = tuning.cases_dir / f"c{n:05d}" / f"r{rev}"
             folder.mkdir(parents=True)
-            if n % 3:  # two cases in three ended (an old rev's result does not end the newest)
+            # two cases in three ended; an older rev always did, which does not end the newest
+            if rev < revs[-1] or n % 3:
                 (folder / "result.json").write_text("{}")
     (tuning.cases_dir / "no-rev").mkdir()
     tracemalloc.start()
