@@ -161,7 +161,8 @@ def test_compare_pairs_cases_by_their_majority_of_repeats(tmp_path: Path) -> Non
 
 
 def test_compare_says_in_words_whether_the_difference_is_beyond_chance(tmp_path: Path) -> None:
-    """Six gained and one lost of eight (p = 0.125) is within chance, said so in words; twelve gained of
+    """Six gained and one lost of eight (p = 0.125) is within chance, said so in words (and, as its
+    interval leaves 0 out, why no claim is made); twelve gained of
     twelve (p = 0.0005, interval above 0) is better beyond chance; twelve lost is worse."""
     eight = [f"c{i}" for i in range(8)]
     before, after = make_eval(tmp_path, "b8", eight, 1), make_eval(tmp_path, "a8", eight, 1)
@@ -171,6 +172,8 @@ def test_compare_says_in_words_whether_the_difference_is_beyond_chance(tmp_path:
     within = compare(read_results(before), read_results(after))
     assert within.chance == "within-chance"
     assert chance_line(within).startswith("The difference is within chance (+62.5 points")
+    assert within.difference.low > 0  # Newcombe's interval leaves 0 out; the sentence says why no claim
+    assert "leaves 0 out, but the exact test over 7 flipped cases does not" in chance_line(within)
     twelve = [f"d{i}" for i in range(12)]
     low, high = make_eval(tmp_path, "low", twelve, 1), make_eval(tmp_path, "high", twelve, 1)
     for case in twelve:

@@ -48,8 +48,15 @@ def chance_line(comparison: Comparison, before: str = "A", after: str = "B") -> 
     if chance == "no-pairs":
         return f"No case was graded on both sides: {before} and {after} cannot be compared."
     if chance == "within-chance":
+        split = ""
+        if diff.low > 0 or diff.high < 0:  # the interval leaves 0 out; the exact test does not agree
+            flips = comparison.gained + comparison.lost
+            split = (
+                f"; the interval leaves 0 out, but the exact test over {flips} flipped "
+                f"case{'s' if flips != 1 else ''} does not, and a claim needs both"
+            )
         return (
-            f"The difference is within chance ({figures}): {after} is not shown better or worse "
+            f"The difference is within chance ({figures}{split}): {after} is not shown better or worse "
             f"than {before}."
         )
     return f"{after} is {chance} than {before} beyond chance ({figures})."
