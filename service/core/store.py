@@ -219,9 +219,14 @@ class TuningStore:
         every case's object until its end made the daemon's memory peak (and so its RSS, which the
         allocator keeps) grow by about 1 KB per case in the store (bench soak)."""
         for case_id in sorted(_folder_names(self.cases_dir)):
-            revs = self.revs(case_id)
-            if revs:
-                yield self.case(case_id, revs[-1])
+            newest = self.newest(case_id)
+            if newest is not None:
+                yield newest
+
+    def newest(self, case_id: str) -> CaseStore | None:
+        """The case's newest revision (None for a case the tuning does not have): one folder read."""
+        revs = self.revs(case_id)
+        return self.case(case_id, revs[-1]) if revs else None
 
     def revs(self, case_id: str) -> list[int]:
         """The case's revisions held, in order (none for a case the tuning does not have)."""
@@ -235,8 +240,8 @@ class TuningStore:
         if case_id is None:
             newest: Iterable[CaseStore] = self.latest_revs()
         else:
-            revs = self.revs(case_id)
-            newest = [self.case(case_id, revs[-1])] if revs else []
+            one = self.newest(case_id)
+            newest = [] if one is None else [one]
         return [case for case in newest if not case.result_file.exists()]
 
     def append_events(self, lines: list[str]) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 
 from redis.asyncio import Redis
 
@@ -128,15 +127,9 @@ def _passing(tuning: TuningStore, case_ids: list[str], limit: int) -> list[Case]
     for case_id in case_ids:
         if len(found) == limit:
             break
-        folder = tuning.cases_dir / case_id
-        try:
-            revs = [int(n[1:]) for n in os.listdir(folder) if n[:1] == "r" and n[1:].isdigit()]
-        except (FileNotFoundError, NotADirectoryError):
+        case_store = tuning.newest(case_id)
+        if case_store is None:
             continue
-        revs = [r for r in revs if (folder / f"r{r}").is_dir()]
-        if not revs:
-            continue
-        case_store = tuning.case(case_id, max(revs))
         case = _if_passed(case_store, read_model(case_store.result_file, CaseResult))
         if case is not None:
             found.append(case)
