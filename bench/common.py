@@ -121,16 +121,17 @@ def cpu_seconds(pid: int) -> float:
     return sum(cpu_times(pid))
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of a live process and of its helper processes (`family`) in MiB (VmRSS)."""
-    return sum(_rss_mb(member) for member in family(pid))
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of a live process and of its helper processes (`family`) in MiB: VmRSS, or one of
+    its parts (`RssAnon`: the heap and other private memory; `RssFile`: mapped files)."""
+    return sum(_rss_mb(member, field) for member in family(pid))
 
 
-def _rss_mb(pid: int) -> float:
+def _rss_mb(pid: int, field: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -105,6 +105,7 @@ class Soak:
         events = self.env.settings.store / "tunings" / "t1" / "events.jsonl"
         values = {
             "worker RSS (MiB, mean)": sum(rss_mb(p) for p in self.workers) / len(self.workers),
+            "worker RssAnon (MiB, mean)": sum(rss_mb(p, "RssAnon") for p in self.workers) / len(self.workers),
             "daemon RSS (MiB)": rss_mb(self.daemon),
             "Redis used_memory (MiB)": self.env.stats.memory() / 2**20,
             "Redis keys, less the bounded (MiB)": self.kept_keys_bytes() / 2**20,

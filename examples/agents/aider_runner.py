@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from wrapper import Args, Result, find_cli, full_prompt, parse_args, run_cli, write_output
+from wrapper import Args, Result, full_prompt, run_wrapper
 
 COUNT = r"(\d+(?:\.\d+)?k?)"
 REPORT = re.compile(
@@ -71,26 +71,13 @@ def parse(stdout: str) -> Result:
     return result
 
 
+FLAGS = ("--no-git", "--no-stream", "--no-pretty", "--yes-always", "--no-check-update")
+"""No git, streaming or colours; yes to its own questions; no update check."""
+
+
 def argv(cli: str, args: Args) -> list[str]:
-    return [
-        cli,
-        "--no-git",
-        "--no-stream",
-        "--no-pretty",
-        "--yes-always",
-        "--no-check-update",
-        *args.cli_args,
-        "--message",
-        full_prompt(args),
-    ]
-
-
-def main() -> None:
-    args = parse_args(__doc__ or "")
-    cli = find_cli("AIDER_BIN", "aider")
-    proc = run_cli(argv(cli, args), args)
-    write_output(args, parse(proc.stdout), proc.returncode)
+    return [cli, *FLAGS, *args.cli_args, "--message", full_prompt(args)]
 
 
 if __name__ == "__main__":
-    main()
+    run_wrapper(__doc__ or "", ("AIDER_BIN", "aider"), argv, lambda printout, _args: parse(printout))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wrapper import Args, Result, find_cli, parse_args, run_cli, task_prompt, write_output
+from wrapper import Args, Result, run_wrapper, task_prompt
 from wrapper import instructions as system_prompt
 
 
@@ -67,28 +67,14 @@ def parse(stdout: str) -> Result:
     )
 
 
+FLAGS = ("-p", "--output-format", "json")
+"""One non-interactive run printing one JSON envelope."""
+
+
 def argv(cli: str, args: Args) -> list[str]:
-    return [
-        cli,
-        "-p",
-        "--output-format",
-        "json",
-        "--add-dir",
-        str(args.memory),
-        "--append-system-prompt",
-        system_prompt(args),
-        *args.cli_args,
-        "--",
-        task_prompt(args),
-    ]
-
-
-def main() -> None:
-    args = parse_args(__doc__ or "")
-    cli = find_cli("CLAUDE_BIN", "claude")
-    proc = run_cli(argv(cli, args), args)
-    write_output(args, parse(proc.stdout), proc.returncode)
+    memory_and_system = ["--add-dir", str(args.memory), "--append-system-prompt", system_prompt(args)]
+    return [cli, *FLAGS, *memory_and_system, *args.cli_args, "--", task_prompt(args)]
 
 
 if __name__ == "__main__":
-    main()
+    run_wrapper(__doc__ or "", ("CLAUDE_BIN", "claude"), argv, lambda printout, _args: parse(printout))

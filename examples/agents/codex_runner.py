@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wrapper import Args, Result, find_cli, full_prompt, parse_args, price, run_cli, write_output
+from wrapper import Args, Result, full_prompt, price, run_wrapper
 
 
 def events(stdout: str) -> list[dict[str, Any]]:
@@ -68,26 +68,13 @@ def parse(stdout: str, args: Args) -> Result:
     return result
 
 
+FLAGS = ("exec", "--json", "--skip-git-repo-check")
+"""One non-interactive run printing JSON lines, in a folder that need not be a git repository."""
+
+
 def argv(cli: str, args: Args) -> list[str]:
-    return [
-        cli,
-        "exec",
-        "--json",
-        "--skip-git-repo-check",
-        "--cd",
-        str(args.workspace),
-        *args.cli_args,
-        "--",
-        full_prompt(args),
-    ]
-
-
-def main() -> None:
-    args = parse_args(__doc__ or "")
-    cli = find_cli("CODEX_BIN", "codex")
-    proc = run_cli(argv(cli, args), args)
-    write_output(args, parse(proc.stdout, args), proc.returncode)
+    return [cli, *FLAGS, "--cd", str(args.workspace), *args.cli_args, "--", full_prompt(args)]
 
 
 if __name__ == "__main__":
-    main()
+    run_wrapper(__doc__ or "", ("CODEX_BIN", "codex"), argv, parse)

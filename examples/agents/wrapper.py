@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,3 +175,17 @@ def write_output(args: Args, result: Result, returncode: int) -> None:
     }
     args.output.write_text(json.dumps(output, indent=2), encoding="utf-8")
     sys.exit(returncode)
+
+
+def run_wrapper(
+    doc: str,
+    cli: tuple[str, str],
+    argv: Callable[[str, Args], list[str]],
+    parse: Callable[[str, Args], Result],
+) -> None:
+    """A wrapper's whole run: its placeholders read, its CLI (`cli`: the variable naming it and the default
+    binary) found and run in the workspace with `argv`, the CLI's printout read by `parse`, the output
+    written; it exits as the CLI did."""
+    args = parse_args(doc)
+    proc = run_cli(argv(find_cli(*cli), args), args)
+    write_output(args, parse(proc.stdout, args), proc.returncode)

@@ -243,13 +243,10 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
 ) -> None:
     """Every attempt of a case: verdict, rubric scores, summary, improvements, apply."""
-    from service.cli.render import case_view, out_console
+    from service.cli.render import case_view, print_json_or
 
     detail = run(TunefleetClient(settings_of(ctx)).show(tuning, case))
-    if as_json:
-        print(detail.model_dump_json(indent=2))
-    else:
-        out_console().print(case_view(detail))
+    print_json_or(as_json, detail, lambda: case_view(detail))
 
 
 @app.command()
@@ -374,14 +371,11 @@ def gc(
     the cancels of ended jobs, decided candidates' refs, ended evaluations' item folders, void tries'
     agent folders; the repository packed): said, or with --apply removed, with the bytes and inodes it
     frees. Nothing a result, report or version's history reads is removed."""
-    from service.cli.render import gc_text
+    from service.cli.render import gc_text, print_json_or
     from service.client.gc import collect
 
     report = with_client(ctx, lambda client: collect(client.redis, client.settings, apply=apply))
-    if as_json:
-        print(report.model_dump_json(indent=2))
-    else:
-        Console().print(gc_text(report))
+    print_json_or(as_json, report, lambda: gc_text(report))
 
 
 @app.command()

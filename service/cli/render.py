@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from pydantic import BaseModel
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -55,6 +56,14 @@ def print_as(
         sys.stdout.write(as_tsv())
     else:
         out_console().print(as_table())
+
+
+def print_json_or(as_json: bool, model: BaseModel, view: Callable[[], RenderableType]) -> None:
+    """Print a command's model as JSON (`--json`), or its view for people (`out_console`)."""
+    if as_json:
+        print(model.model_dump_json(indent=2))
+    else:
+        out_console().print(view())
 
 
 def tsv(header: list[str], rows: Iterable[Sequence[object]]) -> str:
