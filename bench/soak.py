@@ -49,7 +49,9 @@ WARMUP = 0.2
 QUEUE_MAX = 1_000
 BATCH = 250
 VOID_EVERY = 20
-APPLY_EVERY = 200
+APPLY_EVERY = int(os.environ.get("BENCH_SOAK_APPLY_EVERY", "200"))
+"""One case in this many needs an apply (a rule added to the instructions): the instructions grow by one rule
+per APPLY_EVERY cases, and every run reads them."""
 GATE = GateConfig(cases="passed", sample=20)
 FLAT_PCT = 1.0
 GATE_MAX_MS = 10.0

@@ -264,7 +264,7 @@ class Evals(EvalFiles):
         """The live counters of a tuning's evaluations (`progress`) and of its gates as the store gives
         them, with the corrections that make the gates' spend count once (gate.report)."""
         specs = self.specs(tuning.name)
-        retired = frozenset(self.retired.read())
+        retired = self.retired.ids()
         counts = stored_counters([read_results(self.folder.eval(spec.id)) for spec in specs], retired)
         for field, value in restored_counters(tuning).items():
             counts[field] = counts.get(field, 0) + value
@@ -275,7 +275,7 @@ class Evals(EvalFiles):
         back each evaluation's head Redis lost (not those gc retired: service.kinds.evals.retired); how
         many items were enqueued."""
         known = {name.decode() for name in await self._redis.hkeys(keys.evals())}  # type: ignore[misc]
-        known |= set(await asyncio.to_thread(self.retired.read))  # ended, and gc removed them from Redis
+        known |= await asyncio.to_thread(self.retired.ids)  # ended, and gc removed them from Redis
         enqueued = 0
         for found in list(self.folder.all()):
             if found.run_id not in known:

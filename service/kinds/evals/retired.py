@@ -17,11 +17,17 @@ folder (`RESULTS.json`, items' outcomes), which gc keeps. The file's name starts
 evaluation's id (ids are slugs starting with a letter or digit), and `EvalsStore.all()` skips it (no
 spec inside). A line that does not parse is left out (the evaluation then leaves the list: it is
 never put back in Redis wrongly).
+
+The file grows by one line per retired evaluation and is never rewritten. The list reads it whole (it
+shows every evaluation); the daemon's reconciliation, every `reconcile_interval_s`, needs only the ids,
+and `ids()` parses only the lines appended since its last call.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from service.kinds.evals.models import EvalProgress
@@ -34,6 +40,31 @@ class RetiredEvals:
 
     def __init__(self, evals_root: Path) -> None:
         self.path = evals_root / RETIRED_FILE
+        self._ids: set[str] = set()
+        self._read_bytes = 0
+        """How much of the file `_ids` holds: whole lines only (a line being appended is read next time)."""
+        self._ids_lock = threading.Lock()
+
+    def ids(self) -> frozenset[str]:
+        """The retired evaluations' ids, as `read()` would give them, parsing only the lines appended since
+        the last call (a file found shorter than that, replaced by hand, is read again from its start)."""
+        with self._ids_lock:
+            try:
+                with self.path.open("rb") as file:
+                    size = os.fstat(file.fileno()).st_size
+                    if size < self._read_bytes:
+                        self._ids.clear()
+                        self._read_bytes = 0
+                    file.seek(self._read_bytes)
+                    tail = file.read(size - self._read_bytes)
+            except FileNotFoundError:
+                self._ids.clear()
+                self._read_bytes = 0
+                return frozenset()
+            whole = tail.rfind(b"\n") + 1
+            self._ids.update(progress.head.id for progress in _parsed(tail[:whole]))
+            self._read_bytes += whole
+            return frozenset(self._ids)
 
     def read(self) -> dict[str, EvalProgress]:
         """Each retired evaluation's progress, by id (the last line of an id wins)."""
@@ -41,14 +72,7 @@ class RetiredEvals:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
-        found: dict[str, EvalProgress] = {}
-        for line in raw.splitlines():
-            try:
-                progress = EvalProgress.model_validate_json(line)
-            except ValueError:
-                continue
-            found[progress.head.id] = progress
-        return found
+        return {progress.head.id: progress for progress in _parsed(raw)}
 
     def add(self, progress: list[EvalProgress]) -> None:
         """Append these evaluations' progress, flushed to disk before their Redis entries go."""
@@ -64,3 +88,12 @@ class RetiredEvals:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _parsed(raw: bytes) -> Iterator[EvalProgress]:
+    """The progress of each line that parses, in order."""
+    for line in raw.splitlines():
+        try:
+            yield EvalProgress.model_validate_json(line)
+        except ValueError:
+            continue
