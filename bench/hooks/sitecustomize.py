@@ -107,6 +107,7 @@ if _tracemalloc and "workers" in sys.orig_argv[-3:]:
     # would slow its start past the harness's wait), written every minute to BENCH_TRACEMALLOC as
     # `<pid>-<minute>.snap`: what the worker allocated since and still holds. Compare two with
     # `tracemalloc.Snapshot.load(...).compare_to(...)`.
+    import gc
     import tracemalloc
 
     def _snapshots() -> None:
@@ -115,6 +116,7 @@ if _tracemalloc and "workers" in sys.orig_argv[-3:]:
         for minute in range(1, 10_000):
             time.sleep(60)
             path = os.path.join(_tracemalloc, f"{os.getpid()}-{minute:03d}.snap")
+            gc.collect()  # what a cycle held is no part of what the worker keeps
             tracemalloc.take_snapshot().dump(path + ".part")
             os.rename(path + ".part", path)
 
@@ -136,3 +138,17 @@ if _trim_s > 0 and "workers" in sys.orig_argv[-3:]:
             _libc.malloc_trim(0)
 
     threading.Thread(target=_trim, daemon=True).start()
+
+_gc_log = os.environ.get("BENCH_GC_LOG", "")
+if _gc_log and "workers" in sys.orig_argv[-3:]:
+    # A worker's garbage collections, a line a minute in BENCH_GC_LOG/<pid>.gc: per generation, the
+    # collections so far and the objects they found unreachable (cyclic garbage: memory held until then).
+    import gc as _gc
+
+    def _gc_stats() -> None:
+        for minute in range(1, 10_000):
+            time.sleep(60)
+            with open(os.path.join(_gc_log, f"{os.getpid()}.gc"), "a", encoding="utf-8") as out:
+                out.write(json.dumps({"minute": minute, "stats": _gc.get_stats(), "counts": _gc.get_count()}) + "\n")
+
+    threading.Thread(target=_gc_stats, daemon=True).start()
