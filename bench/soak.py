@@ -11,10 +11,10 @@ memory of Redis's keys less those bounded by design (BOUNDED: the figure that mu
 store's bytes and inodes per ended case, the bytes of `events.jsonl` per ended case, the gate's choice of
 cases (`gate.cases.choose`, median of 20 draws of `sample` 20) and `fleet_status` (what `tunefleet
 status` reads; median of 20). The daemon runs gc every GC_EVERY_S during the soak, retiring ended
-evaluations older than GC_EVAL_AGE_S. Each figure's slope over the cases ended after the warm-up (`warmup`), by
-least squares, per 10,000 cases and as a percent of its mean there: flat is under 1 % per 10,000 cases.
-Then `tunefleet gc` (dry, then --apply, every retention age 0) and what the store dropped, against
-what gc said.
+evaluations older than GC_EVAL_AGE_S. Each figure's slope over the cases ended after the warm-up
+(`warmup`), by least squares, per 10,000 cases and as a percent of its mean there: flat is under 1 %
+per 10,000 cases. Then `tunefleet gc` (dry, then --apply, every retention age 0) and what the store
+dropped, against what gc said.
 
     BENCH_SOAK_CASES=4000 PYTHONPATH=. .venv/bin/python -m bench soak     # a quick run
 """

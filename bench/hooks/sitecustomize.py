@@ -149,6 +149,7 @@ if _gc_log and "workers" in sys.orig_argv[-3:]:
         for minute in range(1, 10_000):
             time.sleep(60)
             with open(os.path.join(_gc_log, f"{os.getpid()}.gc"), "a", encoding="utf-8") as out:
-                out.write(json.dumps({"minute": minute, "stats": _gc.get_stats(), "counts": _gc.get_count()}) + "\n")
+                line = {"minute": minute, "stats": _gc.get_stats(), "counts": _gc.get_count()}
+                out.write(json.dumps(line) + "\n")
 
     threading.Thread(target=_gc_stats, daemon=True).start()
