@@ -23,7 +23,7 @@ print(json.dumps({"kinds": sorted(kinds), "loaded": sorted(m for m in sys.module
 def test_a_worker_loads_its_kinds_without_numpy_scipy_or_tiktoken() -> None:
     """Every kind's worker code (the gate's included) loads in a fresh interpreter without numpy, scipy
     or tiktoken: the `test` rule's statistics and the size guard's tokenizer import them on first use,
-    and they add about 60 MiB to every worker that never runs either."""
+    and they add about 75 MiB to every worker that never runs either."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", LOADS_KINDS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
