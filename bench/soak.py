@@ -1,5 +1,5 @@
 """20. Soak: a fleet that runs for a long time stays flat. WORKERS workers (CONCURRENCY slots each) and a
-daemon run BENCH_SOAK_CASES (default 50,000: 7 to 10 minutes on 2 cores) zero-latency demo cases, fed
+daemon run BENCH_SOAK_CASES (default 50,000: 7 minutes on an idle 2-core machine) zero-latency demo cases, fed
 by the harness as the queue drains (never more than QUEUE_MAX queued, so the queue's own size stays
 level). One case in VOID_EVERY sets one void try aside and one in APPLY_EVERY needs an apply (a new
 version, a new snapshot, a gate), so that
@@ -47,7 +47,7 @@ SAMPLES = 10
 WARMUP_SHARE = 0.2
 WARMUP_PER_WORKER = 5_000
 """The warm-up is the first fifth of the cases, and at least this many per worker: a worker's RSS rises by
-about 10 MiB over its first 4,000 to 6,000 cases and then levels off (a single worker of 8 slots: 194 MiB
+about 14 MiB over its first 4,000 to 6,000 cases and then levels off (a single worker of 8 slots: 194 MiB
 at 1,300 cases, 208 at 6,000, 209 to 210 from 8,400 to 10,800), while its Python heap, traced after a
 full collection, stays at 7.4 to 9.1 MB throughout; the rise is the same with glibc's malloc for every
 object and `malloc_trim` every 5 s, and with jemalloc (docs/benchmarks.md, "Soak")."""

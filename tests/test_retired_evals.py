@@ -46,13 +46,18 @@ def test_ids_read_what_was_appended_since_the_last_read_and_agree_with_read(tmp_
     assert retired.ids() == {"e1", "e2", "e3"} == set(retired.read())
 
 
-def test_ids_read_a_file_found_shorter_again_from_its_start(tmp_path: Path) -> None:
-    """A record replaced by a shorter one (by hand) is read afresh, not from the old offset; a removed
-    one gives no ids."""
+def test_ids_read_a_replaced_file_again_from_its_start(tmp_path: Path) -> None:
+    """A record replaced by another (by hand), shorter or longer, is read afresh rather than from the old
+    offset; a removed one gives no ids."""
     retired = RetiredEvals(tmp_path)
     retired.add([_progress("e1"), _progress("e2"), _progress("e3")])
     assert retired.ids() == {"e1", "e2", "e3"}
-    retired.path.write_bytes(_lines("e9"))
+    replacement = tmp_path / "replacement"
+    replacement.write_bytes(_lines("e9"))
+    replacement.replace(retired.path)
     assert retired.ids() == {"e9"}
+    replacement.write_bytes(_lines("e5", "e6", "e7", "e8"))
+    replacement.replace(retired.path)
+    assert retired.ids() == {"e5", "e6", "e7", "e8"}
     retired.path.unlink()
     assert retired.ids() == frozenset()

@@ -41,29 +41,31 @@ class RetiredEvals:
     def __init__(self, evals_root: Path) -> None:
         self.path = evals_root / RETIRED_FILE
         self._ids: set[str] = set()
-        self._read_bytes = 0
-        """How much of the file `_ids` holds: whole lines only (a line being appended is read next time)."""
+        self._read_from: tuple[int, int] = (0, 0)
+        """The file `_ids` was read from (its inode) and how much of it (whole lines only: a line being
+        appended is read next time)."""
         self._ids_lock = threading.Lock()
 
     def ids(self) -> frozenset[str]:
         """The retired evaluations' ids, as `read()` would give them, parsing only the lines appended since
-        the last call (a file found shorter than that, replaced by hand, is read again from its start)."""
+        the last call (a file replaced meanwhile, by hand, is read again from its start)."""
         with self._ids_lock:
             try:
                 with self.path.open("rb") as file:
-                    size = os.fstat(file.fileno()).st_size
-                    if size < self._read_bytes:
+                    found = os.fstat(file.fileno())
+                    inode, done = self._read_from
+                    if found.st_ino != inode or found.st_size < done:
                         self._ids.clear()
-                        self._read_bytes = 0
-                    file.seek(self._read_bytes)
-                    tail = file.read(size - self._read_bytes)
+                        done = 0
+                    file.seek(done)
+                    tail = file.read(found.st_size - done)
             except FileNotFoundError:
                 self._ids.clear()
-                self._read_bytes = 0
+                self._read_from = (0, 0)
                 return frozenset()
             whole = tail.rfind(b"\n") + 1
             self._ids.update(progress.head.id for progress in _parsed(tail[:whole]))
-            self._read_bytes += whole
+            self._read_from = (found.st_ino, done + whole)
             return frozenset(self._ids)
 
     def read(self) -> dict[str, EvalProgress]:
