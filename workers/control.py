@@ -9,7 +9,6 @@ running here has its task cancelled (its agents get the grace period) and ends `
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Literal
 
 import structlog
@@ -64,7 +63,7 @@ class Controls:
         """Hold a tuning fleet-wide: no run of it starts (its cases wait) until `tunefleet resume
         TUNING`. True if this call set the hold; False if the tuning was held already (that hold,
         and its reason, stay)."""
-        hold = Hold(kind=kind, reason=reason, at=datetime.now(UTC))
+        hold = Hold(kind=kind, reason=reason)
         created = bool(await self._redis.hsetnx(keys.held(), tuning, hold.model_dump_json()))  # type: ignore[misc]
         if created:
             log.warning("tuning_held", tuning=tuning, kind=kind, reason=reason)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -278,7 +277,7 @@ class TunefleetClient:
         leased = await self.redis.mget([keys.lease(j.job_id) for j in jobs])
         for case_store, job, lease in zip(targets, jobs, leased, strict=True):
             if lease is not None:  # its worker ends it; the store keeps the cancel should Redis lose it
-                await asyncio.to_thread(case_store.request_cancel, CancelRequest(at=datetime.now(UTC)))
+                await asyncio.to_thread(case_store.request_cancel, CancelRequest())
                 continue
             case_store.write_result(
                 CaseResult(
@@ -286,7 +285,6 @@ class TunefleetClient:
                     rev=job.rev,
                     state="cancelled",
                     reason="cancelled before it started",
-                    at=datetime.now(UTC),
                 )
             )
             await self.redis.zrem(self.settings.queue, job.job_id)

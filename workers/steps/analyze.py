@@ -212,7 +212,6 @@ def _note(
 ) -> None:
     """A note on the try in the case's notes, by this worker."""
     note = Note(
-        at=datetime.now(UTC),
         kind=kind,
         rev=case_run.case.rev,
         phase=phase,

@@ -12,7 +12,7 @@ fleet's (see docs/adapters.md, "Sealed steps").
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -43,6 +43,11 @@ SEAL_FIELDS = frozenset({"seal", "after", "run_seal", "feedback_seal"})
 def new_seal() -> str:
     """A seal for a record the fleet writes: random, so no agent can know it in advance."""
     return uuid.uuid4().hex
+
+
+def utc_now() -> datetime:
+    """The time a record is made: now, in UTC (a record read back keeps the time it was written with)."""
+    return datetime.now(UTC)
 
 
 AGENT_TEXT_MAX_CHARS = 64 * 1024
@@ -298,7 +303,7 @@ class Spend(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
     phase: Phase
     attempt: int = Field(ge=1)
     step: StepName
@@ -313,7 +318,7 @@ class Handback(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
     count: int = Field(ge=1, description="The job's hand-backs in a row so far (provider_handbacks_max).")
     error: AgentText
     usage: Usage = Field(default_factory=Usage)
@@ -343,7 +348,7 @@ class CancelRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
 
 
 class CaseResult(BaseModel):
@@ -356,7 +361,7 @@ class CaseResult(BaseModel):
     state: State
     phase: Phase | None = None
     reason: AgentText | None = None
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
     usage: Usage = Field(default_factory=Usage)
     steps: NonNegativeInt = Field(default=0, description="Recorded steps (runs, analyses, applies).")
     flaky: bool = Field(
@@ -381,7 +386,7 @@ class Note(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
     kind: Literal["graded", "difficult", "failed", "dropped"]
     rev: int
     phase: Phase | None = None

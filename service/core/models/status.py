@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
 
 from service.core.models.acceptance import GateCounts
-from service.core.models.records import ApplyRecord, Feedback, Handback, Phase, RunRecord, StepName
+from service.core.models.records import ApplyRecord, Feedback, Handback, Phase, RunRecord, StepName, utc_now
 from service.core.models.redis_value import RedisValue
 
 WaitCause = Literal["resume", "hold", "sandbox", "apply", "lock", "gate", "approval"]
@@ -66,7 +66,7 @@ class Hold(RedisValue):
         description="budget: the tuning spent its budget; auth: a key was refused."
     )
     reason: str
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
 
 
 class RunningCase(RedisValue):

@@ -9,13 +9,14 @@ A candidate is named as every version is (service.kinds.evals.history.names) and
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.core.io.files import read_model, write_model
+from service.core.models.records import utc_now
 from service.core.store import Store
 from service.kinds.evals.gate.models import GateRecord
 from service.kinds.evals.history.names import UnknownVersionError, resolve
@@ -35,7 +36,7 @@ class Decision(BaseModel):
     verdict: Verdict
     by: str = Field(default="cli", description="Who decided: `cli` or `api`.")
     note: str = Field(default="", max_length=2000)
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
 
 
 class NotWaitingError(UnknownVersionError):
@@ -67,6 +68,6 @@ def decide(store: Store, tuning: str, asked: str, verdict: Verdict, by: str, not
         if kept.verdict != verdict:
             raise NotWaitingError(f"tuning {tuning}: candidate {asked!r} was {kept.verdict} already")
         return kept
-    decision = Decision(candidate=candidate, verdict=verdict, by=by, note=note, at=datetime.now(UTC))
+    decision = Decision(candidate=candidate, verdict=verdict, by=by, note=note)
     write_model(root / DECISION_FILE, decision)
     return decision

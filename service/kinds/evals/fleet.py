@@ -241,7 +241,6 @@ class Evals(EvalFiles):
                     reason="cancelled before it started",
                     voids=len(item.voids()),
                     version=spec.version,
-                    at=datetime.now(UTC),
                 )
             )
             await self._redis.zrem(self._settings.queue, job.job_id)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from service.core.models.case import Rev, Slug
 from service.core.models.jobs import TuningJob
-from service.core.models.records import Usage
+from service.core.models.records import Usage, utc_now
 from service.kinds.evals.stats import Difference, Rate
 
 EVAL_FUNCTION = "run_eval_item"
@@ -134,7 +134,7 @@ class ItemResult(BaseModel):
     voids: NonNegativeInt = Field(default=0, description="Void runs set aside before this outcome.")
     usage: Usage = Field(default_factory=Usage, description="Every run and grade of the item, voids too.")
     version: str
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
     worker: str | None = None
 
 

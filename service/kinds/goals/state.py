@@ -9,13 +9,13 @@ and spend that no holder could write (`GOAL_SPENT.jsonl`, folded into `spent` by
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from service.core.models.events import EventKind
-from service.core.models.records import CancelRequest, Usage
+from service.core.models.records import CancelRequest, Usage, utc_now
 from service.core.models.redis_value import RedisValue
 from service.kinds.goals.models import GOAL_ENDS, GoalLimits, GoalStatus, GoalStep, Limit
 
@@ -152,7 +152,7 @@ class TraceEvent(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seq: int = Field(ge=1)
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
     kind: EventKind
     iteration: int | None = None
     step: GoalStep | None = None
@@ -169,7 +169,7 @@ class GoalSpend(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
     iteration: int = Field(ge=1)
     step: GoalStep
     usage: Usage
@@ -213,7 +213,6 @@ class GoalState(BaseModel):
         """Add an event to the trace (`fields`: duration_ms, spent, data)."""
         event = TraceEvent(
             seq=len(self.trace) + 1,
-            at=datetime.now(UTC),
             kind=kind,
             iteration=iteration,
             step=step,

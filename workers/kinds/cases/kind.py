@@ -3,8 +3,6 @@ workers.kinds.cases.loop) and ended."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import structlog
 
 from service.core.errors import CaseFileError, StoreError, TunefleetError
@@ -75,7 +73,7 @@ class CaseKind(JobKind[CaseJob, CaseRun]):
             if done is not None:  # ended before (its event was sent then): nothing to do again
                 return result_of(done)
             await lease.check()
-            result = CaseResult(case=job.case, rev=job.rev, state=state, reason=reason, at=datetime.now(UTC))
+            result = CaseResult(case=job.case, rev=job.rev, state=state, reason=reason)
             store.write_result(result)
             if state == "failed":
                 store.add_note(

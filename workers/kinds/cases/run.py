@@ -145,7 +145,7 @@ class CaseRun(JobRun):
 
     def note_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> bool:
         """Usage that no record will keep, into the case's ledger at once (no await); False if none."""
-        spend = Spend(at=datetime.now(UTC), phase=phase, attempt=attempt, step=step, usage=usage, why=why)
+        spend = Spend(phase=phase, attempt=attempt, step=step, usage=usage, why=why)
         return note_spend(self.store.root, spend)
 
     async def record_spend(self, phase: Phase, attempt: int, step: StepName, usage: Usage, why: str) -> None:
@@ -183,7 +183,7 @@ class CaseRun(JobRun):
         """Into the case's `handbacks.jsonl`, with what the step cut short had spent (`show` and the
         case's result count them)."""
         spent = sum((usage for _, usage in self._unsettled), Usage())
-        self.store.add_handback(Handback(at=datetime.now(UTC), count=count, error=error, usage=spent))
+        self.store.add_handback(Handback(count=count, error=error, usage=spent))
 
     async def settle_spend(self) -> None:
         """The `spend_recorded` events of the ledger lines noted since, which move the tuning's totals."""

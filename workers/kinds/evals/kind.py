@@ -84,7 +84,6 @@ class EvalItemKind(JobKind[EvalItemJob, ItemRun]):
                     state=state,
                     reason=reason,
                     version=job.version,
-                    at=datetime.now(UTC),
                     worker=runtime.name,
                 )
             )

@@ -111,7 +111,7 @@ class GoalRun(JobRun):
         `persist`)."""
         it.spent = it.spent + usage
         self.state.spent = self.state.spent + usage
-        self._unsaved.append(GoalSpend(at=datetime.now(UTC), iteration=it.iteration, step=step, usage=usage))
+        self._unsaved.append(GoalSpend(iteration=it.iteration, step=step, usage=usage))
 
     def step_dir(self, iteration: int, step: GoalStep) -> Path:
         """This lease's own folder for a step, so that a stale holder's agents never collide."""
@@ -188,7 +188,7 @@ class GoalRun(JobRun):
 
     def unfinished_spend(self, spent: Usage, where: dict[str, Any]) -> None:
         """Into the goal's ledger at once: the next state write (this holder's or the next one's) adds it."""
-        spend = GoalSpend(at=datetime.now(UTC), iteration=where["iteration"], step=where["step"], usage=spent)
+        spend = GoalSpend(iteration=where["iteration"], step=where["step"], usage=spent)
         self.store.note_spend(spend)
 
     async def settle_spend(self) -> None:

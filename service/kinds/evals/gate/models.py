@@ -17,7 +17,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from service.core.models.acceptance import GateRule
-from service.core.models.records import ApplyOutput, ApplyRecord, GateSummary, GateVerdict, Usage, new_seal
+from service.core.models.records import (
+    ApplyOutput,
+    ApplyRecord,
+    GateSummary,
+    GateVerdict,
+    Usage,
+    new_seal,
+    utc_now,
+)
 
 
 class Candidate(BaseModel):
@@ -34,7 +42,7 @@ class Candidate(BaseModel):
     fence: int = Field(description="The improvements lock's token under which the applier ran.")
     duration_ms: NonNegativeInt = Field(default=0, description="The applier's time.")
     feedback_seal: str | None = Field(default=None, description="The seal of the feedback applied.")
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)
 
     def record(self, version: str | None, gate: GateSummary) -> ApplyRecord:
         """The apply's record once its gate has spoken: `version` published (None: rejected)."""
@@ -137,4 +145,4 @@ class GateRecord(BaseModel):
     )
     usage: Usage = Field(default_factory=Usage, description="What the gate's items spent.")
     ref: str | None = Field(default=None, description="The git ref a rejected candidate is kept under.")
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)

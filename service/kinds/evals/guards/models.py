@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
+from service.core.models.records import utc_now
+
 GUARD_FILE = "guard.json"
 GuardName = Literal["leak", "size", "collapse"]
 
@@ -24,4 +26,4 @@ class GuardRejection(BaseModel):
     words: str | None = Field(default=None, description="For `leak`: the words in common, normalised.")
     tokens_before: NonNegativeInt = Field(default=0, description="The base version's tokens (cl100k_base).")
     tokens_after: NonNegativeInt = Field(default=0, description="The candidate's tokens (cl100k_base).")
-    at: datetime
+    at: datetime = Field(default_factory=utc_now)

@@ -68,7 +68,6 @@ async def gated_apply(case_run: CaseRun, phase: Phase, attempt: int, feedback: F
                 fence=made.fence,
                 duration_ms=made.duration_ms,
                 feedback_seal=feedback.seal,
-                at=datetime.now(UTC),
             )
             await case_run.write(candidate_file, candidate)
         gate = read_model(gate_file, GateRecord)
@@ -139,7 +138,6 @@ async def _judge(case_run: CaseRun, phase: Phase, attempt: int, candidate: Candi
             eval=None,
             verdict="passed",
             why="no gate; the guards passed",
-            at=datetime.now(UTC),
         )
         await case_run.write(gate_file, gate)
         return gate

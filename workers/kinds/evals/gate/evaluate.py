@@ -137,7 +137,6 @@ async def gate_candidate(case_run: CaseRun, phase: Phase, attempt: int, candidat
             why="no case to gate on",
             rule=config.judged_by,
             rounds=0,
-            at=datetime.now(UTC),
         )
     key = (
         f"{case_run.tuning.name}/{case_run.case.id}/{case_run.case.rev}/{phase}/{attempt}/{candidate.version}"
@@ -174,7 +173,6 @@ async def gate_candidate(case_run: CaseRun, phase: Phase, attempt: int, candidat
         rounds=gathered.rounds,
         runs=gathered.runs,
         usage=gathered.usage,
-        at=datetime.now(UTC),
     )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
 
 from service.core.errors import CaseFileError
 from service.core.models.case import Case
@@ -110,5 +109,4 @@ async def guard_candidate(case_run: CaseRun, candidate: Candidate) -> GuardRejec
         words=verdict.words,
         tokens_before=size.before,
         tokens_after=size.after,
-        at=datetime.now(UTC),
     )
