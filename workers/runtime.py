@@ -61,9 +61,7 @@ class WorkerRuntime:
         self.breaker_watch = BreakerWatch(
             self.breaker, self._prober_for, self.sink, settings.poll_delay_s, 30.0, outage=self.outage
         )
-        self.store_watch = StoreWatch(
-            redis, settings.store, self.sink, self.name, settings.poll_delay_s, settings.outage_backoff_max_s
-        )
+        self.store_watch = StoreWatch(redis, settings, self.sink, self.name)
         """Whether the store (or Redis) is full, as this process last found it: claims stop while it is."""
         self.host = AgentHost.of_worker(settings)
         self.llm = Providers(redis)

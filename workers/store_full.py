@@ -35,6 +35,7 @@ from redis.exceptions import RedisError
 from service.core import keys
 from service.core.events import EventSink
 from service.core.models.events import EventKind
+from service.core.settings import FleetSettings
 from workers.door import Door
 
 log = structlog.get_logger()
@@ -87,15 +88,12 @@ def redis_full(exc: BaseException) -> str | None:
 class StoreWatch:
     """One per worker process: shuts its claims while the store (or Redis) is full, probes, reopens."""
 
-    def __init__(
-        self, redis: Redis, store: Path, sink: EventSink, worker: str, poll_s: float, backoff_max_s: float
-    ) -> None:
+    def __init__(self, redis: Redis, settings: FleetSettings, sink: EventSink, worker: str) -> None:
         self._redis = redis
-        self._store = store
+        self._settings = settings
+        """Its store, and how often it polls (`poll_delay_s`) and probes at most (`outage_backoff_max_s`)."""
         self._sink = sink
         self._worker = worker
-        self._poll_s = poll_s
-        self._backoff_max_s = backoff_max_s
         self.claims = Door()
         """Shut while the store or Redis is full: the poll claims nothing."""
         self.reason: str | None = None
@@ -124,13 +122,14 @@ class StoreWatch:
     async def watch(self) -> None:
         """Until cancelled: while this process is shut, or the fleet's flag is up, probe at a growing
         interval; the first good probe reopens the claims (and lowers the flag)."""
+        poll_s = self._settings.poll_delay_s
         while True:
             await self._tick()
             if self.reason is None:  # healthy: the fleet's flag is read once a second, not every poll
-                await asyncio.sleep(max(self._poll_s, FLAG_EVERY_S))
+                await asyncio.sleep(max(poll_s, FLAG_EVERY_S))
                 continue
-            wait_s = min(self._backoff_max_s, self._poll_s * (1 << min(self._failures, 16)))
-            await asyncio.sleep(max(self._poll_s, wait_s))
+            wait_s = min(self._settings.outage_backoff_max_s, poll_s * (1 << min(self._failures, 16)))
+            await asyncio.sleep(max(poll_s, wait_s))
 
     async def _tick(self) -> None:
         flagged = False
@@ -161,7 +160,7 @@ class StoreWatch:
                 return redis_full(exc) or f"Redis refused the probe: {exc}"
             return None
         try:
-            await asyncio.to_thread(_write_probe, self._store, self._worker)
+            await asyncio.to_thread(_write_probe, self._settings.store, self._worker)
         except OSError as exc:
             return store_full(exc) or f"the store refused the probe: {exc.strerror or exc}"
         return None

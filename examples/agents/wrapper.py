@@ -55,26 +55,22 @@ class Result:
     """The CLI's usage report was found: the tokens are its count, not zeros for want of one."""
 
 
+def _names(text: str) -> list[str]:
+    """Comma-separated names, blanks dropped."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def parse_args(description: str) -> Args:
     parser = argparse.ArgumentParser(description=description)
     for name in ("input", "system", "memory", "workspace", "output"):
         parser.add_argument(f"--{name}", required=True, type=Path)
-    parser.add_argument("--expected-skills", default="", help="Comma-separated skill names.")
-    parser.add_argument("--cli-arg", action="append", default=[], help="An extra argument for the CLI.")
+    parser.add_argument("--expected-skills", type=_names, default=[], help="Comma-separated skill names.")
+    parser.add_argument(
+        "--cli-arg", dest="cli_args", action="append", default=[], help="An extra argument for the CLI."
+    )
     parser.add_argument("--usd-per-1m-input", type=float, default=0.0, help="Price, when the CLI has none.")
     parser.add_argument("--usd-per-1m-output", type=float, default=0.0, help="Price, when the CLI has none.")
-    ns = parser.parse_args()
-    return Args(
-        input=ns.input,
-        system=ns.system,
-        memory=ns.memory,
-        workspace=ns.workspace,
-        output=ns.output,
-        expected_skills=[s.strip() for s in ns.expected_skills.split(",") if s.strip()],
-        cli_args=list(ns.cli_arg),
-        usd_per_1m_input=ns.usd_per_1m_input,
-        usd_per_1m_output=ns.usd_per_1m_output,
-    )
+    return Args(**vars(parser.parse_args()))
 
 
 def find_cli(env_name: str, default: str) -> str:

@@ -92,11 +92,9 @@ def _reason_kind(reason: str | None) -> str:
 
 def build_report(tuning: TuningStore, evals: EvalsStore) -> TuningReport:
     """The tuning's report as its folders hold it now."""
-    split = read_split(tuning)
     train = train_outcomes(tuning)
     before = _results(evals, tuning.name, "holdout-initial")
     after = _results(evals, tuning.name, "holdout-final")
-    comparison = compare(before, after) if before is not None and after is not None else None
     spent = Usage()
     for results in (before, after):
         if results is not None:
@@ -112,11 +110,11 @@ def build_report(tuning: TuningStore, evals: EvalsStore) -> TuningReport:
     return TuningReport(
         tuning=tuning.name,
         complete=complete,
-        split=split,
+        split=read_split(tuning),
         train=train,
         before=before,
         after=after,
-        comparison=comparison,
+        comparison=compare(before, after) if before is not None and after is not None else None,
         evaluation_usage=spent,
         gates=gate_tally(tuning),
         changes=report_changes(tuning),

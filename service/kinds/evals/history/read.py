@@ -5,6 +5,7 @@ every evaluation of it. A read of files only: the API runs it off its event loop
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from service.core.io.files import read_model
@@ -78,13 +79,9 @@ class HistoryReader:
         added, removed = self.history.lines(found.parent, found.id)
         root = attempt_root(self.tuning, found.origin) if found.origin is not None else None
         return VersionRow(
-            id=found.id,
+            **asdict(found),
             status=status,
             current=found.id == current,
-            at=found.at,
-            parent=found.parent,
-            origin=found.origin,
-            summary=found.summary,
             added=added,
             removed=removed,
             tokens=self.history.tokens(commit),
