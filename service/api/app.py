@@ -133,7 +133,7 @@ class Api:
         for kind in slices(settings):
             module = kind.front("api")
             if module is not None:
-                routes: list[Endpoint] = module.endpoints(client, settings, self.guard)
+                routes: list[Endpoint] = module.endpoints(client, self.guard)
                 self.endpoints += [
                     replace(e, access="write") if e.method != "GET" and e.access == "read" else e
                     for e in routes

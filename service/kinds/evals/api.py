@@ -26,7 +26,6 @@ from starlette.responses import Response
 from service.api import http
 from service.api.http import Endpoint, Guard, HttpError, json_response, off_loop, read_model_body, slug_param
 from service.client.client import TunefleetClient
-from service.core.settings import FleetSettings
 from service.kinds.evals.errors import EvalInputError, UnknownEvalError
 from service.kinds.evals.fleet import EvalFiles
 from service.kinds.evals.history import api as history_api
@@ -158,6 +157,6 @@ class EvalApi:
         return json_response(EvalCancelled(id=eval_id, cancelled=count))
 
 
-def endpoints(client: TunefleetClient, settings: FleetSettings, guard: Guard) -> list[Endpoint]:
+def endpoints(client: TunefleetClient, guard: Guard) -> list[Endpoint]:
     """The evaluation kind's routes (service.core.kinds: the API takes them from every kind's `api`)."""
     return [*EvalApi(client, guard).endpoints(), *history_api.endpoints(client, guard)]

@@ -29,7 +29,6 @@ from service.core import keys
 from service.core.errors import ConfigError
 from service.core.models.api import FieldError
 from service.core.models.tuning import DemoAdapter
-from service.core.settings import FleetSettings
 from service.kinds.goals.errors import GoalBusyError, GoalConflictError, UnknownGoalError
 from service.kinds.goals.fleet import GoalFiles
 from service.kinds.goals.models import GoalSpec, GoalStatus
@@ -92,11 +91,10 @@ def http_refusals(spec: GoalSpec) -> list[FieldError]:
 
 
 class GoalApi:
-    """The goal handlers, bound to the API's fleet client, settings and access guard."""
+    """The goal handlers, bound to the API's fleet client (and its settings) and access guard."""
 
-    def __init__(self, client: TunefleetClient, settings: FleetSettings, guard: Guard) -> None:
+    def __init__(self, client: TunefleetClient, guard: Guard) -> None:
         self._client = client
-        self._settings = settings
         self._guard = guard
         self._files = GoalFiles(client.store)
 
@@ -140,7 +138,7 @@ class GoalApi:
         if refused:
             raise HttpError(422, "goal spec refused over HTTP", refused)
         try:
-            resolve_limits(spec, self._settings)
+            resolve_limits(spec, self._client.settings)
         except ConfigError as exc:
             raise HttpError(422, str(exc)) from None
         try:
@@ -165,6 +163,6 @@ class GoalApi:
         return json_response(GoalCancelled(id=goal_id))
 
 
-def endpoints(client: TunefleetClient, settings: FleetSettings, guard: Guard) -> list[Endpoint]:
+def endpoints(client: TunefleetClient, guard: Guard) -> list[Endpoint]:
     """The goal kind's routes (service.core.kinds: the API takes them from every kind's `api`)."""
-    return GoalApi(client, settings, guard).endpoints()
+    return GoalApi(client, guard).endpoints()

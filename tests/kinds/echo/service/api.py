@@ -10,12 +10,11 @@ from starlette.responses import Response
 
 from service.api.http import Endpoint, Guard, HttpError, json_response, off_loop, slug_param
 from service.client.client import TunefleetClient
-from service.core.settings import FleetSettings
 from tests.kinds.echo.service.models import EchoResult
 from tests.kinds.echo.service.store import EchoStore
 
 
-def endpoints(client: TunefleetClient, settings: FleetSettings, guard: Guard) -> list[Endpoint]:
+def endpoints(client: TunefleetClient, guard: Guard) -> list[Endpoint]:
     """The echo kind's routes (the API takes them from every kind's `api` module)."""
 
     async def result(request: Request) -> Response:
