@@ -27,7 +27,6 @@ from service.api import http
 from service.api.http import Endpoint, Guard, HttpError, json_response, off_loop, read_model_body, slug_param
 from service.client.client import TunefleetClient
 from service.kinds.evals.errors import EvalInputError, UnknownEvalError
-from service.kinds.evals.fleet import EvalFiles
 from service.kinds.evals.history import api as history_api
 from service.kinds.evals.models import (
     REPEATS_MAX,
@@ -78,7 +77,6 @@ class EvalApi:
     def __init__(self, client: TunefleetClient, guard: Guard) -> None:
         self._client = client
         self._guard = guard
-        self._files = EvalFiles(client.store)
 
     def endpoints(self) -> list[Endpoint]:
         E = Endpoint  # noqa: N806 (a table reads better with a short name)
@@ -113,14 +111,15 @@ class EvalApi:
 
     async def results(self, request: Request) -> Response:
         eval_id = slug_param(request, "eval")
-        return json_response(await self._read(lambda: self._files.results(eval_id), eval_id))
+        return json_response(await self._read(lambda: self._client.evals.results(eval_id), eval_id))
 
     async def compare(self, request: Request) -> Response:
         before, after = slug_param(request, "eval"), slug_param(request, "other")
-        return json_response(await self._read(lambda: self._files.compare(before, after), before, after))
+        evals = self._client.evals
+        return json_response(await self._read(lambda: evals.compare(before, after), before, after))
 
     def _report(self, tuning: str) -> TuningReport:
-        return build_report(self._client.tuning_store(tuning), self._files.folder)
+        return build_report(self._client.tuning_store(tuning), self._client.evals.folder)
 
     async def report(self, request: Request) -> Response:
         tuning = slug_param(request, "tuning")

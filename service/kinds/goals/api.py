@@ -30,7 +30,6 @@ from service.core.errors import ConfigError
 from service.core.models.api import FieldError
 from service.core.models.tuning import DemoAdapter
 from service.kinds.goals.errors import GoalBusyError, GoalConflictError, UnknownGoalError
-from service.kinds.goals.fleet import GoalFiles
 from service.kinds.goals.models import GoalSpec, GoalStatus
 from service.kinds.goals.spec import resolve_limits
 from service.kinds.goals.state import GoalState, GoalSummary
@@ -96,7 +95,6 @@ class GoalApi:
     def __init__(self, client: TunefleetClient, guard: Guard) -> None:
         self._client = client
         self._guard = guard
-        self._files = GoalFiles(client.store)
 
     def endpoints(self) -> list[Endpoint]:
         E = Endpoint  # noqa: N806 (a table reads better with a short name)
@@ -119,7 +117,7 @@ class GoalApi:
 
     async def goal(self, request: Request) -> Response:
         goal_id = slug_param(request, "goal")
-        state = await self._read(self._files.state, goal_id)
+        state = await self._read(self._client.goals.state, goal_id)
         raw = await self._client.redis.hget(keys.goals(), goal_id)  # type: ignore[misc]
         summary = GoalSummary.parse(raw)
         status = state.status if state is not None else summary.status if summary is not None else "queued"
@@ -128,7 +126,7 @@ class GoalApi:
 
     async def result(self, request: Request) -> Response:
         goal_id = slug_param(request, "goal")
-        text = await self._read(self._files.result_markdown, goal_id)
+        text = await self._read(self._client.goals.result_markdown, goal_id)
         return Response(text, media_type="text/markdown; charset=utf-8")
 
     async def start(self, request: Request) -> Response:
