@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from service.client.client import TunefleetClient
 from service.core.models.api import ErrorBody, FieldError
 from service.core.models.case import is_slug
 from service.core.settings import FleetSettings
@@ -193,3 +194,15 @@ class Guard:
             return True
         forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
         return request.url.scheme == "https" or forwarded == "https"
+
+
+class KindRoutes:
+    """A kind's route handlers (its `api` module's class), bound to the API's fleet client (which
+    carries the fleet's settings) and access guard; `endpoints` lists them."""
+
+    def __init__(self, client: TunefleetClient, guard: Guard) -> None:
+        self._client = client
+        self._guard = guard
+
+    def endpoints(self) -> list[Endpoint]:
+        raise NotImplementedError

@@ -71,12 +71,8 @@ class EvalCancelled(BaseModel):
     cancelled: int = Field(description="Items cancelled now (running ones end within a poll).")
 
 
-class EvalApi:
-    """The evaluation handlers, bound to the API's fleet client and access guard."""
-
-    def __init__(self, client: TunefleetClient, guard: Guard) -> None:
-        self._client = client
-        self._guard = guard
+class EvalApi(http.KindRoutes):
+    """The evaluation handlers."""
 
     def endpoints(self) -> list[Endpoint]:
         E = Endpoint  # noqa: N806 (a table reads better with a short name)

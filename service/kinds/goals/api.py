@@ -89,12 +89,8 @@ def http_refusals(spec: GoalSpec) -> list[FieldError]:
     return refused
 
 
-class GoalApi:
-    """The goal handlers, bound to the API's fleet client (and its settings) and access guard."""
-
-    def __init__(self, client: TunefleetClient, guard: Guard) -> None:
-        self._client = client
-        self._guard = guard
+class GoalApi(http.KindRoutes):
+    """The goal handlers."""
 
     def endpoints(self) -> list[Endpoint]:
         E = Endpoint  # noqa: N806 (a table reads better with a short name)
