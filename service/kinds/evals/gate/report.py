@@ -89,9 +89,8 @@ def gate_lines(tally: GateTally | None) -> list[str]:
 
 def restored_counters(tuning: TuningStore) -> dict[str, int]:
     """The gate's counters (service.kinds.evals.gate.counters) as the store gives them, for the daemon's
-    restore after
-    Redis lost them, and the corrections to the tuning's totals: the gates' spend is in the cases' results
-    (their ledgers) and in the gates' evaluations, and must count once."""
+    restore after Redis lost them, and the corrections to the tuning's totals: the gates' spend is in the
+    cases' results (their ledgers) and in the gates' evaluations, and must count once."""
     tally = gate_tally(tuning)
     if tally is None:
         return {}
