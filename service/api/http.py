@@ -10,6 +10,7 @@ dashboard as `/?token=…` sets; or anyone when `api_public_read` is on. `write`
 from __future__ import annotations
 
 import hmac
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
@@ -196,7 +197,7 @@ class Guard:
         return request.url.scheme == "https" or forwarded == "https"
 
 
-class KindRoutes:
+class KindRoutes(ABC):
     """A kind's route handlers (its `api` module's class), bound to the API's fleet client (which
     carries the fleet's settings) and access guard; `endpoints` lists them."""
 
@@ -204,5 +205,6 @@ class KindRoutes:
         self._client = client
         self._guard = guard
 
+    @abstractmethod
     def endpoints(self) -> list[Endpoint]:
-        raise NotImplementedError
+        """The routes, each bound to its handler."""
