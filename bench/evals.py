@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Env, Figure, cpu_seconds, median, run_async, wait_for, zero_latency
+from bench.profile import Profiler
 from service.core.models.records import Usage
 from service.core.store import Store
 from service.kinds.evals.fleet import EvalFiles
@@ -133,7 +134,8 @@ def measure_round(round_no: int) -> tuple[_Drain, _Drain]:
                 _pin(env.redis_server.proc.pid, {second})
             for drain in (cases, items):
                 _pin(drain.pid, {first})
-        _drain_together([cases, items], 300)
+        with Profiler(f"{NAME}-cases", cases.pid), Profiler(f"{NAME}-items", items.pid):
+            _drain_together([cases, items], 300)
         return cases, items
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from service.core.io.files import read_model
 from service.kinds.evals.gate.models import GateRecord
+from service.kinds.evals.store import SPEC_FILE, EvalsStore
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
 
 
@@ -43,3 +44,37 @@ async def test_each_round_of_a_gate_draws_its_runs_afresh(fleet: Fleet, tmp_path
         rows.setdefault((item.case, "base"), set()).add(item.baseline)
     assert len(rows) == 12
     assert any(len(verdicts) > 1 for verdicts in rows.values()), rows
+    # Each round's evaluations number their repeats from 1: a round that drew as the one before would
+    # give every case, on either side, the same verdict at repeat 1 as that round did.
+    firsts = {
+        side: _first_repeats(fleet.settings.store, purpose, version)
+        for side, purpose, version in (
+            ("candidate", "gate", record.candidate),
+            ("base", "gate-base", record.base),
+        )
+    }
+    pairs = [
+        (side, case_id, verdicts[:2])
+        for side, by_case in firsts.items()
+        for case_id, verdicts in by_case.items()
+        if len(verdicts) >= 2
+    ]
+    assert len(pairs) == 12, firsts
+    assert any(first != second for _, _, (first, second) in pairs), pairs
+
+
+def _first_repeats(store: Path, purpose: str, version: str) -> dict[str, list[str | None]]:
+    """Per case, the verdict of repeat 1 in each of the gate's evaluations of `purpose` on `version`,
+    oldest first."""
+    evals = EvalsStore(store / "evals")
+    found = [evals.eval(folder.name) for folder in evals.root.iterdir() if (folder / SPEC_FILE).is_file()]
+    specs = sorted(
+        (spec for spec in (e.spec() for e in found) if spec.purpose == purpose and spec.version == version),
+        key=lambda spec: spec.created_at,
+    )
+    firsts: dict[str, list[str | None]] = {}
+    for spec in specs:
+        for ref in spec.cases:
+            outcome = evals.eval(spec.id).item(ref.id, ref.rev, 1).outcome()
+            firsts.setdefault(ref.id, []).append(outcome.verdict if outcome is not None else None)
+    return firsts

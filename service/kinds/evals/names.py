@@ -44,6 +44,11 @@ def final_eval_id(tuning: str) -> str:
     return _tuning_part(tuning) + FINAL_SUFFIX
 
 
+def is_gate_eval(eval_id: str) -> bool:
+    """Whether an evaluation is one of the acceptance gate's (its id has the gate's reserved form)."""
+    return eval_id.startswith(GATE_PREFIXES)
+
+
 def reserved(name: str) -> bool:
     """Whether an evaluation name has one of the fleet's own forms (no client may ask for it)."""
-    return name.endswith((INITIAL_SUFFIX, FINAL_SUFFIX)) or name.startswith(GATE_PREFIXES)
+    return name.endswith((INITIAL_SUFFIX, FINAL_SUFFIX)) or is_gate_eval(name)

@@ -18,6 +18,7 @@ from service.core.models.jobs import JobResult
 from service.core.models.records import Feedback, Phase
 from service.kinds.evals.counters import ITEM_ENDED, ITEM_SET_ASIDE, ITEM_STARTED
 from service.kinds.evals.models import EVAL_FUNCTION, EvalItemJob, ItemResult
+from service.kinds.evals.names import is_gate_eval
 from service.kinds.evals.store import EvalsStore, EvalStore
 from workers.envelope import Ending, JobKind
 from workers.errors import LeaseLost, OverBudget, VoidsExhausted
@@ -56,7 +57,8 @@ class EvalItemKind(JobKind[EvalItemJob, ItemRun]):
         case = found.case(job.case)
         item = found.item(case.id, case.rev, job.repeat)
         # A gate's evaluations are rounds of one decision: each draws its demo runs apart (demo_chance).
-        apart = found.spec().purpose in ("gate", "gate-base")
+        # Told by the id's reserved form, not the spec: an item reads no spec (its case list is O(items)).
+        apart = is_gate_eval(job.eval)
         item_run = ItemRun(
             runtime, lease, runtime.tuning(job.tuning), case, item, job.eval, job.version, draws_apart=apart
         )
