@@ -17,7 +17,8 @@ from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
 async def test_each_round_of_a_gate_draws_its_runs_afresh(fleet: Fleet, tmp_path: Path) -> None:
     """Rule test on six regression cases that pass half their runs (min_effect 0.05: never decided
     early), up to four rounds of one repeat: the candidate's and the base's verdicts of a case are not one
-    round's copied into the next (with fresh draws, that all twelve rows repeat has odds below 2^-12)."""
+    round's copied into the next: round 2's repeat 1 differs from round 1's for some case on some side
+    (with fresh draws, that all twelve agree has odds of 2^-12; with copied draws, they all agree)."""
     fleet.start_worker(concurrency=8)
     root = tmp_path / "t"
     regress = root / "regress"

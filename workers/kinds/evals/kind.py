@@ -57,7 +57,7 @@ class EvalItemKind(JobKind[EvalItemJob, ItemRun]):
         case = found.case(job.case)
         item = found.item(case.id, case.rev, job.repeat)
         # A gate's evaluations are rounds of one decision: each draws its demo runs apart (demo_chance).
-        # Told by the id's reserved form, not the spec: an item reads no spec (its case list is O(items)).
+        # Told by the id's reserved form: an item reads no spec (its case list grows with the evaluation).
         apart = is_gate_eval(job.eval)
         item_run = ItemRun(
             runtime, lease, runtime.tuning(job.tuning), case, item, job.eval, job.version, draws_apart=apart
