@@ -1,10 +1,10 @@
 """20. Soak: a fleet that runs for a long time stays flat. WORKERS workers (CONCURRENCY slots each) and a
-daemon run BENCH_SOAK_CASES (default 50,000: 7 minutes on an idle 2-core machine) zero-latency demo cases, fed
-by the harness as the queue drains (never more than QUEUE_MAX queued, so the queue's own size stays
-level). One case in VOID_EVERY sets one void try aside and one in APPLY_EVERY needs an apply (a new
-version, a new snapshot, a gate), so that
-`tunefleet gc` has something of its own to reclaim at the end. The tuning has a gate that draws passed
-cases (no case breaks anything: the gate only keeps its index, tf:gate-passed, growing per case).
+daemon run BENCH_SOAK_CASES (default 50,000: 7 to 13 minutes on an idle 2-core machine) zero-latency demo
+cases, fed by the harness as the queue drains (never more than QUEUE_MAX queued, so the queue's own size
+stays level). One case in VOID_EVERY sets one void try aside and one in APPLY_EVERY needs an apply (a new
+version, a new snapshot, a gate), so that `tunefleet gc` has something of its own to reclaim at the end.
+The tuning has a gate that draws passed cases (no case breaks anything: the gate only keeps its index,
+tf:gate-passed, growing per case).
 
 Every SAMPLES-th of the cases it samples: the workers' and the daemon's RSS, Redis's `used_memory`, the
 memory of Redis's keys less those bounded by design (BOUNDED: the figure that must stay flat), the

@@ -7,6 +7,7 @@ every second; with BENCH_AUDIT_FS=2, also per file name."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -107,7 +108,6 @@ if _tracemalloc and "workers" in sys.orig_argv[-3:]:
     # would slow its start past the harness's wait), written every minute to BENCH_TRACEMALLOC as
     # `<pid>-<minute>.snap`: what the worker allocated since and still holds. Compare two with
     # `tracemalloc.Snapshot.load(...).compare_to(...)`.
-    import gc
     import tracemalloc
 
     def _snapshots() -> None:
@@ -143,13 +143,11 @@ _gc_log = os.environ.get("BENCH_GC_LOG", "")
 if _gc_log and "workers" in sys.orig_argv[-3:]:
     # A worker's garbage collections, a line a minute in BENCH_GC_LOG/<pid>.gc: per generation, the
     # collections so far and the objects they found unreachable (cyclic garbage: memory held until then).
-    import gc as _gc
-
     def _gc_stats() -> None:
         for minute in range(1, 10_000):
             time.sleep(60)
             with open(os.path.join(_gc_log, f"{os.getpid()}.gc"), "a", encoding="utf-8") as out:
-                line = {"minute": minute, "stats": _gc.get_stats(), "counts": _gc.get_count()}
+                line = {"minute": minute, "stats": gc.get_stats(), "counts": gc.get_count()}
                 out.write(json.dumps(line) + "\n")
 
     threading.Thread(target=_gc_stats, daemon=True).start()

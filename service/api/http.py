@@ -13,18 +13,20 @@ import hmac
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel, SecretStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from service.client.client import TunefleetClient
 from service.core.models.api import ErrorBody, FieldError
 from service.core.models.case import is_slug
 from service.core.settings import FleetSettings
 from service.core.validation import field_problems
+
+if TYPE_CHECKING:
+    from service.client.client import TunefleetClient
 
 READ_COOKIE = "tunefleet_read"
 Access = Literal["public", "read", "write"]
