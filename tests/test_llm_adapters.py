@@ -243,7 +243,7 @@ async def test_a_provider_down_through_every_attempt_is_the_steps_error(
     of the infrastructure (`infra`), with no feedback."""
     outcome = await analyze(server, tmp_path, Status(503), Status(503), Status(503), Reply(PASS))
     assert outcome.feedback is None and len(server.requests) == 3
-    assert outcome.exit.infra is not None and outcome.exit.infra == outcome.exit.error
+    assert outcome.exit.provider_down is not None and outcome.exit.provider_down == outcome.exit.error
     assert (outcome.exit.error or "").startswith("provider unavailable after 3 attempts:")
     assert "503" in (outcome.exit.error or "")
 
@@ -255,7 +255,7 @@ async def test_a_connection_nobody_accepts_is_an_outage_that_spent_nothing(
     (`infra`) and count no tokens, estimated or not: unlike a dropped answer, nobody can bill them."""
     dead = config(server).model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/v1"})
     outcome = await LlmAnalyzer(dead).analyze(analyze_request(tmp_path))
-    assert outcome.feedback is None and outcome.exit.infra is not None
+    assert outcome.feedback is None and outcome.exit.provider_down is not None
     assert (outcome.exit.error or "").startswith("provider unavailable after 3 attempts: cannot reach")
     assert outcome.exit.spent is None or outcome.exit.spent.tokens == 0, outcome.exit.spent
 
@@ -278,7 +278,7 @@ async def test_a_connection_closed_before_the_answer_is_counted_as_billed(
     async with silent:
         cut = config(server).model_copy(update={"base_url": f"http://127.0.0.1:{port}/v1", "max_retries": 1})
         outcome = await LlmAnalyzer(cut).analyze(analyze_request(tmp_path))
-    assert outcome.feedback is None and outcome.exit.infra is not None and requests == 2
+    assert outcome.feedback is None and outcome.exit.provider_down is not None and requests == 2
     spent = outcome.exit.spent
     assert spent is not None and spent.source == "estimated" and spent.estimated_tokens > 0, spent
 
@@ -290,7 +290,7 @@ async def test_a_refused_key_fails_at_once_naming_the_server_and_the_variable(
     never the key."""
     outcome = await analyze(server, tmp_path, Status(401, message=f"bad key {KEY}"), Reply(PASS))
     error = outcome.exit.error or ""
-    assert outcome.feedback is None and len(server.requests) == 1 and outcome.exit.infra is None
+    assert outcome.feedback is None and len(server.requests) == 1 and outcome.exit.provider_down is None
     assert server.base_url in error and KEY_ENV in error and KEY not in error
 
 
@@ -316,7 +316,7 @@ async def test_a_server_refusing_json_schema_is_asked_in_json_object_mode(
     assert second.body["response_format"]["schema"] == first.body["response_format"]["json_schema"]["schema"]
     assert '"verdict"' in second.text and feedback.verdict == "pass"
     outcome = await analyze(server, tmp_path / "b", Status(400, message="context too long"), Reply(PASS))
-    assert len(server.requests) == 3 and outcome.feedback is None and outcome.exit.infra is None
+    assert len(server.requests) == 3 and outcome.feedback is None and outcome.exit.provider_down is None
     assert "context too long" in (outcome.exit.error or "")
 
 

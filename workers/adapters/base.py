@@ -130,12 +130,30 @@ class ApplyRequest(StepRequest):
 
 
 class ProcessEnd(BaseModel):
-    """How an agent's process ended: its exit code and how long it ran."""
+    """How an agent's process ended, in every role: its exit code, how long it ran, and whether it was a
+    step at all (a sandbox or a provider down, a refused key: no step, nothing graded)."""
 
     model_config = ConfigDict(extra="forbid")
 
     exit_code: int
     duration_ms: NonNegativeInt
+    timed_out: bool = Field(
+        default=False, description="Ended at its timeout (a runner's run is still graded)."
+    )
+    sandbox_down: str | None = Field(default=None, description="The sandbox could not run the agent.")
+    provider_down: str | None = Field(
+        default=None,
+        description="The model's provider stayed down through its retries: the job is handed back, no try "
+        "spent.",
+    )
+    key_refused: str | None = Field(
+        default=None, description="The model's provider refused its key (401, 403): the tuning is held."
+    )
+    spent: Usage | None = Field(
+        default=None,
+        description="What the fleet measured the agent's LLM calls to spend, whatever came of them (a "
+        "run's own usage is in its output; this is a run's only when there was no run).",
+    )
 
 
 class RunOutcome(ProcessEnd):
@@ -143,41 +161,15 @@ class RunOutcome(ProcessEnd):
 
     output: RunOutput | None = Field(default=None, description="None when the run was void or never ran.")
     void: str | None = Field(default=None, description="Why the run says nothing about the prose.")
-    sandbox_down: str | None = Field(default=None, description="The sandbox was unavailable: not a run.")
-    provider_down: str | None = Field(
-        default=None, description="The model's provider stayed down: not a run, the case is handed back."
-    )
-    key_refused: str | None = Field(
-        default=None, description="The model's provider refused the key: not a run, the tuning is held."
-    )
-    spent: Usage | None = Field(
-        default=None,
-        description="What an LLM runner's calls spent when there was no run (provider down, key refused).",
-    )
-    timed_out: bool = Field(default=False, description="Ended at its timeout: still a run, graded.")
     log_tail: str | None = Field(
         default=None, description="The end of the runner's log, when it did not end by itself with exit 0."
     )
 
 
 class StepExit(ProcessEnd):
-    """How an analyzer's or applier's process ended."""
+    """How an analyzer's, applier's or goal agent's process ended."""
 
-    timed_out: bool = False
     error: str | None = None
-    sandbox_down: str | None = Field(default=None, description="The sandbox could not run the agent.")
-    spent: Usage | None = Field(
-        default=None,
-        description="What the step was measured to spend (an LLM step's calls), whatever came of it.",
-    )
-    key_refused: str | None = Field(
-        default=None, description="The meta agent's provider refused its key (401, 403): the tuning is held."
-    )
-    infra: str | None = Field(
-        default=None,
-        description="The step's provider stayed down through its retries: the case is handed back, "
-        "no try spent.",
-    )
 
 
 class AnalyzeOutcome(BaseModel):

@@ -19,11 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.core.models.case import DemoMapping
-from service.core.models.records import Usage
 from service.kinds.goals.models import GoalStep
+from workers.adapters.base import StepExit
 
 PLAN_OUTPUT = "TODO.md"
 PLAN_SUMMARY = "plan.json"
@@ -87,19 +87,10 @@ class GoalStepRequest(BaseModel):
     demo: DemoMapping = Field(description="The spec's demo mapping, for the in-process demo agents only.")
 
 
-class GoalStepExit(BaseModel):
+class GoalStepExit(StepExit):
     """How a goal step's agent ended (its results are its `out/` files)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    exit_code: int = 0
-    duration_ms: NonNegativeInt = 0
-    error: str | None = None
     void: str | None = Field(default=None, description="The step says nothing: set aside and run again.")
-    sandbox_down: str | None = None
-    provider_down: str | None = None
-    key_refused: str | None = None
-    spent: Usage | None = None
 
 
 class GoalAgent(Protocol):

@@ -55,7 +55,7 @@ class DemoGoalAgent:
         append_line(request.log_file, f"demo-{request.step}: iteration {request.iteration} started")
         outage = self._config.outage_file
         if outage is not None and outage.exists():
-            return GoalStepExit(exit_code=75, sandbox_down="demo sandbox is down")
+            return GoalStepExit(exit_code=75, duration_ms=_ms(began), sandbox_down="demo sandbox is down")
         spent = self._spend(knobs.tokens)
         if spent is not None:
             follow_spend(lambda: spent)  # spent from the start: a step cut short has spent it too
@@ -76,7 +76,7 @@ class DemoGoalAgent:
             _work(request, knobs, folder)
         else:
             _review(request, knobs, folder)
-        return GoalStepExit(duration_ms=_ms(began), spent=spent)
+        return GoalStepExit(exit_code=0, duration_ms=_ms(began), spent=spent)
 
     def _spend(self, tokens: int) -> Usage | None:
         if tokens == 0:

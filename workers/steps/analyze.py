@@ -249,12 +249,14 @@ async def _analyze(
         with case_run.metered({"phase": request.phase, "attempt": request.attempt, "step": "analyze"}):
             outcome = await case_run.tuning.analyzer.analyze(request)
         await case_run.landed()  # the run's record, and the one before it
-        stopped = outcome.exit.infra or outcome.exit.key_refused
+        stopped = outcome.exit.provider_down or outcome.exit.key_refused
         if stopped is not None and outcome.exit.spent is not None:  # paid for before the provider stopped
             why = f"analysis stopped: {stopped}"
             await case_run.record_spend(request.phase, request.attempt, "analyze", outcome.exit.spent, why)
-        if outcome.exit.infra is not None:  # the provider is down: not this case's fault, no try spent
-            raise ProviderDown(f"the analyzer's {outcome.exit.infra}")
+        if (
+            outcome.exit.provider_down is not None
+        ):  # the provider is down: not this case's fault, no try spent
+            raise ProviderDown(f"the analyzer's {outcome.exit.provider_down}")
         if outcome.exit.key_refused is not None:
             raise KeyRefused(f"the analyzer's {outcome.exit.key_refused}")
         try:

@@ -271,8 +271,8 @@ async def _publish(
 
 
 def read_output(outcome: ApplyOutcome) -> ApplyOutput:
-    if outcome.exit.infra is not None:  # the provider is down: not this case's fault, no try spent
-        raise ProviderDown(f"the applier's {outcome.exit.infra}")
+    if outcome.exit.provider_down is not None:  # the provider is down: not this case's fault, no try spent
+        raise ProviderDown(f"the applier's {outcome.exit.provider_down}")
     if outcome.exit.key_refused is not None:
         raise KeyRefused(f"the applier's {outcome.exit.key_refused}")
     if outcome.output is None:

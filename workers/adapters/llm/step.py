@@ -28,14 +28,14 @@ OutcomeT = TypeVar("OutcomeT", bound=AnalyzeOutcome | ApplyOutcome)
 def step_exit(
     started: float, error: str | None, down: LlmStepError | None = None, spent: Usage | None = None
 ) -> StepExit:
-    """How an LLM step ended: `down` says why it failed (the provider's outage is `infra`, a refused key
-    `key_refused`), `spent` what its calls cost whatever came of them."""
+    """How an LLM step ended: `down` says why it failed (the provider's outage is `provider_down`, a
+    refused key `key_refused`), `spent` what its calls cost whatever came of them."""
     duration_ms = max(0, int((time.monotonic() - started) * 1000))
     return StepExit(
         exit_code=0 if error is None else 1,
         duration_ms=duration_ms,
         error=error,
-        infra=str(down) if isinstance(down, ProviderUnavailable) else None,
+        provider_down=str(down) if isinstance(down, ProviderUnavailable) else None,
         key_refused=str(down) if isinstance(down, ProviderAuthFailed) else None,
         spent=spent,
     )
