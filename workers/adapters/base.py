@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 from service.core.models.case import Case, DemoMapping, RunTask
 from service.core.models.guards import SizeBudget
 from service.core.models.records import SEAL_FIELDS, Feedback, Phase, RunOutput, RunRecord, Usage
+from workers.errors import KeyRefused, ProviderDown
 
 
 class StepRequest(BaseModel):
@@ -154,6 +155,15 @@ class ProcessEnd(BaseModel):
         description="What the fleet measured the agent's LLM calls to spend, whatever came of them (a "
         "run's own usage is in its output; this is a run's only when there was no run).",
     )
+
+    def raise_if_stopped(self, agent: str) -> None:
+        """ProviderDown when the agent's provider stayed down, KeyRefused when it refused the key: not the
+        job's fault, so no try is spent (the job is handed back, or its tuning held). `agent` names it in
+        the message (`the runner`)."""
+        if self.provider_down is not None:
+            raise ProviderDown(f"{agent}'s {self.provider_down}")
+        if self.key_refused is not None:
+            raise KeyRefused(f"{agent}'s {self.key_refused}")
 
 
 class RunOutcome(ProcessEnd):

@@ -22,7 +22,7 @@ from service.core.models.records import ApplyRecord, Feedback, Note, Phase, RunR
 from service.core.system import tree_digest
 from service.core.validation import describe_validation
 from workers.adapters.base import AnalyzeRequest, EarlierTry, StepExit
-from workers.errors import JobFault, KeyRefused, ProviderDown
+from workers.errors import JobFault
 from workers.kinds.cases.run import CaseRun
 from workers.memory_bound import memory_oversize
 from workers.spend import refused_usage
@@ -253,12 +253,7 @@ async def _analyze(
         if stopped is not None and outcome.exit.spent is not None:  # paid for before the provider stopped
             why = f"analysis stopped: {stopped}"
             await case_run.record_spend(request.phase, request.attempt, "analyze", outcome.exit.spent, why)
-        if (
-            outcome.exit.provider_down is not None
-        ):  # the provider is down: not this case's fault, no try spent
-            raise ProviderDown(f"the analyzer's {outcome.exit.provider_down}")
-        if outcome.exit.key_refused is not None:
-            raise KeyRefused(f"the analyzer's {outcome.exit.key_refused}")
+        outcome.exit.raise_if_stopped("the analyzer")
         try:
             feedback, dropped = read_feedback(outcome.source, outcome.feedback, case_run.case)
         except FeedbackInvalid as exc:

@@ -25,7 +25,7 @@ from service.core.models.records import ApplyOutput, ApplyRecord, Feedback, Phas
 from service.core.validation import describe_validation
 from service.kinds.evals.gate.repo import parent_of, read_ref, set_ref
 from workers.adapters.base import ApplyOutcome, ApplyRequest
-from workers.errors import JobFault, KeyRefused, LockLost, ProviderDown
+from workers.errors import JobFault, LockLost
 from workers.kinds.cases.run import CaseRun
 from workers.kinds.evals.gate.guard import size_budget
 from workers.lock import LockHold
@@ -271,10 +271,7 @@ async def _publish(
 
 
 def read_output(outcome: ApplyOutcome) -> ApplyOutput:
-    if outcome.exit.provider_down is not None:  # the provider is down: not this case's fault, no try spent
-        raise ProviderDown(f"the applier's {outcome.exit.provider_down}")
-    if outcome.exit.key_refused is not None:
-        raise KeyRefused(f"the applier's {outcome.exit.key_refused}")
+    outcome.exit.raise_if_stopped("the applier")
     if outcome.output is None:
         why = outcome.exit.error or "wrote no output"
         raise JobFault(f"{outcome.source}: missing (the applier {why})")

@@ -16,7 +16,7 @@ from service.core.models.records import ApplyRecord, Phase, RunOutput, RunRecord
 from service.core.models.status import Hold, WaitCause
 from service.core.models.tuning import CommandAdapter
 from workers.adapters.base import RunOutcome, RunRequest
-from workers.errors import JobFault, KeyRefused, ProviderDown
+from workers.errors import JobFault
 from workers.kinds.cases.run import CaseRun
 
 RUN_WAITS: dict[WaitCause, EventKind] = {
@@ -153,10 +153,7 @@ async def _not_ran(case_run: CaseRun, phase: Phase, attempt: int, outcome: RunOu
     """Whether the runner could not run the agent because the sandbox was down (reported to the breaker);
     ProviderDown or KeyRefused when its provider was down or refused the key (not this case's fault:
     handed back, no try spent)."""
-    if outcome.provider_down is not None:
-        raise ProviderDown(f"the runner's {outcome.provider_down}")
-    if outcome.key_refused is not None:
-        raise KeyRefused(f"the runner's {outcome.key_refused}")
+    outcome.raise_if_stopped("the runner")
     if outcome.sandbox_down is None:
         return False
     await case_run.emit(EventKind.RUN_SANDBOX_DOWN, phase=phase, attempt=attempt, detail=outcome.sandbox_down)

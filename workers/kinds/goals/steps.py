@@ -36,7 +36,7 @@ from workers.adapters.goal_base import (
     GoalStepRequest,
     PlanSummary,
 )
-from workers.errors import KeyRefused, ProviderDown, VoidsExhausted
+from workers.errors import VoidsExhausted
 from workers.kinds.goals.outputs import read_output
 from workers.kinds.goals.run import GoalRun
 
@@ -143,10 +143,7 @@ async def call_agent(
             goal_run.event(
                 EventKind.SPEND_RECORDED, it, step, f"the {step} step stopped: {stopped}", spent=exit_.spent
             )
-    if exit_.provider_down is not None:
-        raise ProviderDown(f"the goal {step} agent's {exit_.provider_down}")
-    if exit_.key_refused is not None:
-        raise KeyRefused(f"the goal {step} agent's {exit_.key_refused}")
+    exit_.raise_if_stopped(f"the goal {step} agent")
     if exit_.sandbox_down is not None:
         if goal_run.tuning is None:
             raise StepVoid(f"sandbox down: {exit_.sandbox_down}")
