@@ -9,8 +9,9 @@ from pathlib import Path
 import yaml
 
 from service.core.io.files import read_model
+from service.core.store import Store
+from service.kinds.evals.fleet import EvalFiles
 from service.kinds.evals.gate.models import GateRecord
-from service.kinds.evals.store import SPEC_FILE, EvalsStore
 from tests.support.fleet import Fleet, case, demo_adapter, write_tuning
 
 
@@ -67,15 +68,12 @@ async def test_each_round_of_a_gate_draws_its_runs_afresh(fleet: Fleet, tmp_path
 def _first_repeats(store: Path, purpose: str, version: str) -> dict[str, list[str | None]]:
     """Per case, the verdict of repeat 1 in each of the gate's evaluations of `purpose` on `version`,
     oldest first."""
-    evals = EvalsStore(store / "evals")
-    found = [evals.eval(folder.name) for folder in evals.root.iterdir() if (folder / SPEC_FILE).is_file()]
-    specs = sorted(
-        (spec for spec in (e.spec() for e in found) if spec.purpose == purpose and spec.version == version),
-        key=lambda spec: spec.created_at,
-    )
+    evals = EvalFiles(Store(store))
     firsts: dict[str, list[str | None]] = {}
-    for spec in specs:
+    for spec in evals.specs():  # oldest first
+        if spec.purpose != purpose or spec.version != version:
+            continue
         for ref in spec.cases:
-            outcome = evals.eval(spec.id).item(ref.id, ref.rev, 1).outcome()
+            outcome = evals.known(spec.id).item(ref.id, ref.rev, 1).outcome()
             firsts.setdefault(ref.id, []).append(outcome.verdict if outcome is not None else None)
     return firsts
